@@ -1,0 +1,31 @@
+// GENERATED from spec/errors.yaml by scripts/gen.ts. Do not edit by hand: run `npm run gen`.
+export const ERROR_CATALOGUE = {
+  invalid_argument: { status: 400, retryable: false, message: "A field of the request is missing or breaks a rule; details.field names it." },
+  malformed_json: { status: 400, retryable: false, message: "The request body is not valid JSON." },
+  payload_too_large: { status: 413, retryable: false, message: "The request body or upload is larger than the server accepts." },
+  unauthenticated: { status: 401, retryable: false, message: "No API key or access token, or it is unknown or expired. Send Authorization Bearer." },
+  permission_denied: { status: 403, retryable: false, message: "The credentials are valid but may not do this." },
+  not_found: { status: 404, retryable: false, message: "No such route." },
+  sandbox_not_found: { status: 404, retryable: false, message: "No sandbox with this id exists for your tenant." },
+  template_not_found: { status: 404, retryable: false, message: "No template with this name or id exists." },
+  tenant_not_found: { status: 404, retryable: false, message: "No tenant with this id exists." },
+  command_not_found: { status: 404, retryable: false, message: "The program to run does not exist in the sandbox, or no command with this id exists." },
+  file_not_found: { status: 404, retryable: false, message: "No file or directory at this path in the sandbox." },
+  file_exists: { status: 409, retryable: false, message: "A file or directory already exists at this path." },
+  not_a_directory: { status: 409, retryable: false, message: "A path component is not a directory." },
+  is_a_directory: { status: 409, retryable: false, message: "The path is a directory where a file was expected." },
+  path_outside_sandbox: { status: 400, retryable: false, message: "The path must be absolute, without NUL bytes or '..' escaping the guest root." },
+  sandbox_not_running: { status: 409, retryable: false, message: "The sandbox is not running (it was killed, timed out or failed)." },
+  command_exited: { status: 409, retryable: false, message: "The command has already exited; it takes no more input or signals." },
+  output_truncated: { status: 410, retryable: false, message: "The requested output offset is older than what the bounded output buffer retains." },
+  capacity_exhausted: { status: 503, retryable: true, message: "The node has no room for another sandbox right now; retry later or ask for less memory." },
+  template_not_ready: { status: 503, retryable: true, message: "The template is still being built." },
+  vm_failed: { status: 500, retryable: false, message: "The sandbox's VM crashed or stopped answering; see the sandbox's failure reason." },
+  agent_timeout: { status: 504, retryable: true, message: "The guest agent did not answer in time." },
+  timeout: { status: 504, retryable: true, message: "The operation did not finish within its timeout." },
+  gateway_unavailable: { status: 502, retryable: true, message: "The node gateway that runs this sandbox cannot be reached." },
+  conflict: { status: 409, retryable: false, message: "The request conflicts with the current state of the resource." },
+  internal: { status: 500, retryable: true, message: "An unexpected error; the server logged the cause under the request id." },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CATALOGUE;

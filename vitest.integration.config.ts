@@ -1,0 +1,13 @@
+// Integration tests: real VMs through the real server and SDK (tests/); one template boot per run, restored by every test.
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['tests/**/*.test.ts'],
+    globalSetup: ['tests/global-setup.ts'],
+    testTimeout: 300_000,
+    hookTimeout: 900_000,
+    pool: 'forks',
+    fileParallelism: false,
+  },
+});
