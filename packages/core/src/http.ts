@@ -9,7 +9,7 @@ type Json = Record<string, unknown>;
 
 export interface OpenApiDoc {
   paths: Record<string, Record<string, Json>>;
-  components?: { schemas?: Record<string, Json> };
+  components?: { schemas?: Record<string, Json>; parameters?: Record<string, Json> };
 }
 
 export function loadOpenApi(file: string): OpenApiDoc {
@@ -38,7 +38,9 @@ export function routeSchema(doc: OpenApiDoc, method: string, path: string): Fast
   const op = doc.paths[path]?.[method.toLowerCase()] as Json | undefined;
   if (!op) throw new Error(`spec has no operation ${method} ${path}`);
   const schema: FastifySchema = {};
-  const params = [...((doc.paths[path]!.parameters as Json[]) ?? []), ...((op.parameters as Json[]) ?? [])];
+  const params = [...((doc.paths[path]!.parameters as unknown as Json[] | undefined) ?? []), ...((op.parameters as Json[]) ?? [])].map(
+    (p) => (typeof p.$ref === 'string' ? doc.components?.parameters?.[p.$ref.replace('#/components/parameters/', '')] ?? p : p),
+  );
   for (const where of ['query', 'path'] as const) {
     const ps = params.filter((p) => p.in === where);
     if (ps.length === 0) continue;

@@ -6,3 +6,4 @@ export * from './log.js';
 export * from './home.js';
 export * from './http.js';
 export * from './access-token.js';
+export * from './validation.js';

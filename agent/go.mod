@@ -1,0 +1,3 @@
+module sandglass/agent
+
+go 1.19

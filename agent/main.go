@@ -1,0 +1,242 @@
+// sandglass-agent: the guest agent. Initramfs /init, PID 1 of the sandbox, and protocol server.
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const agentVersion = "0.1.0"
+
+type agent struct {
+	started time.Time
+	bootID  string
+	// syncSystem: sync may change the clock and the kernel entropy pool. Off for --serve-stdio
+	// and --listen, which run on a developer's or CI host rather than in a guest.
+	syncSystem bool
+
+	mu    sync.Mutex
+	procs map[string]*proc
+	cur   *conn // the connection events go to; nil while the host is away
+
+	// forkMu orders fork+register against wait4 (see startProc and reap).
+	forkMu sync.Mutex
+	byPid  map[int]*proc
+}
+
+var handlers map[string]handler
+
+func init() {
+	handlers = map[string]handler{
+		"hello":       {fn: hello, inline: true},
+		"ping":        {fn: ping, inline: true},
+		"sync":        {fn: syncHost, inline: true},
+		"proc.start":  {fn: procStart, inline: true},
+		"proc.attach": {fn: procAttach, inline: true},
+		"proc.detach": {fn: procDetach, inline: true},
+		"proc.stdin":  {deferred: procStdin},
+		"proc.signal": {fn: procSignal, inline: true},
+		"proc.resize": {fn: procResize, inline: true},
+		"proc.list":   {fn: procList, inline: true},
+		"proc.forget": {fn: procForget, inline: true},
+		"file.stat":   {fn: fileStat},
+		"file.list":   {fn: fileList},
+		"file.mkdir":  {fn: fileMkdir},
+		"file.remove": {fn: fileRemove},
+		"file.rename": {fn: fileRename},
+		"file.read":   {fn: fileRead},
+		"file.write":  {fn: fileWrite, inline: true},
+	}
+}
+
+func (a *agent) emit(ev map[string]any) {
+	a.mu.Lock()
+	c := a.cur
+	a.mu.Unlock()
+	if c != nil {
+		c.sendJSON(frameEvent, 0, ev)
+	}
+}
+
+func hello(c *conn, raw json.RawMessage) (any, func(), error) {
+	var p struct {
+		Version int `json:"version"`
+	}
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	if p.Version != 1 {
+		return nil, nil, errorf("bad_request", "protocol version %d is not supported (this agent speaks 1)", p.Version)
+	}
+	c.resetStreams()
+	c.mu.Lock()
+	c.helloOK = true
+	c.mu.Unlock()
+	return map[string]any{
+		"version": 1, "agentVersion": agentVersion, "bootId": c.a.bootID,
+		"uptimeMs": time.Since(c.a.started).Milliseconds(),
+	}, nil, nil
+}
+
+func ping(c *conn, raw json.RawMessage) (any, func(), error) { return nil, nil, nil }
+
+func syncHost(c *conn, raw json.RawMessage) (any, func(), error) {
+	var p struct {
+		TimeUnixNs string `json:"timeUnixNs"`
+		Entropy    string `json:"entropy"`
+	}
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	ns, err := strconv.ParseInt(p.TimeUnixNs, 10, 64)
+	if err != nil || ns <= 0 {
+		return nil, nil, errorf("bad_request", "timeUnixNs must be a positive decimal string")
+	}
+	entropy, err := base64.StdEncoding.DecodeString(p.Entropy)
+	if err != nil || len(entropy) < 32 || len(entropy) > 4096 {
+		return nil, nil, errorf("bad_request", "entropy must be base64 of 32 to 4096 bytes")
+	}
+	if !c.a.syncSystem {
+		return map[string]any{"skipped": true}, nil, nil
+	}
+	if err := setRealtimeClock(ns); err != nil {
+		return nil, nil, errorf("permission_denied", "set clock: %v", err)
+	}
+	if err := addEntropy(entropy); err != nil {
+		return nil, nil, errorf("permission_denied", "seed kernel: %v", err)
+	}
+	return nil, nil, nil
+}
+
+// serveConn runs one connection to completion; it becomes the target of events meanwhile.
+func (a *agent) serveConn(r io.Reader, w io.Writer, closer io.Closer) error {
+	c := newConn(a, closer)
+	a.mu.Lock()
+	a.cur = c
+	a.mu.Unlock()
+	err := c.serve(r, w)
+	a.mu.Lock()
+	if a.cur == c {
+		a.cur = nil
+	}
+	a.mu.Unlock()
+	return err
+}
+
+// servePort serves the virtio-serial port forever. EOF means the host side went away (gateway
+// restart, or a snapshot restored in a new VMM): reopen every 10 ms, processes keep running.
+func (a *agent) servePort(path string) {
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		a.serveConn(f, f, f)
+		f.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// serveUnix accepts one connection at a time, like the port, for tests and tooling.
+func (a *agent) serveUnix(path string) error {
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return err
+	}
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		a.serveConn(nc, nc, nc)
+	}
+}
+
+// killAll stops every process group we started; used when a host-side agent exits so tests do
+// not leak processes. In a guest the agent never exits.
+func (a *agent) killAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+}
+
+func readBootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func main() {
+	serveStdio := flag.Bool("serve-stdio", false, "speak the protocol on stdin/stdout (tests)")
+	listen := flag.String("listen", "", "serve connections on unix:/path, one at a time")
+	port := flag.String("port", "", "serve this character device instead of the virtio port named agent")
+	syncSystem := flag.Bool("sync-system", false, "let sync set the clock and seed the kernel outside a guest")
+	flag.Parse()
+
+	pid1 := os.Getpid() == 1
+	if pid1 {
+		if _, err := os.Stat("/modules.order"); err == nil {
+			runInitramfs()
+			return
+		}
+		setupRoot()
+	}
+	a := &agent{
+		started: time.Now(), bootID: readBootID(), syncSystem: *syncSystem || pid1,
+		procs: map[string]*proc{}, byPid: map[int]*proc{},
+	}
+	go a.reapLoop()
+
+	switch {
+	case *serveStdio:
+		fmt.Fprintln(os.Stderr, "sandglass-agent ready")
+		a.serveConn(os.Stdin, os.Stdout, nil)
+		a.killAll()
+	case *listen != "":
+		path := strings.TrimPrefix(*listen, "unix:")
+		if path == *listen {
+			fmt.Fprintln(os.Stderr, "sandglass-agent: --listen takes unix:/path")
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "sandglass-agent ready")
+		if err := a.serveUnix(path); err != nil {
+			fmt.Fprintf(os.Stderr, "sandglass-agent: %v\n", err)
+			os.Exit(1)
+		}
+	default:
+		path := *port
+		if path == "" {
+			var err error
+			if path, err = findAgentPort(); err != nil {
+				if pid1 {
+					fatalBoot("%v", err)
+				}
+				fmt.Fprintf(os.Stderr, "sandglass-agent: %v\n", err)
+				os.Exit(1)
+			}
+		}
+		consoleLine("sandglass-agent ready")
+		a.servePort(path)
+	}
+}

@@ -1,0 +1,188 @@
+// `npm run bench`: cold boot vs create-from-template, exec round trip, file throughput, concurrent creates, host memory per sandbox.
+import { mkdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import Table from 'cli-table3';
+import { homeLayout } from '@sandglass/core';
+import { bootVm, detectAccel, qemuVersion } from '@sandglass/vmm';
+import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
+import { Sandbox } from '@sandglass/sdk';
+import { start } from '@sandglass/server';
+import { connectAgent } from '@sandglass/gateway';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
+const port = Number(process.env.SANDGLASS_BENCH_PORT ?? 17170);
+const quick = process.env.BENCH_QUICK === '1';
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+const ms = (x: number) => `${x.toFixed(x < 10 ? 2 : 0)} ms`;
+const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+interface Row {
+  what: string;
+  n: number;
+  p50: string;
+  p95: string;
+  other: string;
+}
+const rows: Row[] = [];
+function addLatency(what: string, xs: number[], other = ''): void {
+  rows.push({ what, n: xs.length, p50: ms(pct(xs, 50)), p95: ms(pct(xs, 95)), other });
+}
+
+async function coldBoots(n: number): Promise<number[]> {
+  const layout = homeLayout(home);
+  const image = await ensureGuestImage({ home });
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const dir = join(layout.run, `bench-cold-${i}`);
+    rmSync(dir, { recursive: true, force: true });
+    const t0 = performance.now();
+    const vm = await bootVm({
+      id: `bench-cold-${i}`,
+      dir,
+      config: { memoryMib: 256, vcpus: 1, accel: detectAccel() },
+      kernelPath: image.kernelPath,
+      initrdPath: image.initramfsPath,
+      append: defaultKernelArgs().join(' '),
+      rootfsPath: image.rootfsPath,
+      memPath: join(dir, 'mem.raw'),
+    });
+    const agent = await connectAgent(vm, { timeoutMs: 120_000 });
+    out.push(performance.now() - t0);
+    await agent.close();
+    await vm.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return out;
+}
+
+async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
+  const t0 = performance.now();
+  const v = await fn();
+  return [performance.now() - t0, v];
+}
+
+async function main(): Promise<void> {
+  mkdirSync(home, { recursive: true });
+  const running = await start({ home, port });
+  const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+  const accel = detectAccel();
+  try {
+    // Baseline: booting the guest from scratch to a ready agent.
+    const cold = await coldBoots(quick ? 2 : 5);
+    addLatency('cold boot → agent ready (baseline)', cold);
+
+    // Create from the template snapshot → first exec result.
+    const creates: number[] = [];
+    const restores: number[] = [];
+    for (let i = 0; i < (quick ? 4 : 12); i++) {
+      const t0 = performance.now();
+      const s = await Sandbox.create(config);
+      const restored = performance.now() - t0;
+      await s.commands.run('true');
+      creates.push(performance.now() - t0);
+      restores.push(restored);
+      await s.kill();
+    }
+    addLatency('create from template → first exec result', creates, `${(pct(cold, 50) / pct(creates, 50)).toFixed(1)}× faster than cold boot (p50)`);
+    addLatency('  of which create (restore + agent sync)', restores);
+
+    const sbx = await Sandbox.create({ ...config, timeoutS: 3600 });
+    // Exec round trip vs the HTTP round trip alone.
+    const health: number[] = [];
+    for (let i = 0; i < 50; i++) health.push((await timed(() => fetch(`${running.gatewayUrl}/v1/health`).then((r) => r.text())))[0]);
+    addLatency('HTTP round trip to the gateway (baseline)', health);
+    const execs: number[] = [];
+    for (let i = 0; i < (quick ? 20 : 50); i++) execs.push((await timed(() => sbx.commands.exec(['true'])))[0]);
+    addLatency('exec `true` round trip', execs);
+
+    // File throughput vs writing the same bytes to a host file.
+    const sizeBytes = 64 * 1024 * 1024;
+    const data = randomBytes(sizeBytes);
+    const hostFile = join(home, 'bench-host.bin');
+    const [hostMs] = await timed(async () => writeFileSync(hostFile, data));
+    rmSync(hostFile, { force: true });
+    const writes: number[] = [];
+    const reads: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      writes.push((await timed(() => sbx.files.write('/root/bench.bin', Readable.from([data]))))[0]);
+      reads.push((await timed(() => sbx.files.read('/root/bench.bin', { format: 'bytes' })))[0]);
+    }
+    const mbps = (t: number) => `${(sizeBytes / 1024 / 1024 / (t / 1000)).toFixed(0)} MiB/s`;
+    rows.push({ what: 'host file write 64 MiB (baseline)', n: 1, p50: ms(hostMs), p95: ms(hostMs), other: mbps(hostMs) });
+    addLatency('file write 64 MiB into the guest', writes, mbps(pct(writes, 50)));
+    addLatency('file read 64 MiB from the guest', reads, mbps(pct(reads, 50)));
+    await sbx.kill();
+
+    // Concurrent creates.
+    for (const n of quick ? [8] : [8, 16]) {
+      const per: number[] = [];
+      const t0 = performance.now();
+      const results = await Promise.allSettled(
+        Array.from({ length: n }, async () => {
+          const [t, s] = await timed(async () => {
+            const s = await Sandbox.create({ ...config, timeoutS: 600 });
+            await s.commands.run('true');
+            return s;
+          });
+          per.push(t);
+          return s;
+        }),
+      );
+      const total = performance.now() - t0;
+      const ok = results.filter((r) => r.status === 'fulfilled') as PromiseFulfilledResult<Sandbox>[];
+      addLatency(`${n} concurrent creates (each, to first exec)`, per, `${ok.length}/${n} ok, all in ${(total / 1000).toFixed(2)} s`);
+      if (n === (quick ? 8 : 16)) {
+        // Host memory per idle sandbox: PSS of each QEMU process after things settle.
+        await new Promise((r) => setTimeout(r, 3000));
+        const pss: number[] = [];
+        for (const r of ok) {
+          const started = (await r.value.events()).find((e) => e.type === 'sandbox.started');
+          const pid = (started?.data as { pid?: number } | undefined)?.pid;
+          const m = pid ? /^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8')) : null;
+          if (m) pss.push(Number(m[1]) * 1024);
+        }
+        const sorted = [...pss].sort((a, b) => a - b);
+        rows.push({
+          what: `host memory per idle 256 MiB sandbox (PSS, ${pss.length} running)`,
+          n: pss.length,
+          p50: mb(sorted[Math.floor(sorted.length / 2)] ?? 0),
+          p95: mb(pct(sorted, 95)),
+          other: `guest RAM 256 MiB`,
+        });
+      }
+      await Promise.all(ok.map((r) => r.value.kill().catch(() => {})));
+    }
+  } finally {
+    await running.stop();
+  }
+
+  const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });
+  for (const r of rows) table.push([r.what, r.n, r.p50, r.p95, r.other]);
+  const header = `accel ${accel}, ${qemuVersion()}, ${process.platform} ${(await import('node:os')).cpus().length} cores`;
+  console.log(header);
+  console.log(table.toString());
+  const md =
+    `# Benchmarks\n\n<!-- Written by \`npm run bench\` (bench/run.ts); rerun it to refresh. -->\n\n` +
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${header}. Absolute times are noisy on these shared machines; ` +
+    `compare each row with the baseline measured in the same run.\n\n` +
+    `| measure | n | p50 | p95 | note |\n|---|---|---|---|---|\n` +
+    rows.map((r) => `| ${r.what} | ${r.n} | ${r.p50} | ${r.p95} | ${r.other} |`).join('\n') +
+    '\n';
+  if (!quick) writeFileSync(join(root, 'docs/benchmarks.md'), md);
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,342 @@
+// The host client against the real Go agent (`--serve-stdio`): every method over a pipe pair.
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient, AgentError, type ProcExitEvent, type ProcStartParams } from './index.js';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+const agentDir = path.join(repoRoot, 'agent');
+
+/** The prebuilt agent when it is newer than every source file, else a fresh build in a temp dir. */
+function agentBinary(): string {
+  const prebuilt = path.join(agentDir, 'build', 'sandglass-agent');
+  const sources = fs.readdirSync(agentDir).filter((f) => f.endsWith('.go') || f === 'go.mod');
+  const newestSourceMs = Math.max(...sources.map((f) => fs.statSync(path.join(agentDir, f)).mtimeMs));
+  if (fs.existsSync(prebuilt) && fs.statSync(prebuilt).mtimeMs > newestSourceMs) return prebuilt;
+  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'sandglass-agent-')), 'sandglass-agent');
+  execFileSync(path.join(agentDir, 'build.sh'), [out], { stdio: 'pipe' });
+  return out;
+}
+
+let binary = '';
+
+function startAgent(): { client: AgentClient; child: ChildProcess } {
+  const child = spawn(binary, ['--serve-stdio'], { stdio: ['pipe', 'pipe', 'ignore'] });
+  const client = new AgentClient({ readable: child.stdout!, writable: child.stdin! }, { callTimeoutMs: 20_000 });
+  return { client, child };
+}
+
+function waitExit(client: AgentClient, id: string): Promise<ProcExitEvent> {
+  return new Promise((resolve) => {
+    const listener = (ev: { event: string }) => {
+      if (ev.event === 'proc.exit' && (ev as ProcExitEvent).id === id) {
+        client.off('event', listener);
+        resolve(ev as ProcExitEvent);
+      }
+    };
+    client.on('event', listener);
+  });
+}
+
+interface Output {
+  stdout: string;
+  stderr: string;
+  pieces: { fd: number; offset: number; bytes: Buffer }[];
+}
+
+/** Attaches from an offset and resolves with everything up to END. */
+function collect(client: AgentClient, id: string, fromOffset = 0): Promise<Output & { startOffset: number }> {
+  return new Promise((resolve, reject) => {
+    const pieces: Output['pieces'] = [];
+    let startOffset = -1;
+    let ended = false;
+    const finish = () => {
+      if (startOffset < 0 || !ended) return;
+      const text = (fd: number) => Buffer.concat(pieces.filter((p) => p.fd === fd).map((p) => p.bytes)).toString();
+      resolve({ stdout: text(1), stderr: text(2), pieces, startOffset });
+    };
+    client
+      .procAttach(
+        id,
+        fromOffset,
+        (fd, offset, bytes) => pieces.push({ fd, offset, bytes: Buffer.from(bytes) }),
+        (err) => {
+          if (err) reject(err);
+          ended = true;
+          finish();
+        },
+      )
+      .then((h) => {
+        startOffset = h.startOffset;
+        finish();
+      }, reject);
+  });
+}
+
+async function run(client: AgentClient, params: ProcStartParams): Promise<Output & { exit: ProcExitEvent }> {
+  const exit = waitExit(client, params.id);
+  await client.procStart(params);
+  const out = await collect(client, params.id);
+  return { ...out, exit: await exit };
+}
+
+async function expectCode(p: Promise<unknown>, code: string): Promise<void> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(AgentError);
+  expect((err as AgentError).code).toBe(code);
+}
+
+let ids = 0;
+const nextId = () => `cmd_test_${++ids}`;
+
+describe('agent client ↔ Go agent over stdio', () => {
+  let client: AgentClient;
+  let child: ChildProcess;
+  let tmp: string;
+
+  beforeAll(async () => {
+    binary = agentBinary();
+    ({ client, child } = startAgent());
+    await client.hello();
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sandglass-agent-test-'));
+  }, 120_000);
+
+  afterAll(async () => {
+    await client?.close();
+    child?.kill();
+    if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('says hello and answers ping', async () => {
+    const h = await client.hello();
+    expect(h.version).toBe(1);
+    expect(h.agentVersion).toMatch(/\d+\.\d+\.\d+/);
+    expect(h.bootId).toMatch(/[0-9a-f-]{36}/);
+    expect(h.uptimeMs).toBeGreaterThanOrEqual(0);
+    await client.ping();
+  });
+
+  it('requires hello first and rejects unknown methods and versions', async () => {
+    const fresh = startAgent();
+    try {
+      await expectCode(fresh.client.ping(), 'bad_request');
+      await expectCode(fresh.client.call('hello', { version: 2 }), 'bad_request');
+      await fresh.client.hello();
+      await expectCode(fresh.client.call('no.such.method'), 'unknown_method');
+    } finally {
+      await fresh.client.close();
+    }
+  });
+
+  it('validates sync and leaves the host clock alone outside a guest', async () => {
+    expect(await client.sync()).toEqual({ skipped: true });
+    await expectCode(client.sync({ entropy: randomBytes(8) }), 'bad_request');
+  });
+
+  it('runs a process: stdout, stderr, exit code, env, cwd', async () => {
+    const id = nextId();
+    const r = await run(client, {
+      id,
+      argv: ['sh', '-c', 'echo out; echo err >&2; echo "$FOO $HOME"; pwd; exit 3'],
+      env: { FOO: 'bar' },
+      cwd: tmp,
+    });
+    expect(r.stdout).toBe(`out\nbar /root\n${tmp}\n`);
+    expect(r.stderr).toBe('err\n');
+    expect(r.exit).toMatchObject({ id, exitCode: 3, signal: null, outputBytes: r.stdout.length + r.stderr.length });
+    const info = (await client.procList()).find((p) => p.id === id);
+    expect(info).toMatchObject({ exited: true, exitCode: 3, pty: false, argv: ['sh', '-c', expect.any(String)] });
+    await expectCode(client.procStart({ id, argv: ['true'] }), 'bad_request');
+    await client.procForget(id);
+    expect((await client.procList()).some((p) => p.id === id)).toBe(false);
+  });
+
+  it('feeds stdin and closes it on eof', async () => {
+    const id = nextId();
+    const exit = waitExit(client, id);
+    await client.procStart({ id, argv: ['cat'], stdin: true });
+    await client.procStdin(id, 'hello ');
+    await client.procStdin(id, Buffer.from('world'), { eof: true });
+    const out = await collect(client, id);
+    expect(out.stdout).toBe('hello world');
+    expect((await exit).exitCode).toBe(0);
+  });
+
+  it('signals the process group; forget refuses a running process', async () => {
+    const id = nextId();
+    const exit = waitExit(client, id);
+    await client.procStart({ id, argv: ['sh', '-c', 'sleep 30 & sleep 30'] });
+    await expectCode(client.procForget(id), 'busy');
+    await client.procSignal(id, 'SIGTERM');
+    expect(await exit).toMatchObject({ exitCode: null, signal: 'SIGTERM' });
+    await expectCode(client.procSignal('cmd_missing', 'SIGTERM'), 'not_found');
+  });
+
+  it('reports command_not_found, a missing cwd and an unknown user', async () => {
+    await expectCode(client.procStart({ id: nextId(), argv: ['no-such-command-sandglass'] }), 'command_not_found');
+    await expectCode(client.procStart({ id: nextId(), argv: ['/nonexistent/bin'] }), 'command_not_found');
+    await expectCode(client.procStart({ id: nextId(), argv: ['true'], cwd: '/nonexistent-dir' }), 'not_found');
+    await expectCode(client.procStart({ id: nextId(), argv: ['true'], user: 'no-such-user-sg' }), 'bad_request');
+  });
+
+  it('runs on a pty and resizes it', async () => {
+    const id = nextId();
+    const exit = waitExit(client, id);
+    await client.procStart({ id, argv: ['sh', '-c', 'stty size; echo "$TERM"; read x; stty size'], pty: { cols: 80, rows: 24 } });
+    let text = '';
+    let sawFirst!: () => void;
+    const first = new Promise<void>((r) => (sawFirst = r));
+    let ended!: () => void;
+    const done = new Promise<void>((r) => (ended = r));
+    await client.procAttach(
+      id,
+      0,
+      (fd, _offset, bytes) => {
+        expect(fd).toBe(1);
+        text += bytes.toString();
+        if (text.includes('xterm-256color')) sawFirst();
+      },
+      () => ended(),
+    );
+    await first;
+    expect(text).toContain('24 80');
+    await client.procResize(id, 100, 40);
+    await client.procStdin(id, '\n');
+    await done;
+    expect(text).toContain('40 100');
+    expect((await exit).exitCode).toBe(0);
+    await expectCode(client.procResize(id, 0, 10), 'bad_request');
+  });
+
+  it('attaches from an offset in the middle and reports bytes lost to the ring', async () => {
+    const id = nextId();
+    const r = await run(client, { id, argv: ['sh', '-c', 'printf 01234; printf abc >&2; printf 56789'] });
+    expect(r.stdout + r.stderr).toBe('0123456789abc');
+    expect(r.pieces.map((p) => p.offset)).toEqual(r.pieces.map((_, i, a) => a.slice(0, i).reduce((n, p) => n + p.bytes.length, 0)));
+    const mid = await collect(client, id, 3);
+    const joined = mid.pieces.map((p) => p.bytes.toString()).join('');
+    expect(joined).toBe('34abc56789');
+    expect(mid.pieces[0]!.offset).toBe(3);
+
+    const small = nextId();
+    await run(client, { id: small, argv: ['head', '-c', '5000', '/dev/zero'], bufferBytes: 1000 });
+    const tail = await collect(client, small, 0);
+    expect(tail.startOffset).toBe(4000);
+    expect(tail.pieces[0]!.offset).toBe(4000);
+    expect(tail.pieces.reduce((n, p) => n + p.bytes.length, 0)).toBe(1000);
+  });
+
+  it('streams large output through the attach window', async () => {
+    const id = nextId();
+    const r = await run(client, { id, argv: ['head', '-c', '3000000', '/dev/urandom'] });
+    expect(r.exit.outputBytes).toBe(3_000_000);
+    expect(r.pieces.reduce((n, p) => n + p.bytes.length, 0)).toBe(3_000_000);
+  });
+
+  it('round-trips a 20 MiB random file with matching sha256', async () => {
+    const data = randomBytes(20 * 1024 * 1024);
+    const file = path.join(tmp, 'big', 'random.bin');
+    const t0 = performance.now();
+    const { sizeBytes } = await client.writeFile(file, data, { mode: 0o600 });
+    const t1 = performance.now();
+    expect(sizeBytes).toBe(data.length);
+    const stream = await client.readFile(file);
+    expect(stream.sizeBytes).toBe(data.length);
+    const hash = createHash('sha256');
+    for await (const chunk of stream) hash.update(chunk as Buffer);
+    const t2 = performance.now();
+    expect(hash.digest('hex')).toBe(createHash('sha256').update(data).digest('hex'));
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    expect(fs.readdirSync(path.dirname(file))).toEqual(['random.bin']);
+    const mib = data.length / 1024 / 1024;
+    console.log(
+      `20 MiB over stdio: write ${(mib / ((t1 - t0) / 1000)).toFixed(0)} MiB/s, read ${(mib / ((t2 - t1) / 1000)).toFixed(0)} MiB/s`,
+    );
+  });
+
+  it('reads with a small window, writes from a stream, and appends', async () => {
+    const data = randomBytes(1024 * 1024 + 17);
+    const file = path.join(tmp, 'small-window.bin');
+    fs.writeFileSync(file, data);
+    const chunks: Buffer[] = [];
+    for await (const c of await client.readFile(file, { windowBytes: 64 * 1024 })) chunks.push(c as Buffer);
+    expect(Buffer.concat(chunks).equals(data)).toBe(true);
+
+    const target = path.join(tmp, 'streamed.txt');
+    await client.writeFile(target, Readable.from(['one ', 'two ']));
+    await client.writeFile(target, 'three', { append: true });
+    expect(fs.readFileSync(target, 'utf8')).toBe('one two three');
+  });
+
+  it('stops a read the consumer abandons', async () => {
+    const file = path.join(tmp, 'abandoned.bin');
+    fs.writeFileSync(file, randomBytes(8 * 1024 * 1024));
+    const stream = await client.readFile(file, { windowBytes: 256 * 1024 });
+    for await (const _ of stream) break;
+    await client.ping();
+  });
+
+  it('stats, lists, makes directories, renames and removes', async () => {
+    const dir = path.join(tmp, 'tree', 'a');
+    expect(await client.mkdir(dir)).toEqual({ created: true });
+    expect(await client.mkdir(dir)).toEqual({ created: false });
+    await expectCode(client.mkdir(path.join(tmp, 'x', 'y'), { parents: false }), 'not_found');
+    await client.writeFile(path.join(dir, 'f.txt'), 'hello');
+    fs.symlinkSync('f.txt', path.join(dir, 'link'));
+
+    const st = await client.stat(path.join(dir, 'f.txt'));
+    expect(st).toMatchObject({ name: 'f.txt', path: path.join(dir, 'f.txt'), type: 'file', sizeBytes: 5, mode: 0o644 });
+    expect(Math.abs(st.mtimeMs - Date.now())).toBeLessThan(60_000);
+    expect(await client.stat(path.join(dir, 'link'))).toMatchObject({ type: 'symlink', symlinkTarget: 'f.txt' });
+    expect((await client.stat(dir)).type).toBe('dir');
+
+    const shallow = await client.list(path.join(tmp, 'tree'));
+    expect(shallow.map((e) => e.name)).toEqual(['a']);
+    const deep = await client.list(path.join(tmp, 'tree'), { depth: 2 });
+    expect(deep.map((e) => e.path).sort()).toEqual([dir, path.join(dir, 'f.txt'), path.join(dir, 'link')].sort());
+    await expectCode(client.list(path.join(dir, 'f.txt')), 'not_a_directory');
+
+    await client.rename(path.join(dir, 'f.txt'), path.join(dir, 'g.txt'));
+    expect(fs.readFileSync(path.join(dir, 'g.txt'), 'utf8')).toBe('hello');
+    await expectCode(client.remove(path.join(tmp, 'tree')), 'bad_request');
+    await client.remove(path.join(dir, 'g.txt'));
+    await client.remove(path.join(tmp, 'tree'), { recursive: true });
+    expect(fs.existsSync(path.join(tmp, 'tree'))).toBe(false);
+    await expectCode(client.stat('relative/path'), 'bad_request');
+  });
+
+  it('answers not_found for missing paths and processes', async () => {
+    const missing = path.join(tmp, 'missing');
+    await expectCode(client.stat(missing), 'not_found');
+    await expectCode(client.readFile(missing), 'not_found');
+    await expectCode(client.remove(missing), 'not_found');
+    await expectCode(client.rename(missing, path.join(tmp, 'other')), 'not_found');
+    await expectCode(client.list(missing), 'not_found');
+    await expectCode(client.readFile(tmp), 'is_a_directory');
+    await expectCode(client.procAttach('cmd_missing', 0, () => undefined, () => undefined), 'not_found');
+    await expectCode(client.procStdin('cmd_missing', 'x'), 'not_found');
+  });
+
+  it('rejects pending calls with agent_disconnected when the transport closes', async () => {
+    const fresh = startAgent();
+    await fresh.client.hello();
+    const id = nextId();
+    const { pid } = await fresh.client.procStart({ id, argv: ['sleep', '30'], stdin: true });
+    // sleep never reads, so this write blocks in the agent and the reply never comes.
+    const pending = fresh.client.procStdin(id, randomBytes(1024 * 1024));
+    const closed = new Promise((r) => fresh.client.once('close', r));
+    fresh.child.kill('SIGKILL');
+    await expectCode(pending, 'agent_disconnected');
+    await closed;
+    await expectCode(fresh.client.ping(), 'agent_disconnected');
+    process.kill(pid, 'SIGKILL');
+  });
+});

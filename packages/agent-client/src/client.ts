@@ -1,0 +1,516 @@
+// Host side of the agent protocol: calls, events, process output streams and file transfer over one byte stream.
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+import { Duplex, Readable, type Writable } from 'node:stream';
+import { encodeFrame, encodeJsonFrame, FrameDecoder, FrameType, MAX_DATA_BYTES, type Frame } from './frame.js';
+import type {
+  AgentEvent,
+  AttachResult,
+  ErrorInfo,
+  FileStat,
+  FileWriteFailedEvent,
+  FileWrittenEvent,
+  HelloResult,
+  ProcInfo,
+  ProcStartParams,
+  SignalName,
+  SyncResult,
+} from './types.js';
+
+/** An error reply from the agent (`code` is the agent's code) or a host-side failure (`agent_*`). */
+export class AgentError extends Error {
+  readonly code: string;
+
+  constructor(code: string, message: string, opts: { cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'AgentError';
+    this.code = code;
+  }
+}
+
+/** A Duplex (a net.Socket to the VM's chardev socket) or two halves (a child process's stdio). */
+export type AgentTransport = Duplex | { readable: Readable; writable: Writable };
+
+export interface AgentClientOptions {
+  /** Default for calls without their own timeoutMs; 0 waits forever. */
+  callTimeoutMs?: number;
+}
+
+export interface CallOptions {
+  timeoutMs?: number;
+}
+
+export interface StreamOptions extends CallOptions {
+  /** Flow-control window: bytes the agent may send before the host grants more. */
+  windowBytes?: number;
+}
+
+export interface WriteFileOptions extends CallOptions {
+  mode?: number;
+  parents?: boolean;
+  append?: boolean;
+}
+
+export interface AttachHandle extends AttachResult {
+  /** Stops the stream; onEnd is not called afterwards. */
+  detach(): Promise<void>;
+}
+
+export type OutputFd = 1 | 2;
+
+const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+const DEFAULT_WINDOW_BYTES = 4 * 1024 * 1024;
+
+interface PendingCall {
+  method: string;
+  resolve(result: unknown): void;
+  reject(err: Error): void;
+  timer?: NodeJS.Timeout;
+}
+
+interface StreamHandler {
+  data(payload: Buffer): void;
+  end(err: AgentError | undefined): void;
+}
+
+interface WriteWaiter {
+  resolve(sizeBytes: number): void;
+  reject(err: Error): void;
+}
+
+export interface AgentClient {
+  on(event: 'event', listener: (ev: AgentEvent) => void): this;
+  on(event: 'close', listener: (err: AgentError) => void): this;
+  once(event: 'event', listener: (ev: AgentEvent) => void): this;
+  once(event: 'close', listener: (err: AgentError) => void): this;
+  off(event: 'event', listener: (ev: AgentEvent) => void): this;
+  off(event: 'close', listener: (err: AgentError) => void): this;
+}
+
+export class AgentClient extends EventEmitter {
+  private readonly readable: Readable;
+  private readonly writable: Writable;
+  private readonly decoder = new FrameDecoder();
+  private readonly pending = new Map<number, PendingCall>();
+  private readonly streams = new Map<number, StreamHandler>();
+  private readonly writeWaiters = new Map<number, WriteWaiter>();
+  private readonly callTimeoutMs: number;
+  private nextCallId = 1;
+  private nextStreamId = 1;
+  private closedError: AgentError | undefined;
+
+  constructor(transport: AgentTransport, opts: AgentClientOptions = {}) {
+    super();
+    if (transport instanceof Duplex) {
+      this.readable = transport;
+      this.writable = transport;
+    } else {
+      this.readable = transport.readable;
+      this.writable = transport.writable;
+    }
+    this.callTimeoutMs = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.readable.on('data', (chunk: Buffer) => this.onChunk(chunk));
+    const gone = (err?: Error) => this.teardown(err);
+    this.readable.on('end', () => gone());
+    this.readable.on('close', () => gone());
+    this.readable.on('error', gone);
+    this.writable.on('error', gone);
+    this.writable.on('close', () => gone());
+  }
+
+  /** True once the transport is gone; every later call rejects with agent_disconnected. */
+  get closed(): boolean {
+    return this.closedError !== undefined;
+  }
+
+  call<T = unknown>(method: string, params: object = {}, opts: CallOptions = {}): Promise<T> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    const id = this.allocId('call');
+    const timeoutMs = opts.timeoutMs ?? this.callTimeoutMs;
+    return new Promise<T>((resolve, reject) => {
+      const entry: PendingCall = { method, resolve: resolve as (r: unknown) => void, reject };
+      if (timeoutMs > 0) {
+        entry.timer = setTimeout(() => {
+          this.pending.delete(id);
+          reject(new AgentError('agent_timeout', `agent did not answer ${method} within ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+      this.pending.set(id, entry);
+      this.writable.write(encodeJsonFrame(FrameType.call, id, { method, params }));
+    });
+  }
+
+  hello(opts?: CallOptions): Promise<HelloResult> {
+    return this.call('hello', { version: 1 }, opts);
+  }
+
+  async ping(opts?: CallOptions): Promise<void> {
+    await this.call('ping', {}, opts);
+  }
+
+  /** Sends fresh host randomness and the host clock; call after every restore. */
+  sync(opts: CallOptions & { timeUnixNs?: bigint; entropy?: Buffer } = {}): Promise<SyncResult> {
+    const entropy = opts.entropy ?? randomBytes(64);
+    const timeUnixNs = opts.timeUnixNs ?? hostClockNs();
+    return this.call('sync', { timeUnixNs: timeUnixNs.toString(), entropy: entropy.toString('base64') }, opts);
+  }
+
+  procStart(params: ProcStartParams, opts?: CallOptions): Promise<{ pid: number }> {
+    return this.call('proc.start', { stdin: false, ...params }, opts);
+  }
+
+  /**
+   * Follows a process's output from fromOffset. onData gets each piece with its output offset;
+   * onEnd runs once the process exited and everything was delivered, or with an error.
+   */
+  async procAttach(
+    id: string,
+    fromOffset: number,
+    onData: (fd: OutputFd, offset: number, bytes: Buffer) => void,
+    onEnd: (err?: AgentError) => void,
+    opts: StreamOptions = {},
+  ): Promise<AttachHandle> {
+    const windowBytes = opts.windowBytes ?? DEFAULT_WINDOW_BYTES;
+    const streamId = this.allocId('stream');
+    const granter = this.granter(streamId, windowBytes);
+    this.streams.set(streamId, {
+      data: (payload) => {
+        if (payload.length < 9) return;
+        onData(payload[0] as OutputFd, Number(payload.readBigUInt64BE(1)), payload.subarray(9));
+        // The callback consumed it synchronously, so the credit can go straight back.
+        granter.consumed(payload.length);
+      },
+      end: (err) => onEnd(err),
+    });
+    let result: AttachResult;
+    try {
+      result = await this.call<AttachResult>('proc.attach', { id, streamId, fromOffset, window: windowBytes }, opts);
+    } catch (err) {
+      this.streams.delete(streamId);
+      throw err;
+    }
+    return {
+      ...result,
+      detach: async () => {
+        if (!this.streams.delete(streamId)) return;
+        await this.call('proc.detach', { streamId });
+      },
+    };
+  }
+
+  async procStdin(id: string, data?: Buffer | string, opts: CallOptions & { eof?: boolean } = {}): Promise<void> {
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : (data ?? Buffer.alloc(0));
+    await this.call('proc.stdin', { id, data: bytes.toString('base64'), eof: opts.eof ?? false }, opts);
+  }
+
+  async procSignal(id: string, signal: SignalName, opts?: CallOptions): Promise<void> {
+    await this.call('proc.signal', { id, signal }, opts);
+  }
+
+  async procResize(id: string, cols: number, rows: number, opts?: CallOptions): Promise<void> {
+    await this.call('proc.resize', { id, cols, rows }, opts);
+  }
+
+  async procList(opts?: CallOptions): Promise<ProcInfo[]> {
+    return (await this.call<{ processes: ProcInfo[] }>('proc.list', {}, opts)).processes;
+  }
+
+  async procForget(id: string, opts?: CallOptions): Promise<void> {
+    await this.call('proc.forget', { id }, opts);
+  }
+
+  stat(path: string, opts?: CallOptions): Promise<FileStat> {
+    return this.call('file.stat', { path }, opts);
+  }
+
+  async list(path: string, opts: CallOptions & { depth?: number } = {}): Promise<FileStat[]> {
+    return (await this.call<{ entries: FileStat[] }>('file.list', { path, depth: opts.depth ?? 1 }, opts)).entries;
+  }
+
+  async mkdir(path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<{ created: boolean }> {
+    return this.call('file.mkdir', { path, parents: opts.parents ?? true }, opts);
+  }
+
+  async remove(path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
+    await this.call('file.remove', { path, recursive: opts.recursive ?? false }, opts);
+  }
+
+  async rename(from: string, to: string, opts?: CallOptions): Promise<void> {
+    await this.call('file.rename', { from, to }, opts);
+  }
+
+  /**
+   * Opens a file for reading. Rejects with the agent's error (not_found, is_a_directory …);
+   * otherwise the stream yields the bytes, and credit returns to the agent only as fast as the
+   * consumer reads.
+   */
+  async readFile(path: string, opts: StreamOptions = {}): Promise<FileReadStream> {
+    const windowBytes = opts.windowBytes ?? DEFAULT_WINDOW_BYTES;
+    const streamId = this.allocId('stream');
+    const granter = this.granter(streamId, windowBytes);
+    const stream = new FileReadStream(granter, () => {
+      if (this.streams.delete(streamId) && !this.closedError) this.writable.write(encodeFrame(FrameType.end, streamId));
+    });
+    this.streams.set(streamId, { data: (p) => stream.onData(p), end: (err) => stream.onEnd(err) });
+    try {
+      const { sizeBytes } = await this.call<{ sizeBytes: number }>('file.read', { path, streamId, window: windowBytes }, opts);
+      stream.sizeBytes = sizeBytes;
+      return stream;
+    } catch (err) {
+      this.streams.delete(streamId);
+      stream.destroy();
+      throw err;
+    }
+  }
+
+  /** Writes a file atomically; resolves once the agent has synced and renamed it into place. */
+  async writeFile(
+    path: string,
+    data: Uint8Array | string | Readable | AsyncIterable<Uint8Array | string>,
+    opts: WriteFileOptions = {},
+  ): Promise<{ sizeBytes: number }> {
+    const streamId = this.allocId('stream');
+    const written = new Promise<number>((resolve, reject) => this.writeWaiters.set(streamId, { resolve, reject }));
+    written.catch(() => undefined); // observed below; avoids an unhandled rejection on early failure
+    const params: Record<string, unknown> = { path, streamId, parents: opts.parents ?? true, append: opts.append ?? false };
+    if (opts.mode !== undefined) params.mode = opts.mode;
+    try {
+      await this.call('file.write', params, opts);
+    } catch (err) {
+      this.writeWaiters.delete(streamId);
+      throw err;
+    }
+    try {
+      for await (const chunk of chunksOf(data)) {
+        for (let offset = 0; offset < chunk.length; offset += MAX_DATA_BYTES) {
+          await this.sendFrame(encodeFrame(FrameType.data, streamId, chunk.subarray(offset, offset + MAX_DATA_BYTES)));
+        }
+      }
+      await this.sendFrame(encodeFrame(FrameType.end, streamId));
+    } catch (err) {
+      this.writeWaiters.delete(streamId);
+      if (!this.closedError) {
+        const error: ErrorInfo = { code: 'io', message: `host source failed: ${(err as Error).message}` };
+        this.writable.write(encodeJsonFrame(FrameType.end, streamId, { error }));
+      }
+      throw err;
+    }
+    return { sizeBytes: await written };
+  }
+
+  /** Closes the transport; pending calls reject with agent_disconnected. */
+  close(): Promise<void> {
+    this.teardown(undefined, 'client closed the connection');
+    return new Promise((resolve) => {
+      if (this.writable.writableFinished || this.writable.destroyed) {
+        this.readable.destroy();
+        resolve();
+        return;
+      }
+      this.writable.end(() => {
+        this.readable.destroy();
+        resolve();
+      });
+    });
+  }
+
+  private onChunk(chunk: Buffer): void {
+    let frames: Frame[];
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (err) {
+      this.teardown(err as Error, 'agent sent a malformed frame');
+      this.readable.destroy();
+      this.writable.destroy();
+      return;
+    }
+    for (const frame of frames) this.dispatch(frame);
+  }
+
+  private dispatch(frame: Frame): void {
+    switch (frame.type) {
+      case FrameType.reply: {
+        const call = this.pending.get(frame.channel);
+        if (!call) return; // timed out meanwhile
+        this.pending.delete(frame.channel);
+        clearTimeout(call.timer);
+        const body = parseJson(frame.payload) as { result?: unknown; error?: ErrorInfo } | undefined;
+        if (!body) call.reject(new AgentError('agent_protocol', `unparseable reply to ${call.method}`));
+        else if (body.error) call.reject(new AgentError(body.error.code, body.error.message));
+        else call.resolve(body.result ?? {});
+        return;
+      }
+      case FrameType.event: {
+        const ev = parseJson(frame.payload) as AgentEvent | undefined;
+        if (!ev || typeof ev.event !== 'string') return;
+        if (ev.event === 'file.written' || ev.event === 'file.write_failed') {
+          this.settleWrite(ev as FileWrittenEvent | FileWriteFailedEvent);
+        }
+        this.emit('event', ev);
+        return;
+      }
+      case FrameType.data:
+        this.streams.get(frame.channel)?.data(frame.payload);
+        return;
+      case FrameType.end: {
+        const handler = this.streams.get(frame.channel);
+        if (!handler) return;
+        this.streams.delete(frame.channel);
+        const body = frame.payload.length > 0 ? (parseJson(frame.payload) as { error?: ErrorInfo } | undefined) : undefined;
+        handler.end(body?.error ? new AgentError(body.error.code, body.error.message) : undefined);
+        return;
+      }
+      default:
+        return; // WINDOW: host→agent streams rely on transport backpressure
+    }
+  }
+
+  private settleWrite(ev: FileWrittenEvent | FileWriteFailedEvent): void {
+    const waiter = this.writeWaiters.get(ev.streamId);
+    if (!waiter) return;
+    this.writeWaiters.delete(ev.streamId);
+    if (ev.event === 'file.written') waiter.resolve(ev.sizeBytes);
+    else waiter.reject(new AgentError(ev.error.code, ev.error.message));
+  }
+
+  /** Batches WINDOW grants: a grant per quarter window keeps the pipe full with few frames. */
+  private granter(streamId: number, windowBytes: number): Granter {
+    const thresholdBytes = Math.max(1, Math.floor(windowBytes / 4));
+    let ungrantedBytes = 0;
+    const flush = () => {
+      if (ungrantedBytes === 0 || this.closedError || !this.streams.has(streamId)) return;
+      const payload = Buffer.allocUnsafe(4);
+      payload.writeUInt32BE(ungrantedBytes);
+      ungrantedBytes = 0;
+      this.writable.write(encodeFrame(FrameType.window, streamId, payload));
+    };
+    return {
+      consumed: (bytes) => {
+        ungrantedBytes += bytes;
+        if (ungrantedBytes >= thresholdBytes) flush();
+      },
+    };
+  }
+
+  private async sendFrame(frame: Buffer): Promise<void> {
+    if (this.closedError) throw this.closedError;
+    if (this.writable.write(frame)) return;
+    await new Promise<void>((resolve, reject) => {
+      const onDrain = () => {
+        this.off('close', onClose);
+        resolve();
+      };
+      const onClose = (err: AgentError) => {
+        this.writable.off('drain', onDrain);
+        reject(err);
+      };
+      this.writable.once('drain', onDrain);
+      this.once('close', onClose);
+    });
+  }
+
+  private allocId(kind: 'call' | 'stream'): number {
+    const inUse = kind === 'call' ? this.pending : this.streams;
+    for (;;) {
+      const id = kind === 'call' ? this.nextCallId : this.nextStreamId;
+      const next = id >= 0xffffffff ? 1 : id + 1;
+      if (kind === 'call') this.nextCallId = next;
+      else this.nextStreamId = next;
+      if (!inUse.has(id) && !(kind === 'stream' && this.writeWaiters.has(id))) return id;
+    }
+  }
+
+  private teardown(cause?: Error, message = 'connection to the agent was lost'): void {
+    if (this.closedError) return;
+    const err = new AgentError('agent_disconnected', cause ? `${message}: ${cause.message}` : message, { cause });
+    this.closedError = err;
+    for (const call of this.pending.values()) {
+      clearTimeout(call.timer);
+      call.reject(err);
+    }
+    this.pending.clear();
+    const streams = [...this.streams.values()];
+    this.streams.clear();
+    for (const s of streams) s.end(err);
+    for (const w of this.writeWaiters.values()) w.reject(err);
+    this.writeWaiters.clear();
+    this.emit('close', err);
+  }
+}
+
+interface Granter {
+  /** The consumer took these bytes: they may be granted back to the agent. */
+  consumed(bytes: number): void;
+}
+
+/**
+ * Bytes of a file.read. Credit is granted back to the agent only while the consumer keeps up
+ * (push() below the high-water mark, or a _read() asking for more), so a slow consumer stops the
+ * agent after one window instead of buffering the whole file in host memory.
+ */
+export class FileReadStream extends Readable {
+  sizeBytes = 0;
+  private finished = false;
+  /** Bytes that arrived while the consumer was behind: granted back on the next _read(). */
+  private heldBytes = 0;
+
+  constructor(
+    private readonly granter: Granter,
+    private readonly cancel: () => void,
+  ) {
+    super({ highWaterMark: 1024 * 1024 });
+  }
+
+  /** @internal */
+  onData(bytes: Buffer): void {
+    if (this.push(bytes)) this.granter.consumed(bytes.length);
+    else this.heldBytes += bytes.length;
+  }
+
+  /** @internal */
+  onEnd(err: AgentError | undefined): void {
+    this.finished = true;
+    if (err) this.destroy(err);
+    else this.push(null);
+  }
+
+  override _read(): void {
+    if (this.heldBytes > 0) {
+      const bytes = this.heldBytes;
+      this.heldBytes = 0;
+      this.granter.consumed(bytes);
+    }
+  }
+
+  override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
+    if (!this.finished) this.cancel();
+    callback(err);
+  }
+}
+
+async function* chunksOf(data: Uint8Array | string | Readable | AsyncIterable<Uint8Array | string>): AsyncGenerator<Buffer> {
+  if (typeof data === 'string') {
+    yield Buffer.from(data, 'utf8');
+    return;
+  }
+  if (data instanceof Uint8Array) {
+    yield Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    return;
+  }
+  for await (const chunk of data) {
+    yield typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  }
+}
+
+function parseJson(payload: Buffer): unknown {
+  try {
+    return JSON.parse(payload.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+function hostClockNs(): bigint {
+  return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000)) * 1000n;
+}

@@ -1,0 +1,16 @@
+// Public surface of @sandglass/agent-client: the host side of spec/agent-protocol.md.
+export {
+  AgentClient,
+  AgentError,
+  FileReadStream,
+  type AgentClientOptions,
+  type AgentTransport,
+  type AttachHandle,
+  type CallOptions,
+  type OutputFd,
+  type StreamOptions,
+  type WriteFileOptions,
+} from './client.js';
+export { connectUnix, connectUnixSocket, type ConnectUnixOptions } from './connect.js';
+export { encodeFrame, FrameDecoder, FrameType, MAX_DATA_BYTES, MAX_FRAME_LENGTH, type Frame } from './frame.js';
+export type * from './types.js';

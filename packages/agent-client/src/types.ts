@@ -1,0 +1,100 @@
+// Parameter, result and event types of the agent protocol's methods (spec/agent-protocol.md).
+
+export type AgentErrorCode =
+  | 'bad_request'
+  | 'not_found'
+  | 'exists'
+  | 'not_a_directory'
+  | 'is_a_directory'
+  | 'permission_denied'
+  | 'command_not_found'
+  | 'io'
+  | 'unknown_method'
+  | 'busy'
+  // Raised on the host side, never sent by the agent:
+  | 'agent_disconnected'
+  | 'agent_timeout'
+  | 'agent_protocol';
+
+export interface HelloResult {
+  version: number;
+  agentVersion: string;
+  bootId: string;
+  uptimeMs: number;
+}
+
+export interface SyncResult {
+  /** true when the agent runs outside a guest (--serve-stdio, --listen) and left the host alone. */
+  skipped?: boolean;
+}
+
+export type SignalName = 'SIGTERM' | 'SIGKILL' | 'SIGINT' | 'SIGHUP' | 'SIGQUIT' | 'SIGUSR1' | 'SIGUSR2';
+
+export interface ProcStartParams {
+  id: string;
+  argv: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  user?: string;
+  stdin?: boolean;
+  pty?: { cols: number; rows: number };
+  bufferBytes?: number;
+}
+
+export interface ProcInfo {
+  id: string;
+  pid: number;
+  argv: string[];
+  exited: boolean;
+  exitCode: number | null;
+  signal: string | null;
+  outputBytes: number;
+  pty: boolean;
+}
+
+export interface AttachResult {
+  startOffset: number;
+  endOffset: number;
+  exited: boolean;
+}
+
+export type FileType = 'file' | 'dir' | 'symlink' | 'other';
+
+export interface FileStat {
+  name: string;
+  path: string;
+  type: FileType;
+  sizeBytes: number;
+  mode: number;
+  mtimeMs: number;
+  symlinkTarget?: string;
+}
+
+export interface ErrorInfo {
+  code: string;
+  message: string;
+}
+
+export interface ProcExitEvent {
+  event: 'proc.exit';
+  id: string;
+  exitCode: number | null;
+  signal: string | null;
+  outputBytes: number;
+}
+
+export interface FileWrittenEvent {
+  event: 'file.written';
+  streamId: number;
+  path: string;
+  sizeBytes: number;
+}
+
+export interface FileWriteFailedEvent {
+  event: 'file.write_failed';
+  streamId: number;
+  path: string;
+  error: ErrorInfo;
+}
+
+export type AgentEvent = ProcExitEvent | FileWrittenEvent | FileWriteFailedEvent | { event: string; [key: string]: unknown };

@@ -1,0 +1,58 @@
+// Argument parsing of the CLI: --env K=V, integers, cp endpoints, and how commander applies them.
+import { InvalidArgumentError } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { UsageError, collectEnv, collectMetadata, parseCpEndpoint, parseNonNegativeInt, parsePositiveInt, planCp } from './args.js';
+
+describe('--env K=V', () => {
+  it('accumulates pairs and keeps everything after the first = as the value', () => {
+    let envs = collectEnv('A=1');
+    envs = collectEnv('B_2=x=y', envs);
+    envs = collectEnv('EMPTY=', envs);
+    expect(envs).toEqual({ A: '1', B_2: 'x=y', EMPTY: '' });
+    expect(collectEnv('A=2', envs).A).toBe('2');
+  });
+
+  it.each(['A', '=1', '1A=x', 'A-B=1', 'A B=1'])('rejects %j', (v) => {
+    expect(() => collectEnv(v)).toThrow(InvalidArgumentError);
+  });
+
+  it('metadata keys may be anything non-empty', () => {
+    expect(collectMetadata('team.name=ml ops')).toEqual({ 'team.name': 'ml ops' });
+    expect(() => collectMetadata('=x')).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('integers', () => {
+  it('accepts whole numbers only', () => {
+    expect(parseNonNegativeInt('0')).toBe(0);
+    expect(parsePositiveInt('512')).toBe(512);
+    for (const bad of ['-1', '1.5', 'abc', '', '1e3', '99999999999999999999']) expect(() => parseNonNegativeInt(bad)).toThrow(InvalidArgumentError);
+    expect(() => parsePositiveInt('0')).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('cp paths', () => {
+  const id = 'sbx_abcdefghijklmnopqrst';
+
+  it('tells sandbox paths, local paths and stdio apart', () => {
+    expect(parseCpEndpoint(`${id}:/root/a b.txt`)).toEqual({ kind: 'remote', sandboxId: id, path: '/root/a b.txt' });
+    expect(parseCpEndpoint(`${id}:/x:y`)).toEqual({ kind: 'remote', sandboxId: id, path: '/x:y' });
+    expect(parseCpEndpoint('-')).toEqual({ kind: 'stdio' });
+    expect(parseCpEndpoint('./sbx_abc:/x')).toEqual({ kind: 'local', path: './sbx_abc:/x' });
+    expect(parseCpEndpoint('C:/x')).toEqual({ kind: 'local', path: 'C:/x' });
+    expect(parseCpEndpoint('notes:today')).toEqual({ kind: 'local', path: 'notes:today' });
+  });
+
+  it('wants absolute sandbox paths', () => {
+    expect(() => parseCpEndpoint(`${id}:root/x`)).toThrow(UsageError);
+    expect(() => parseCpEndpoint(`${id}:`)).toThrow(/absolute/);
+  });
+
+  it('plans one direction with exactly one side in a sandbox', () => {
+    expect(planCp('a.txt', `${id}:/tmp/`)).toMatchObject({ direction: 'upload', from: { kind: 'local', path: 'a.txt' }, to: { path: '/tmp/' } });
+    expect(planCp(`${id}:/etc/os-release`, '-')).toMatchObject({ direction: 'download', to: { kind: 'stdio' } });
+    expect(() => planCp('a', 'b')).toThrow(/one side must be in a sandbox/);
+    expect(() => planCp(`${id}:/a`, `${id}:/b`)).toThrow(/between two sandboxes/);
+    expect(() => planCp('-', `${id}:/tmp/`)).toThrow(/file name/);
+  });
+});

@@ -1,0 +1,68 @@
+// Pure argument parsing for the CLI: K=V pairs, integers, `cp` endpoints; errors here are usage errors (exit 2).
+import { InvalidArgumentError } from 'commander';
+
+/** A mistake in how the CLI was called, as opposed to a failure of the call itself. */
+export class UsageError extends Error {}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** Commander collector for a repeatable `--env K=V`: validates the name, keeps everything after the first '=' as the value. */
+export function collectEnv(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const eq = value.indexOf('=');
+  if (eq < 0) throw new InvalidArgumentError(`expected K=V, got '${value}'`);
+  const name = value.slice(0, eq);
+  if (!ENV_NAME.test(name)) throw new InvalidArgumentError(`'${name}' is not a valid variable name (letters, digits, _; not starting with a digit)`);
+  return { ...previous, [name]: value.slice(eq + 1) };
+}
+
+/** Commander collector for a repeatable `--metadata K=V` (any non-empty key). */
+export function collectMetadata(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const eq = value.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`expected K=V with a non-empty K, got '${value}'`);
+  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+export function parseNonNegativeInt(value: string): number {
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) throw new InvalidArgumentError('must be a whole number >= 0');
+  return Number(value);
+}
+
+export function parsePositiveInt(value: string): number {
+  const n = parseNonNegativeInt(value);
+  if (n === 0) throw new InvalidArgumentError('must be a whole number >= 1');
+  return n;
+}
+
+export type CpEndpoint = { kind: 'remote'; sandboxId: string; path: string } | { kind: 'local'; path: string } | { kind: 'stdio' };
+
+// A sandbox id followed by ':'; a local path that happens to look like one can be written ./sbx_…:x.
+const REMOTE = /^(sbx_[A-Za-z0-9]+):(.*)$/s;
+
+export function parseCpEndpoint(arg: string): CpEndpoint {
+  if (arg === '-') return { kind: 'stdio' };
+  const m = REMOTE.exec(arg);
+  if (!m) {
+    if (arg === '') throw new UsageError('cp: an empty path');
+    return { kind: 'local', path: arg };
+  }
+  const path = m[2]!;
+  if (!path.startsWith('/')) throw new UsageError(`cp: the sandbox path in '${arg}' must be absolute (${m[1]}:/path)`);
+  return { kind: 'remote', sandboxId: m[1]!, path };
+}
+
+export type CpPlan =
+  | { direction: 'upload'; from: Exclude<CpEndpoint, { kind: 'remote' }>; to: Extract<CpEndpoint, { kind: 'remote' }> }
+  | { direction: 'download'; from: Extract<CpEndpoint, { kind: 'remote' }>; to: Exclude<CpEndpoint, { kind: 'remote' }> };
+
+/** Exactly one side of a copy is in a sandbox. */
+export function planCp(source: string, target: string): CpPlan {
+  const from = parseCpEndpoint(source);
+  const to = parseCpEndpoint(target);
+  if (from.kind === 'remote' && to.kind !== 'remote') return { direction: 'download', from, to };
+  if (to.kind === 'remote' && from.kind !== 'remote') {
+    if (from.kind === 'stdio' && to.path.endsWith('/')) throw new UsageError('cp: copying stdin needs a file name, not a directory, as the target');
+    return { direction: 'upload', from, to };
+  }
+  if (from.kind === 'remote') throw new UsageError('cp: copying between two sandboxes is not supported; copy through a local file');
+  throw new UsageError('cp: one side must be in a sandbox (sbx_…:/path)');
+}

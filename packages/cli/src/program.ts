@@ -1,0 +1,235 @@
+// The `sandglass` command line: every command, its options, and the exit status it leaves.
+import { constants as osConstants } from 'node:os';
+import { Command, Option } from 'commander';
+import { Sandbox, SandglassError, type SandboxCreateOptions } from '@sandglass/sdk';
+import { collectEnv, collectMetadata, parseNonNegativeInt, parsePositiveInt, planCp } from './args.js';
+import { copy } from './cp.js';
+import { attach, execStreaming, startExec, type ExecOptions } from './exec.js';
+import { printJson, printTable, shortTime } from './output.js';
+import { shell } from './shell.js';
+
+/** What the actions leave for main: the exit status, and whether the process must outlive the action (a server). */
+export interface RunState {
+  exitCode: number;
+  stayAlive: boolean;
+}
+
+interface CreateFlags {
+  template?: string;
+  memoryMib?: number;
+  vcpus?: number;
+  timeoutS?: number;
+  metadata?: Record<string, string>;
+}
+
+interface ExecFlags {
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  timeoutMs: number;
+  interactive?: boolean;
+}
+
+function addCreateOptions(cmd: Command): Command {
+  return cmd
+    .option('--template <name>', 'template name or id', 'base')
+    .option('--memory-mib <n>', 'guest memory in MiB', parsePositiveInt)
+    .option('--vcpus <n>', 'virtual CPUs', parsePositiveInt)
+    .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
+    .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata);
+}
+
+function addExecOptions(cmd: Command): Command {
+  return cmd
+    .option('--cwd <dir>', 'working directory in the sandbox')
+    .option('--env <K=V>', 'environment variable (repeatable)', collectEnv)
+    .option('--user <user>', 'user to run as (default root)')
+    .option('--timeout-ms <n>', 'kill the command after this many ms (0 = no limit)', parseNonNegativeInt, 0)
+    .option('-i, --interactive', 'forward stdin even when it is a terminal');
+}
+
+const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
+  template: f.template,
+  memoryMib: f.memoryMib,
+  vcpus: f.vcpus,
+  timeoutS: f.timeoutS,
+  metadata: f.metadata,
+});
+
+const execOptions = (f: ExecFlags): ExecOptions => ({
+  cwd: f.cwd,
+  envs: f.env,
+  user: f.user,
+  timeoutMs: f.timeoutMs,
+  // -i forces forwarding; otherwise exec decides by whether stdin is a pipe or file with data.
+  stdin: f.interactive ? true : undefined,
+});
+
+const signalExitCode = (signal: NodeJS.Signals) => 128 + osConstants.signals[signal];
+
+/** `run`: a sandbox for one command. It is killed however the command ends: exit, error, Ctrl-C. */
+async function runOnce(argv: string[], flags: CreateFlags & ExecFlags): Promise<number> {
+  let sbx: Sandbox | undefined;
+  let signalled: NodeJS.Signals | undefined;
+  const killAndExit = async () => {
+    await sbx?.kill().catch(() => undefined);
+    process.exit(signalExitCode(signalled ?? 'SIGINT'));
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled) return;
+    signalled = signal;
+    // Still being created: the kill follows as soon as the id is known.
+    if (sbx) void killAndExit();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    sbx = await Sandbox.create(createOptions(flags));
+    if (signalled) await killAndExit();
+    try {
+      return await execStreaming(sbx, argv, { ...execOptions(flags), forwardSignals: false });
+    } finally {
+      await sbx.kill();
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+export function buildProgram(state: RunState): Command {
+  const program = new Command('sandglass')
+    .description('Sandglass: disposable Linux sandboxes for AI agents')
+    .showHelpAfterError('(run with --help for usage)')
+    // Usage errors exit 2 (main maps commander's errors); actions report their own exit status.
+    .exitOverride();
+  const act =
+    <A extends unknown[]>(fn: (...args: A) => Promise<number | void>) =>
+    async (...args: A) => {
+      state.exitCode = (await fn(...args)) ?? 0;
+    };
+
+  program
+    .command('up')
+    .description('run the control plane and a gateway in this process (SQLite, local chunk store)')
+    .option('--port <n>', 'control-plane port', parsePositiveInt, 7070)
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .action(
+      act(async (flags: { port: number; host: string }) => {
+        // A variable specifier: the server package is optional for users of the CLI against a remote server.
+        const specifier = '@sandglass/server';
+        const server = (await import(specifier)) as { up(opts: { port?: number; host?: string; home?: string }): Promise<void> };
+        state.stayAlive = true;
+        await server.up({ port: flags.port, host: flags.host });
+      }),
+    );
+
+  addCreateOptions(program.command('create').description('create a sandbox and print its id'))
+    .option('--json', 'print the sandbox as JSON')
+    .action(
+      act(async (flags: CreateFlags & { json?: boolean }) => {
+        const sbx = await Sandbox.create(createOptions(flags));
+        if (!flags.json) return void process.stdout.write(`${sbx.id}\n`);
+        // The create response's access token is a credential: it stays out of the output.
+        const { access: _, ...info } = await sbx.getInfo();
+        printJson(info);
+      }),
+    );
+
+  addExecOptions(program.command('exec').description('run a command (argv, no shell) and exit with its exit code'))
+    .argument('<id>', 'sandbox id')
+    .argument('<cmd...>', 'the command and its arguments; put -- before it when it has options')
+    .option('--background', 'start it, print its command id and return')
+    .action(
+      act(async (id: string, argv: string[], flags: ExecFlags & { background?: boolean }) => {
+        const sbx = await Sandbox.connect(id);
+        if (!flags.background) return execStreaming(sbx, argv, execOptions(flags));
+        const handle = await startExec(sbx, argv, { ...execOptions(flags), stdin: false });
+        await handle.disconnect();
+        process.stdout.write(`${handle.id}\n`);
+      }),
+    );
+
+  program
+    .command('attach')
+    .description("stream a running command's output from an offset and exit with its exit code")
+    .argument('<id>', 'sandbox id')
+    .argument('<command-id>', 'command id (from exec --background)')
+    .option('--from-offset <n>', 'output byte offset to resume at (default: the oldest the gateway holds)', parseNonNegativeInt)
+    .action(
+      act(async (id: string, commandId: string, flags: { fromOffset?: number }) => attach(await Sandbox.connect(id), commandId, flags.fromOffset)),
+    );
+
+  addExecOptions(addCreateOptions(program.command('run').description('create a sandbox, run one command in it, kill it')))
+    .argument('<cmd...>', 'the command and its arguments; put -- before it when it has options')
+    .action(act(async (argv: string[], flags: CreateFlags & ExecFlags) => runOnce(argv, flags)));
+
+  program
+    .command('cp')
+    .description('copy one file in or out of a sandbox (sbx_…:/path; - is stdin/stdout)')
+    .argument('<source>')
+    .argument('<target>')
+    .action(act(async (source: string, target: string) => copy(planCp(source, target))));
+
+  program
+    .command('shell')
+    .description('an interactive terminal in a sandbox')
+    .argument('<id>', 'sandbox id')
+    .action(act(async (id: string) => shell(id)));
+
+  program
+    .command('ls')
+    .description('list sandboxes')
+    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['starting', 'running', 'ended', 'failed']))
+    .option('--json', 'print JSON')
+    .action(
+      act(async (flags: { state?: 'starting' | 'running' | 'ended' | 'failed'; json?: boolean }) => {
+        const sandboxes = await Sandbox.list({ state: flags.state });
+        if (flags.json) return printJson(sandboxes);
+        await printTable(
+          ['ID', 'TEMPLATE', 'STATE', 'MEMORY MIB', 'VCPUS', 'CREATED', 'EXPIRES'],
+          sandboxes.map((s) => [s.id, s.template, s.state, s.memoryMib, s.vcpus, shortTime(s.createdAt), shortTime(s.expiresAt)]),
+        );
+      }),
+    );
+
+  program
+    .command('kill')
+    .description('kill a sandbox')
+    .argument('<id>', 'sandbox id')
+    .action(
+      act(async (id: string) => {
+        if (!(await Sandbox.kill(id))) throw new SandglassError('sandbox_not_found', `no sandbox ${id}`, { status: 404 });
+      }),
+    );
+
+  program
+    .command('events')
+    .description("a sandbox's event log")
+    .argument('<id>', 'sandbox id')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (id: string, flags: { json?: boolean }) => {
+        const events = await (await Sandbox.connect(id)).events();
+        if (flags.json) return printJson(events);
+        for (const e of events) process.stdout.write(`${e.seq}\t${shortTime(e.at)}\t${e.type}\t${JSON.stringify(e.data)}\n`);
+      }),
+    );
+
+  program
+    .command('templates')
+    .description('templates a sandbox can be created from')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (flags: { json?: boolean }) => {
+        const templates = await Sandbox.listTemplates();
+        if (flags.json) return printJson(templates);
+        await printTable(
+          ['NAME', 'ID', 'STATUS', 'MEMORY MIB', 'CREATED'],
+          templates.map((t) => [t.name, t.id, t.status, t.memoryMib, shortTime(t.createdAt)]),
+        );
+      }),
+    );
+
+  return program;
+}

@@ -1,0 +1,84 @@
+// Wire shapes of spec/control-plane.yaml as TypeScript, and the mapping from database rows to them.
+import type { ApiKeyRole, EndReason, SandboxRow, SandboxState, TemplateRow, TemplateStatus, TenantRow } from '@sandglass/db';
+
+export interface Access {
+  gatewayUrl: string;
+  token: string;
+  expiresAt: string;
+}
+
+export interface Sandbox {
+  id: string;
+  tenantId: string;
+  template: string;
+  state: SandboxState;
+  endReason?: EndReason;
+  failureReason?: string;
+  memoryMib: number;
+  vcpus: number;
+  timeoutS: number;
+  metadata: Record<string, string>;
+  createdAt: string;
+  startedAt?: string;
+  endedAt?: string;
+  expiresAt: string;
+  access?: Access;
+}
+
+export interface Template {
+  id: string;
+  name: string;
+  status: TemplateStatus;
+  memoryMib: number;
+  createdAt: string;
+}
+
+export interface Tenant {
+  id: string;
+  name: string;
+  createdAt: string;
+}
+
+export interface ApiKey {
+  id: string;
+  tenantId: string;
+  name?: string;
+  key: string;
+  role: ApiKeyRole;
+}
+
+/** The body after validation: the spec's defaults are filled in. */
+export interface CreateSandboxRequest {
+  template: string;
+  memoryMib: number;
+  vcpus: number;
+  timeoutS: number;
+  metadata?: Record<string, string>;
+}
+
+export function toSandbox(row: SandboxRow): Sandbox {
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    template: row.template,
+    state: row.state,
+    ...(row.end_reason === null ? {} : { endReason: row.end_reason }),
+    ...(row.failure_reason === null ? {} : { failureReason: row.failure_reason }),
+    memoryMib: row.memory_mib,
+    vcpus: row.vcpus,
+    timeoutS: row.timeout_s,
+    metadata: JSON.parse(row.metadata) as Record<string, string>,
+    createdAt: row.created_at,
+    ...(row.started_at === null ? {} : { startedAt: row.started_at }),
+    ...(row.ended_at === null ? {} : { endedAt: row.ended_at }),
+    expiresAt: row.expires_at,
+  };
+}
+
+export function toTemplate(row: TemplateRow): Template {
+  return { id: row.id, name: row.name, status: row.status, memoryMib: row.memory_mib, createdAt: row.created_at };
+}
+
+export function toTenant(row: TenantRow): Tenant {
+  return { id: row.id, name: row.name, createdAt: row.created_at };
+}

@@ -1,0 +1,16 @@
+// @sandglass/control-plane: the public REST API (spec/control-plane.yaml), tenants and keys, templates, sandbox placement.
+export { createControlPlane, CONTROL_PLANE_SPEC, type ControlPlane, type ControlPlaneOptions } from './server.js';
+export { SandboxService, ACCESS_TOKEN_TTL_MS, type SandboxServiceDeps } from './sandboxes.js';
+export {
+  GatewayClient,
+  singleGateway,
+  type GatewayClientOptions,
+  type GatewayCreateReply,
+  type GatewayCreateRequest,
+  type GatewayDirectory,
+  type GatewayEndpoint,
+  type PlacementRequest,
+} from './gateways.js';
+export { authenticate, bootstrapLocal, createTenant, issueApiKey, generateApiKey, hashApiKey, DEFAULT_TENANT, type BootstrapOptions, type IssueKeyOptions, type Principal } from './keys.js';
+export { upsertTemplate, findTemplate, listTemplates, type TemplateUpsert } from './templates.js';
+export * from './api.js';

@@ -1,0 +1,130 @@
+// The control plane's HTTP edge: auth, spec-driven validation and routes that turn requests into service calls.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Kysely } from 'kysely';
+import {
+  genRequestId,
+  installErrorHandling,
+  installValidation,
+  loadOpenApi,
+  routeSchema,
+  SandglassError,
+  type Clock,
+  type Logger,
+} from '@sandglass/core';
+import type { SandboxState, Schema } from '@sandglass/db';
+import type { EventLog } from '@sandglass/events';
+import { toTemplate, toTenant, type ApiKey, type CreateSandboxRequest } from './api.js';
+import { GatewayClient, type GatewayDirectory } from './gateways.js';
+import { authenticate, createTenant, issueApiKey, type Principal } from './keys.js';
+import { SandboxService } from './sandboxes.js';
+import { listTemplates } from './templates.js';
+
+export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const BODY_LIMIT_BYTES = 1024 * 1024;
+const PUBLIC_ROUTES = new Set(['/v1/health']);
+
+export interface ControlPlaneOptions {
+  db: Kysely<Schema>;
+  events: EventLog;
+  gateways: GatewayDirectory;
+  /** Shared with the gateways: authenticates calls to their internal API and signs data-plane tokens. */
+  nodeSecret: Buffer;
+  clock: Clock;
+  logger: Logger;
+  publicGatewayUrl?: string;
+  /** Defaults to one built from nodeSecret. */
+  gatewayClient?: GatewayClient;
+}
+
+export interface ControlPlane {
+  app: FastifyInstance;
+  /** Resolves to the URL it listens on. */
+  listen(port: number, host?: string): Promise<string>;
+  close(): Promise<void>;
+}
+
+export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
+  const spec = loadOpenApi(CONTROL_PLANE_SPEC);
+  // Typed as fastify's logger: pino's own type carries members (msgPrefix) fastify's helpers do not declare.
+  const app = Fastify({ loggerInstance: opts.logger as FastifyBaseLogger, genReqId: genRequestId, bodyLimit: BODY_LIMIT_BYTES });
+  installValidation(app);
+  installErrorHandling(app);
+  // Only JSON bodies: fastify's text/plain parser would let a wrong content type reach validation as a string.
+  app.removeContentTypeParser('text/plain');
+
+  const { db, events, clock } = opts;
+  const sandboxes = new SandboxService({
+    db,
+    events,
+    clock,
+    gateways: opts.gateways,
+    gatewayClient: opts.gatewayClient ?? new GatewayClient(opts.nodeSecret),
+    nodeSecret: opts.nodeSecret,
+    publicGatewayUrl: opts.publicGatewayUrl,
+  });
+
+  // Authenticated before the body is even parsed, so an anonymous caller learns nothing from validation errors.
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook('onRequest', async (req) => {
+    if (req.routeOptions.url !== undefined && PUBLIC_ROUTES.has(req.routeOptions.url)) return;
+    principals.set(req, await authenticate(db, req.headers.authorization));
+  });
+  // A POST without a body means "all defaults"; validation then names any field that is required.
+  app.addHook('preValidation', async (req) => {
+    if (req.body === undefined && req.routeOptions.schema?.body) req.body = {};
+  });
+  const who = (req: FastifyRequest): Principal => principals.get(req)!;
+  const admin = (req: FastifyRequest): Principal => {
+    const p = who(req);
+    if (p.role !== 'admin') throw new SandglassError('permission_denied', 'Only an admin API key may manage tenants and keys.');
+    return p;
+  };
+
+  type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+  const route = (method: 'GET' | 'POST' | 'DELETE', path: string, handler: Handler) =>
+    app.route({ method, url: path.replace(/\{(\w+)\}/g, ':$1'), schema: routeSchema(spec, method, path), handler });
+  const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
+
+  route('GET', '/v1/health', async () => ({ status: 'ok', version: VERSION }));
+
+  route('GET', '/v1/templates', async () => ({ templates: (await listTemplates(db)).map(toTemplate) }));
+
+  route('POST', '/v1/sandboxes', async (req, reply) => reply.code(201).send(await sandboxes.create(who(req), req.body as CreateSandboxRequest)));
+  route('GET', '/v1/sandboxes', async (req) => ({ sandboxes: await sandboxes.list(who(req), (req.query as { state?: SandboxState }).state) }));
+  route('GET', '/v1/sandboxes/{id}', async (req) => sandboxes.get(who(req), idOf(req)));
+  route('DELETE', '/v1/sandboxes/{id}', async (req, reply) => {
+    await sandboxes.kill(who(req), idOf(req));
+    return reply.code(204).send();
+  });
+  route('POST', '/v1/sandboxes/{id}/timeout', async (req) => sandboxes.setTimeout(who(req), idOf(req), (req.body as { timeoutS: number }).timeoutS));
+  route('POST', '/v1/sandboxes/{id}/access', async (req) => sandboxes.access(who(req), idOf(req)));
+  route('GET', '/v1/sandboxes/{id}/events', async (req) => ({
+    events: await sandboxes.events(who(req), idOf(req), req.query as { afterSeq?: number; limit?: number }),
+  }));
+
+  route('POST', '/v1/tenants', async (req, reply) => {
+    const by = admin(req);
+    const tenant = await createTenant(db, events, (req.body as { name: string }).name, { clock, createdByKeyId: by.keyId });
+    return reply.code(201).send(toTenant(tenant));
+  });
+  route('POST', '/v1/tenants/{id}/api-keys', async (req, reply) => {
+    const by = admin(req);
+    const tenantId = idOf(req);
+    const body = req.body as { name?: string; role: 'member' | 'admin' };
+    if (!(await db.selectFrom('tenants').select('id').where('id', '=', tenantId).executeTakeFirst())) {
+      throw new SandglassError('tenant_not_found', `No tenant ${tenantId} exists.`);
+    }
+    const { id, key } = await issueApiKey(db, events, tenantId, body.role, { clock, name: body.name, createdByKeyId: by.keyId });
+    const out: ApiKey = { id, tenantId, ...(body.name === undefined ? {} : { name: body.name }), key, role: body.role };
+    return reply.code(201).send(out);
+  });
+
+  return {
+    app,
+    listen: (port, host = '127.0.0.1') => app.listen({ port, host }),
+    close: () => app.close(),
+  };
+}

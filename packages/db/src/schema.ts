@@ -1,0 +1,108 @@
+// Table types of the Sandglass database: one Kysely schema shared by SQLite and PostgreSQL.
+import type { Generated, Insertable, Selectable } from 'kysely';
+
+/** Every timestamp is an ISO-8601 UTC string with milliseconds (see toIso), so text order is time order on both dialects. */
+export type IsoTime = string;
+
+export interface TenantsTable {
+  id: string;
+  name: string;
+  created_at: IsoTime;
+}
+
+export type ApiKeyRole = 'member' | 'admin';
+
+export interface ApiKeysTable {
+  id: string;
+  tenant_id: string;
+  name: string | null;
+  role: ApiKeyRole;
+  /** Hex SHA-256 of the whole key: the key itself is shown once and never stored. */
+  key_hash: string;
+  /** The first characters of the key, so a person can tell keys apart. */
+  prefix: string;
+  created_at: IsoTime;
+}
+
+export type TemplateStatus = 'ready' | 'building' | 'failed';
+
+export interface TemplatesTable {
+  id: string;
+  name: string;
+  status: TemplateStatus;
+  memory_mib: number;
+  /** Where the template's image and snapshot live in the artifact store; null until built. */
+  artifact_key: string | null;
+  created_at: IsoTime;
+}
+
+export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
+export type EndReason = 'killed' | 'timeout' | 'shutdown';
+
+/** A projection of the event log: rebuilt from it by @sandglass/events, never written by anything else. */
+export interface SandboxesTable {
+  id: string;
+  tenant_id: string;
+  template: string;
+  state: SandboxState;
+  end_reason: EndReason | null;
+  failure_reason: string | null;
+  memory_mib: number;
+  vcpus: number;
+  timeout_s: number;
+  /** JSON text of a string → string map. */
+  metadata: string;
+  gateway_id: string | null;
+  gateway_url: string | null;
+  created_at: IsoTime;
+  started_at: IsoTime | null;
+  ended_at: IsoTime | null;
+  expires_at: IsoTime;
+}
+
+export interface EventsTable {
+  seq: Generated<number>;
+  id: string;
+  type: string;
+  tenant_id: string;
+  sandbox_id: string | null;
+  at: IsoTime;
+  /** Canonical JSON text (sorted keys), exactly what the hash covers. */
+  data: string;
+  prev_hash: string;
+  hash: string;
+}
+
+/** One row ('main'): the last appended event, so truncating the log's tail is detectable and appends are compare-and-set. */
+export interface EventChainHeadTable {
+  id: string;
+  seq: number;
+  hash: string;
+}
+
+export interface NodesTable {
+  id: string;
+  url: string;
+  capacity_memory_mib: number | null;
+  capacity_vcpus: number | null;
+  created_at: IsoTime;
+  last_seen_at: IsoTime | null;
+}
+
+export interface Schema {
+  tenants: TenantsTable;
+  api_keys: ApiKeysTable;
+  templates: TemplatesTable;
+  sandboxes: SandboxesTable;
+  events: EventsTable;
+  event_chain_head: EventChainHeadTable;
+  nodes: NodesTable;
+}
+
+export type TenantRow = Selectable<TenantsTable>;
+export type ApiKeyRow = Selectable<ApiKeysTable>;
+export type TemplateRow = Selectable<TemplatesTable>;
+export type SandboxRow = Selectable<SandboxesTable>;
+export type EventRow = Selectable<EventsTable>;
+export type NewEventRow = Insertable<EventsTable>;
+export type NodeRow = Selectable<NodesTable>;

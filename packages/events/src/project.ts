@@ -1,0 +1,71 @@
+// The sandboxes projection as a pure fold over events: appends apply it to one row, rebuilds to the whole log.
+import { fromIso, toIso, type EndReason, type SandboxRow } from '@sandglass/db';
+import { canonicalJson } from './hash.js';
+import type { EventDataMap, StoredEvent } from './types.js';
+
+const END_REASONS: readonly EndReason[] = ['killed', 'timeout', 'shutdown'];
+
+/**
+ * Folds events into sandbox rows, starting from `base` (left untouched). Events of other kinds pass through.
+ * Ended and failed are final: a late event (a start reported after a kill) is kept in the log but moves nothing.
+ */
+export function project(events: Iterable<StoredEvent>, base: ReadonlyMap<string, SandboxRow> = new Map()): Map<string, SandboxRow> {
+  const rows = new Map(base);
+  for (const e of events) {
+    if (!e.type.startsWith('sandbox.')) continue;
+    if (!e.sandboxId) throw new Error(`event ${e.id} (${e.type}) names no sandbox`);
+    const next = applySandboxEvent(rows.get(e.sandboxId), e);
+    rows.set(next.id, next);
+  }
+  return rows;
+}
+
+function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): SandboxRow {
+  if (e.type === 'sandbox.created') {
+    if (row) throw new Error(`sandbox ${e.sandboxId} is created twice (event ${e.id})`);
+    const d = e.data as unknown as EventDataMap['sandbox.created'];
+    return {
+      id: e.sandboxId!,
+      tenant_id: e.tenantId,
+      template: d.template,
+      state: 'starting',
+      end_reason: null,
+      failure_reason: null,
+      memory_mib: d.memoryMib,
+      vcpus: d.vcpus,
+      timeout_s: d.timeoutS,
+      metadata: canonicalJson(d.metadata ?? {}),
+      gateway_id: d.gatewayId ?? null,
+      gateway_url: d.gatewayUrl ?? null,
+      created_at: e.at,
+      started_at: null,
+      ended_at: null,
+      expires_at: plusSeconds(e.at, d.timeoutS),
+    };
+  }
+  if (!row) throw new Error(`event ${e.id} (${e.type}) is for sandbox ${e.sandboxId}, which was never created`);
+  if (row.state === 'ended' || row.state === 'failed') return row;
+  switch (e.type) {
+    case 'sandbox.started':
+      // The timeout counts from when the sandbox could first be used, not from when it was asked for.
+      return row.state === 'starting' ? { ...row, state: 'running', started_at: e.at, expires_at: plusSeconds(e.at, row.timeout_s) } : row;
+    case 'sandbox.killed': {
+      const reason = (e.data as EventDataMap['sandbox.killed']).reason;
+      return { ...row, state: 'ended', end_reason: reason && END_REASONS.includes(reason) ? reason : 'killed', ended_at: e.at };
+    }
+    case 'sandbox.timeout':
+      return { ...row, state: 'ended', end_reason: 'timeout', ended_at: e.at };
+    case 'sandbox.failed':
+      return { ...row, state: 'failed', failure_reason: String((e.data as EventDataMap['sandbox.failed']).reason), ended_at: e.at };
+    case 'sandbox.extended': {
+      const d = e.data as EventDataMap['sandbox.extended'];
+      return { ...row, timeout_s: d.timeoutS, expires_at: d.expiresAt };
+    }
+    default:
+      throw new Error(`unknown sandbox event type ${e.type}`);
+  }
+}
+
+function plusSeconds(iso: string, seconds: number): string {
+  return toIso(fromIso(iso) + seconds * 1000);
+}

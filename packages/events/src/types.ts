@@ -1,0 +1,61 @@
+// Event types of the one log and the data each carries.
+import type { EndReason } from '@sandglass/db';
+
+export interface SandboxCreatedData {
+  template: string;
+  memoryMib: number;
+  vcpus: number;
+  timeoutS: number;
+  metadata: Record<string, string>;
+  gatewayId: string | null;
+  gatewayUrl: string | null;
+}
+
+/** Data beyond the known fields is kept in the log (and hashed) but ignored by the projection. */
+type Open<T> = T & { [extra: string]: unknown };
+
+/**
+ * The event types Sandglass records and the data the projection reads from them. The gateway may record further
+ * `command.*` and `file.*` types; every `sandbox.*` type must be one of these, since the projection applies them.
+ */
+export interface EventDataMap {
+  'sandbox.created': SandboxCreatedData;
+  'sandbox.started': Open<{ pid?: number | null }>;
+  /** reason: killed (absent means killed), timeout or shutdown. */
+  'sandbox.killed': Open<{ reason?: EndReason }>;
+  'sandbox.failed': Open<{ reason: string; code?: string; consoleTail?: string }>;
+  'sandbox.timeout': Open<object>;
+  /** The expiry moved to `expiresAt`, `timeoutS` from when it was asked. */
+  'sandbox.extended': Open<{ timeoutS: number; expiresAt: string }>;
+  'command.started': Open<object>;
+  'command.exited': Open<object>;
+  'file.written': Open<object>;
+  'file.removed': Open<object>;
+  'tenant.created': Open<{ name: string }>;
+  'api_key.created': Open<{ keyId: string; role: string }>;
+}
+
+/** Lowercase dotted names: `sandbox.created`, `file.dir_created`. */
+export const EVENT_TYPE_PATTERN = /^[a-z][a-z_]*(\.[a-z][a-z_]*)+$/;
+
+export interface AppendInput {
+  type: string;
+  tenantId: string;
+  /** Required for `sandbox.*` events. */
+  sandboxId?: string;
+  data: Record<string, unknown>;
+}
+
+/** An event as stored: what `list` returns and the API serves. */
+export interface StoredEvent {
+  seq: number;
+  id: string;
+  type: string;
+  tenantId: string;
+  sandboxId: string | null;
+  /** ISO-8601 UTC. */
+  at: string;
+  data: Record<string, unknown>;
+  prevHash: string;
+  hash: string;
+}

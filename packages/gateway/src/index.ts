@@ -1,0 +1,6 @@
+// @sandglass/gateway: the node daemon that runs sandbox VMs and serves their data plane.
+export { Gateway, BASE_TEMPLATE, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
+export { createGatewayServer } from './server.js';
+export type { GatewayEvents, GatewayEvent } from './events.js';
+export type { TemplateSnapshot } from './templates.js';
+export { connectAgent } from './agent-link.js';

@@ -1,0 +1,251 @@
+// One running sandbox on this node: its VM, its agent connection, its commands, its deadline and its health.
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { newId, SandglassError, type Clock, type Logger } from '@sandglass/core';
+import { restoreVm, resumeVm, type Vm } from '@sandglass/vmm';
+import type { AgentClient } from '@sandglass/agent-client';
+import { connectAgent, mapAgentError } from './agent-link.js';
+import type { TemplateSnapshot } from './templates.js';
+import type { GatewayEvents } from './events.js';
+
+export interface CommandRecord {
+  id: string;
+  pid: number;
+  argv: string[];
+  cwd?: string;
+  pty: boolean;
+  state: 'running' | 'exited';
+  exitCode?: number | null;
+  signal?: string | null;
+  timedOut: boolean;
+  outputBytes: number;
+  startedAt: string;
+  endedAt?: string;
+}
+
+export interface StartCommand {
+  argv: string[];
+  cwd?: string;
+  envs?: Record<string, string>;
+  user?: string;
+  stdin?: boolean;
+  pty?: { cols: number; rows: number };
+  timeoutMs?: number;
+}
+
+export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
+
+const HEALTH_INTERVAL_MS = 5_000;
+// Under TCG a loaded host can stall a guest for seconds; only a long silence means it hung.
+const HEALTH_TIMEOUT_MS = 20_000;
+const HEALTH_MISSES = 3;
+
+export class Sandbox {
+  state: SandboxState = 'starting';
+  vm?: Vm;
+  agent?: AgentClient;
+  readonly commands = new Map<string, CommandRecord>();
+  readonly startedAt: string;
+  expiresAtMs: number;
+  failureReason?: string;
+  private timeoutTimer?: NodeJS.Timeout;
+  private healthTimer?: NodeJS.Timeout;
+  private commandTimers = new Map<string, NodeJS.Timeout>();
+  private ending?: Promise<void>;
+
+  constructor(
+    readonly id: string,
+    readonly tenantId: string,
+    readonly template: TemplateSnapshot,
+    readonly dir: string,
+    timeoutS: number,
+    private readonly events: GatewayEvents,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    private readonly onGone: (sbx: Sandbox) => void,
+  ) {
+    this.startedAt = new Date(clock.nowMs()).toISOString();
+    this.expiresAtMs = clock.nowMs() + timeoutS * 1000;
+  }
+
+  /** Restores the template snapshot into a fresh VM and reconnects its agent, re-seeding entropy and the clock. */
+  async start(): Promise<{ restoreMs: number }> {
+    const t0 = performance.now();
+    try {
+      this.vm = await restoreVm({ id: this.id, dir: this.dir, snapshot: this.template });
+      this.vm.exited.then((exit) => {
+        if (!exit.expected) void this.fail(`VM exited unexpectedly (code ${exit.code}, signal ${exit.signal}) ${exit.stderrTail}`.trim());
+      });
+      const agentP = connectAgent(this.vm, { timeoutMs: 30_000, beforeHello: () => resumeVm(this.vm!) });
+      this.agent = await agentP;
+      await this.agent.sync();
+      this.agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
+      this.agent.on('close', () => {
+        if (this.state === 'running') void this.fail('agent connection lost');
+      });
+    } catch (err) {
+      const tail = this.vm?.consoleTail() ?? '';
+      await this.release();
+      this.state = 'failed';
+      this.failureReason = (err as Error).message;
+      this.onGone(this);
+      throw new SandglassError('vm_failed', `restoring sandbox ${this.id} failed: ${(err as Error).message}`, {
+        cause: err,
+        details: tail ? { consoleTail: tail.slice(-1024) } : undefined,
+      });
+    }
+    this.state = 'running';
+    this.armTimeout();
+    this.healthTimer = setInterval(() => void this.checkHealth(), HEALTH_INTERVAL_MS);
+    this.healthTimer.unref();
+    return { restoreMs: performance.now() - t0 };
+  }
+
+  get pid(): number | undefined {
+    return this.vm?.pid;
+  }
+
+  setExpiry(expiresAtMs: number): void {
+    this.expiresAtMs = expiresAtMs;
+    this.armTimeout();
+  }
+
+  private armTimeout(): void {
+    clearTimeout(this.timeoutTimer);
+    const ms = Math.max(0, this.expiresAtMs - this.clock.nowMs());
+    // setTimeout caps at ~24.8 days; sandboxes live at most a day.
+    this.timeoutTimer = setTimeout(() => void this.end('timeout'), ms);
+    this.timeoutTimer.unref();
+  }
+
+  private misses = 0;
+
+  private async checkHealth(): Promise<void> {
+    if (this.state !== 'running' || !this.agent) return;
+    try {
+      await this.agent.ping({ timeoutMs: HEALTH_TIMEOUT_MS });
+      this.misses = 0;
+    } catch {
+      if (this.state !== 'running') return;
+      this.misses++;
+      if (this.misses >= HEALTH_MISSES) await this.fail(`agent did not answer ${HEALTH_MISSES} health checks`);
+    }
+  }
+
+  requireRunning(): AgentClient {
+    if (this.state !== 'running' || !this.agent) {
+      throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} is ${this.state}${this.failureReason ? `: ${this.failureReason}` : ''}.`);
+    }
+    return this.agent;
+  }
+
+  async startCommand(req: StartCommand): Promise<CommandRecord> {
+    const agent = this.requireRunning();
+    const id = newId('cmd');
+    let pid: number;
+    try {
+      ({ pid } = await agent.procStart({
+        id,
+        argv: req.argv,
+        env: req.envs ?? {},
+        cwd: req.cwd,
+        user: req.user,
+        stdin: req.stdin ?? false,
+        pty: req.pty,
+      }));
+    } catch (err) {
+      throw mapAgentError(err, { argv0: req.argv[0], cwd: req.cwd });
+    }
+    const rec: CommandRecord = {
+      id,
+      pid,
+      argv: req.argv,
+      cwd: req.cwd,
+      pty: Boolean(req.pty),
+      state: 'running',
+      timedOut: false,
+      outputBytes: 0,
+      startedAt: new Date(this.clock.nowMs()).toISOString(),
+    };
+    this.commands.set(id, rec);
+    await this.events.append({ type: 'command.started', tenantId: this.tenantId, sandboxId: this.id, data: { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' } });
+    if (req.timeoutMs && req.timeoutMs > 0) {
+      const t = setTimeout(() => {
+        if (rec.state !== 'running') return;
+        rec.timedOut = true;
+        agent.procSignal(id, 'SIGKILL').catch(() => {});
+      }, req.timeoutMs);
+      t.unref();
+      this.commandTimers.set(id, t);
+    }
+    return rec;
+  }
+
+  command(id: string): CommandRecord {
+    const rec = this.commands.get(id);
+    if (!rec) throw new SandglassError('command_not_found', `No command ${id} in sandbox ${this.id}.`, { details: { field: 'commandId' } });
+    return rec;
+  }
+
+  private onAgentEvent(ev: Record<string, unknown>): void {
+    if (ev.event !== 'proc.exit') return;
+    const rec = this.commands.get(ev.id as string);
+    if (!rec) return;
+    rec.state = 'exited';
+    rec.exitCode = (ev.exitCode as number | null) ?? null;
+    rec.signal = (ev.signal as string | null) ?? null;
+    rec.outputBytes = (ev.outputBytes as number) ?? rec.outputBytes;
+    rec.endedAt = new Date(this.clock.nowMs()).toISOString();
+    clearTimeout(this.commandTimers.get(rec.id));
+    this.commandTimers.delete(rec.id);
+    void this.events.append({
+      type: 'command.exited',
+      tenantId: this.tenantId,
+      sandboxId: this.id,
+      data: { commandId: rec.id, exitCode: rec.exitCode, signal: rec.signal, timedOut: rec.timedOut, outputBytes: rec.outputBytes },
+    });
+  }
+
+  /** Ends the sandbox on the node's own initiative (timeout, shutdown) and records why. */
+  async end(reason: 'timeout' | 'shutdown' | 'killed', record = reason !== 'killed'): Promise<void> {
+    if (this.ending) return this.ending;
+    this.ending = (async () => {
+      if (this.state === 'failed' || this.state === 'ended') return;
+      this.state = 'ended';
+      await this.release();
+      if (record) await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
+      this.onGone(this);
+    })();
+    return this.ending;
+  }
+
+  /** Marks the sandbox failed with the reason and the console tail, and frees its resources. */
+  async fail(reason: string): Promise<void> {
+    if (this.ending) return this.ending;
+    this.ending = (async () => {
+      if (this.state !== 'running' && this.state !== 'starting') return;
+      this.state = 'failed';
+      this.failureReason = reason;
+      const consoleTail = this.vm?.consoleTail(2048) ?? '';
+      this.log.warn({ sandboxId: this.id, reason }, 'sandbox failed');
+      await this.release();
+      await this.events.append({ type: 'sandbox.failed', tenantId: this.tenantId, sandboxId: this.id, data: { reason, consoleTail } });
+      this.onGone(this);
+    })();
+    return this.ending;
+  }
+
+  private async release(): Promise<void> {
+    clearTimeout(this.timeoutTimer);
+    clearInterval(this.healthTimer);
+    for (const t of this.commandTimers.values()) clearTimeout(t);
+    this.commandTimers.clear();
+    void this.agent?.close();
+    if (this.vm) await this.vm.stop(1000);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export function sandboxDir(runDir: string, id: string): string {
+  return join(runDir, id);
+}

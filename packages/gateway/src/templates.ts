@@ -1,0 +1,114 @@
+// Templates: a guest image booted once and snapshotted when its agent answers. Every sandbox restores one.
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SandglassError, type Logger } from '@sandglass/core';
+import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type VmConfig, type Accel } from '@sandglass/vmm';
+import { connectAgent } from './agent-link.js';
+import type { GuestImage } from '@sandglass/images';
+
+// Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
+const TEMPLATE_RECIPE = 1;
+
+export interface TemplateSnapshot extends SnapshotFiles {
+  key: string;
+  dir: string;
+  name: string;
+  bootMs: number;
+  createdAt: string;
+}
+
+export interface TemplateProgress {
+  step: string;
+  message?: string;
+}
+
+export function templateKey(image: GuestImage, config: VmConfig, append: string): string {
+  return createHash('sha256')
+    .update(JSON.stringify({ recipe: TEMPLATE_RECIPE, image: image.key, config, append, qemu: qemuVersion() }))
+    .digest('hex')
+    .slice(0, 16);
+}
+
+/**
+ * Builds (once) and finds template snapshots, keyed by everything that went into them: the image,
+ * the VM shape (memory, vCPUs, accelerator), kernel arguments and the QEMU version.
+ */
+export class TemplateStore {
+  private inflight = new Map<string, Promise<TemplateSnapshot>>();
+
+  constructor(
+    private readonly artifactsDir: string,
+    private readonly image: GuestImage,
+    private readonly kernelArgs: string,
+    private readonly log: Logger,
+  ) {}
+
+  async ensure(name: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
+    const key = templateKey(this.image, config, this.kernelArgs);
+    const existing = this.inflight.get(key);
+    if (existing) return existing;
+    const p = this.load(name, key) ?? this.build(name, key, config, onProgress);
+    const promise = Promise.resolve(p);
+    this.inflight.set(key, promise);
+    promise.catch(() => this.inflight.delete(key));
+    return promise;
+  }
+
+  private load(name: string, key: string): TemplateSnapshot | undefined {
+    const dir = join(this.artifactsDir, `template-${key}`);
+    const metaPath = join(dir, 'template.json');
+    if (!existsSync(metaPath)) return undefined;
+    const meta = JSON.parse(readFileSync(metaPath, 'utf8')) as TemplateSnapshot;
+    return { ...meta, name, dir, memPath: join(dir, 'mem.raw'), statePath: join(dir, 'state.bin'), diskPath: join(dir, 'disk.qcow2') };
+  }
+
+  private async build(name: string, key: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
+    const dir = join(this.artifactsDir, `template-${key}`);
+    const tmp = `${dir}.tmp-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp, { recursive: true });
+    chownToVm(tmp);
+    onProgress?.({ step: 'template', message: `booting ${name} (${config.memoryMib} MiB, ${config.vcpus} vCPU, ${config.accel})` });
+    const t0 = performance.now();
+    const vm = await bootVm({
+      id: `tpl-${key}`,
+      dir: tmp,
+      config,
+      kernelPath: this.image.kernelPath,
+      initrdPath: this.image.initramfsPath,
+      append: this.kernelArgs,
+      rootfsPath: this.image.rootfsPath,
+      memPath: join(tmp, 'mem.raw'),
+    });
+    try {
+      const agent = await connectAgent(vm, { timeoutMs: config.accel === 'kvm' ? 30_000 : 120_000 });
+      const bootMs = performance.now() - t0;
+      // Flush the guest's dirty page cache so the frozen disk layer is consistent on its own.
+      await agent.procRun(['/bin/sync'], { timeoutMs: 30_000 });
+      agent.close();
+      onProgress?.({ step: 'template', message: `agent ready after ${(bootMs / 1000).toFixed(1)} s; snapshotting` });
+      const saved = await vm.saveSnapshot(join(tmp, 'state.bin'));
+      await vm.stop();
+      rmSync(join(tmp, 'qmp.sock'), { force: true });
+      rmSync(join(tmp, 'agent.sock'), { force: true });
+      rmSync(join(tmp, 'migrate.sock'), { force: true });
+      const meta = { key, name, config, bootMs, createdAt: new Date().toISOString(), stateBytes: saved.stateBytes };
+      writeFileSync(join(tmp, 'template.json'), JSON.stringify(meta, null, 2));
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(tmp, dir);
+      this.log.info({ key, name, bootMs: Math.round(bootMs), pausedMs: Math.round(saved.pausedMs) }, 'template snapshot built');
+      return this.load(name, key)!;
+    } catch (err) {
+      const tail = vm.consoleTail(2048);
+      vm.kill();
+      await vm.exited;
+      rmSync(tmp, { recursive: true, force: true });
+      throw new SandglassError('vm_failed', `building template ${name} failed: ${(err as Error).message}\n--- console ---\n${tail}`, { cause: err });
+    }
+  }
+}
+
+export function vmConfig(memoryMib: number, vcpus: number, accel: Accel): VmConfig {
+  return { memoryMib, vcpus, accel };
+}

@@ -1,0 +1,235 @@
+// Processes in a sandbox: run (foreground or background), reattach from an output offset, stdin, signals.
+import { constants as osConstants } from 'node:os';
+import { StringDecoder } from 'node:string_decoder';
+import type { DataPlane } from './client.js';
+import { CommandExitError, CommandTimeoutError, ConflictError, NotFoundError, SandglassError, type CommandResult } from './errors.js';
+import { OutputStream, type ExitMessage, type Fd } from './stream.js';
+import type { CommandInfo, SignalName, StartCommandRequest } from './types.js';
+
+export type { CommandResult };
+
+export interface OutputCallbacks {
+  /** Output as text, decoded as UTF-8 across frame boundaries. */
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+  /** Output as the raw bytes, for binary-safe use. */
+  onStdoutBytes?: (data: Uint8Array) => void;
+  onStderrBytes?: (data: Uint8Array) => void;
+  /** Keep the decoded output on the handle and the result (default true); false for output too large to hold. */
+  retainOutput?: boolean;
+}
+
+export interface RunOptions extends OutputCallbacks {
+  cwd?: string;
+  envs?: Record<string, string>;
+  user?: string;
+  /** The gateway kills the command after this long. Default 60000; 0 = no limit. */
+  timeoutMs?: number;
+  /** Keep stdin open for sendStdin (default: stdin is /dev/null). */
+  stdin?: boolean;
+  /** Return a CommandHandle at once instead of waiting for the command to exit. */
+  background?: boolean;
+}
+
+export interface ConnectOptions extends OutputCallbacks {
+  /** Resume the output at this byte offset (e.g. a previous handle's outputOffset). Default: the oldest byte the gateway still holds. */
+  fromOffset?: number;
+}
+
+export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
+
+/** Exit code as a shell reports it: 128 + the signal number when a signal ended the process. */
+export function exitCodeOf(exit: Pick<ExitMessage, 'exitCode' | 'signal'>): number {
+  if (typeof exit.exitCode === 'number') return exit.exitCode;
+  const signo = exit.signal ? osConstants.signals[exit.signal as keyof typeof osConstants.signals] : undefined;
+  return signo === undefined ? -1 : 128 + signo;
+}
+
+/** A running (or finished) command whose output this handle receives. */
+export class CommandHandle {
+  readonly id: string;
+  private info?: CommandInfo;
+  private readonly stream: OutputStream;
+  private readonly decoders = { 1: new StringDecoder('utf8'), 2: new StringDecoder('utf8') };
+  private out = { 1: '', 2: '' };
+  private readonly done: Promise<CommandResult>;
+  private settle!: { resolve: (r: CommandResult) => void; reject: (e: unknown) => void };
+  private stdinChain: Promise<unknown> = Promise.resolve();
+
+  /** @internal Use `commands.run`/`exec`/`connect`. */
+  constructor(
+    private readonly commands: Commands,
+    private readonly dataPlane: DataPlane,
+    commandId: string,
+    private readonly opts: OutputCallbacks & { fromOffset?: number; timeoutMs?: number },
+  ) {
+    this.id = commandId;
+    this.done = new Promise<CommandResult>((resolve, reject) => {
+      this.settle = { resolve, reject };
+    });
+    // wait() may never be called on a background handle; its rejection must not crash the process.
+    this.done.catch(() => undefined);
+    this.stream = new OutputStream(dataPlane, commandId, {
+      fromOffset: opts.fromOffset,
+      onData: (fd, bytes) => this.onData(fd, bytes),
+      onExit: (exit) => this.onExit(exit),
+      onFail: (err) => this.settle.reject(err),
+    });
+  }
+
+  /** @internal Opens the output stream; resolves once the gateway has started it. */
+  async start(): Promise<this> {
+    this.info = await this.stream.start();
+    return this;
+  }
+
+  get pid(): number {
+    return this.info?.pid ?? -1;
+  }
+  /** Decoded stdout received by this handle so far. */
+  get stdout(): string {
+    return this.out[1];
+  }
+  get stderr(): string {
+    return this.out[2];
+  }
+  /** Bytes of output (stdout and stderr together) received so far: pass it as fromOffset to resume without gaps or repeats. */
+  get outputOffset(): number {
+    return this.stream.outputOffset;
+  }
+
+  /** Output bytes the gateway had already dropped from its bounded buffer when this handle asked for them. */
+  get droppedBytes(): number {
+    return this.stream.droppedBytes;
+  }
+
+  private onData(fd: Fd, bytes: Buffer): void {
+    (fd === 1 ? this.opts.onStdoutBytes : this.opts.onStderrBytes)?.(bytes);
+    const onText = fd === 1 ? this.opts.onStdout : this.opts.onStderr;
+    if (!onText && this.opts.retainOutput === false) return;
+    this.text(fd, this.decoders[fd].write(bytes));
+  }
+
+  private text(fd: Fd, s: string): void {
+    if (s === '') return;
+    if (this.opts.retainOutput !== false) this.out[fd] += s;
+    (fd === 1 ? this.opts.onStdout : this.opts.onStderr)?.(s);
+  }
+
+  private onExit(exit: ExitMessage): void {
+    this.text(1, this.decoders[1].end());
+    this.text(2, this.decoders[2].end());
+    const exitCode = exitCodeOf(exit);
+    const result: CommandResult = { exitCode, stdout: this.out[1], stderr: this.out[2], timedOut: exit.timedOut };
+    if (exit.signal) result.signal = exit.signal;
+    if (this.stream.droppedBytes > 0) result.droppedBytes = this.stream.droppedBytes;
+    if (exit.timedOut) {
+      result.error = 'command ran past its timeout and was killed';
+      this.settle.reject(new CommandTimeoutError(result, this.opts.timeoutMs));
+    } else if (exitCode !== 0) {
+      result.error = exit.signal ? `command was killed by ${exit.signal}` : `command exited with code ${exitCode}`;
+      this.settle.reject(new CommandExitError(result));
+    } else {
+      this.settle.resolve(result);
+    }
+  }
+
+  /** Resolves when the command exits 0; rejects with CommandExitError (result attached) otherwise, like E2B. */
+  wait(): Promise<CommandResult> {
+    return this.done;
+  }
+
+  /** Sends a signal (default SIGKILL); false when the command has already exited or is unknown. */
+  kill(signal: SignalName = 'SIGKILL'): Promise<boolean> {
+    return this.commands.kill(this.id, signal);
+  }
+
+  /** Writes to the command's stdin (it must have been started with stdin: true); writes arrive in call order. */
+  sendStdin(data: string | Uint8Array): Promise<void> {
+    return this.queueStdin(() => this.commands.sendStdin(this.id, data));
+  }
+
+  /** Closes the command's stdin (EOF) after every pending write. */
+  closeStdin(): Promise<void> {
+    return this.queueStdin(() => this.commands.closeStdin(this.id));
+  }
+
+  private queueStdin(op: () => Promise<void>): Promise<void> {
+    const next = this.stdinChain.then(op);
+    this.stdinChain = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Stops receiving output; the command keeps running and can be reattached with commands.connect(id, { fromOffset }). */
+  async disconnect(): Promise<void> {
+    await this.stream.close();
+    this.settle.reject(
+      new SandglassError('disconnected', `disconnected from command ${this.id}; reattach with commands.connect('${this.id}', { fromOffset: ${this.outputOffset} })`),
+    );
+  }
+}
+
+/** `sandbox.commands`. */
+export class Commands {
+  /** @internal */
+  constructor(private readonly dataPlane: DataPlane) {}
+
+  /** Runs `cmd` with /bin/bash -lc; with `background: true` returns at once with a handle. */
+  run(cmd: string, opts: RunOptions & { background: true }): Promise<CommandHandle>;
+  run(cmd: string, opts?: RunOptions & { background?: false | undefined }): Promise<CommandResult>;
+  run(cmd: string, opts?: RunOptions): Promise<CommandHandle | CommandResult>;
+  run(cmd: string, opts: RunOptions = {}): Promise<CommandHandle | CommandResult> {
+    return this.start({ cmd }, opts);
+  }
+
+  /** Runs an argv directly, without a shell. */
+  exec(argv: string[], opts: RunOptions & { background: true }): Promise<CommandHandle>;
+  exec(argv: string[], opts?: RunOptions & { background?: false | undefined }): Promise<CommandResult>;
+  exec(argv: string[], opts?: RunOptions): Promise<CommandHandle | CommandResult>;
+  exec(argv: string[], opts: RunOptions = {}): Promise<CommandHandle | CommandResult> {
+    return this.start({ argv }, opts);
+  }
+
+  private async start(what: { cmd: string } | { argv: string[] }, opts: RunOptions): Promise<CommandHandle | CommandResult> {
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+    const body: StartCommandRequest = { ...what, cwd: opts.cwd, envs: opts.envs, user: opts.user, stdin: opts.stdin ?? false, timeoutMs };
+    const info = await this.dataPlane.json<CommandInfo>('POST', '/commands', { json: body });
+    // From offset 0: output produced between the POST and the socket opening is replayed, not lost.
+    const handle = await new CommandHandle(this, this.dataPlane, info.id, { ...opts, timeoutMs, fromOffset: 0 }).start();
+    return opts.background ? handle : handle.wait();
+  }
+
+  /** Reattaches to a command, e.g. after a disconnect or from another process. */
+  connect(commandId: string, opts: ConnectOptions = {}): Promise<CommandHandle> {
+    return new CommandHandle(this, this.dataPlane, commandId, opts).start();
+  }
+
+  async list(): Promise<CommandInfo[]> {
+    return (await this.dataPlane.json<{ commands: CommandInfo[] }>('GET', '/commands')).commands;
+  }
+
+  async getInfo(commandId: string): Promise<CommandInfo> {
+    return this.dataPlane.json<CommandInfo>('GET', `/commands/${encodeURIComponent(commandId)}`);
+  }
+
+  async sendStdin(commandId: string, data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    await this.dataPlane.request('POST', `/commands/${encodeURIComponent(commandId)}/stdin`, { body: bytes });
+  }
+
+  async closeStdin(commandId: string): Promise<void> {
+    await this.dataPlane.request('POST', `/commands/${encodeURIComponent(commandId)}/stdin`, { query: { eof: true }, body: new Uint8Array(0) });
+  }
+
+  /** Sends a signal (default SIGKILL); false when the command has already exited or is unknown. */
+  async kill(commandId: string, signal: SignalName = 'SIGKILL'): Promise<boolean> {
+    try {
+      await this.dataPlane.request('POST', `/commands/${encodeURIComponent(commandId)}/signal`, { json: { signal } });
+      return true;
+    } catch (err) {
+      if (err instanceof NotFoundError && err.code === 'command_not_found') return false;
+      if (err instanceof ConflictError && err.code === 'command_exited') return false;
+      throw err;
+    }
+  }
+}

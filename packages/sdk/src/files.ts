@@ -1,0 +1,79 @@
+// Files in a sandbox: streamed reads and writes (never buffered whole), listing, stat, remove, mkdir, rename.
+import { Readable } from 'node:stream';
+import type { DataPlane } from './client.js';
+import { NotFoundError } from './errors.js';
+import { readJson, type StreamBody } from './http.js';
+import type { FileInfo } from './types.js';
+
+export type { FileInfo };
+
+export type ReadFormat = 'text' | 'bytes' | 'stream';
+export type WriteData = string | Uint8Array | Readable | ReadableStream<Uint8Array>;
+
+export interface WriteResult {
+  path: string;
+  sizeBytes: number;
+}
+
+/** `sandbox.files`. */
+export class Files {
+  /** @internal */
+  constructor(private readonly dataPlane: DataPlane) {}
+
+  read(path: string, opts?: { format?: 'text' }): Promise<string>;
+  read(path: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
+  read(path: string, opts: { format: 'stream' }): Promise<ReadableStream<Uint8Array>>;
+  read(path: string, opts?: { format?: ReadFormat }): Promise<string | Uint8Array | ReadableStream<Uint8Array>>;
+  async read(path: string, opts: { format?: ReadFormat } = {}): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
+    const res = await this.dataPlane.request('GET', '/files', { query: { path } });
+    switch (opts.format ?? 'text') {
+      case 'text':
+        return res.text();
+      case 'bytes':
+        return new Uint8Array(await res.arrayBuffer());
+      case 'stream':
+        return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+    }
+  }
+
+  /** Writes a file; strings and bytes go in one body, streams and Readables are sent as they are read. */
+  async write(path: string, data: WriteData, opts: { mode?: number } = {}): Promise<WriteResult> {
+    const body: Uint8Array | StreamBody =
+      typeof data === 'string' ? Buffer.from(data, 'utf8') : data instanceof Readable ? (data as AsyncIterable<Uint8Array>) : data;
+    // An upload's body may take long to send: no header timeout, the server answers only after the last byte.
+    const res = await this.dataPlane.request('PUT', '/files', { query: { path, mode: opts.mode }, body, timeoutMs: 0 });
+    return readJson<WriteResult>(res);
+  }
+
+  /** Entries under `path`; depth > 1 descends into subdirectories. */
+  async list(path: string, opts: { depth?: number } = {}): Promise<FileInfo[]> {
+    return (await this.dataPlane.json<{ entries: FileInfo[] }>('GET', '/files/list', { query: { path, depth: opts.depth } })).entries;
+  }
+
+  stat(path: string): Promise<FileInfo> {
+    return this.dataPlane.json<FileInfo>('GET', '/files/stat', { query: { path } });
+  }
+
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (err) {
+      if (err instanceof NotFoundError && err.code === 'file_not_found') return false;
+      throw err;
+    }
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.dataPlane.request('DELETE', '/files', { query: { path, recursive: opts.recursive } });
+  }
+
+  /** Creates a directory and its parents; false when it already existed. */
+  async makeDir(path: string): Promise<boolean> {
+    return (await this.dataPlane.json<{ created: boolean }>('POST', '/files/mkdir', { json: { path } })).created;
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    await this.dataPlane.request('POST', '/files/rename', { json: { from, to } });
+  }
+}

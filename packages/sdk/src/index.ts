@@ -1,0 +1,16 @@
+// @sandglass/sdk: the TypeScript client of Sandglass, shaped like E2B's JS SDK.
+export { Sandbox, type SandboxCreateOptions, type SandboxListOptions } from './sandbox.js';
+export {
+  Commands,
+  CommandHandle,
+  DEFAULT_COMMAND_TIMEOUT_MS,
+  type CommandResult,
+  type ConnectOptions,
+  type OutputCallbacks,
+  type RunOptions,
+} from './commands.js';
+export { Files, type ReadFormat, type WriteData, type WriteResult } from './files.js';
+export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
+export { resolveConfig, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionConfig, type ResolvedConfig, type ServerFile } from './config.js';
+export * from './errors.js';
+export type * from './types.js';

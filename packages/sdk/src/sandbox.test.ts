@@ -1,0 +1,386 @@
+// The SDK against a scripted server: auth headers, access-token refresh, output framing and offsets, stdin, PTY, files, error mapping.
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { WebSocket } from 'ws';
+import { CommandExitError, CommandTimeoutError, ConnectionError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
+import { Sandbox } from './sandbox.js';
+import { frame, readBody, sendJson, startTestServer, wireError, type TestServer } from './test-server.js';
+import type { Access, SandboxInfo } from './types.js';
+
+const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
+const CMD = 'cmd_bbbbbbbbbbbbbbbbbbbb';
+const STREAM = `/v1/sandboxes/${SBX}/commands/${CMD}/stream`;
+
+let server: TestServer;
+let accessIssued: number;
+
+function access(token: string, lifetimeMs = 15 * 60_000): Access {
+  return { gatewayUrl: server.url, token, expiresAt: new Date(Date.now() + lifetimeMs).toISOString() };
+}
+
+function info(extra: Partial<SandboxInfo> = {}): SandboxInfo {
+  const now = new Date().toISOString();
+  return { id: SBX, tenantId: 'ten_x', template: 'base', state: 'running', memoryMib: 256, vcpus: 1, timeoutS: 300, metadata: {}, createdAt: now, expiresAt: now, ...extra };
+}
+
+const command = { id: CMD, pid: 42, argv: ['x'], cwd: '/root', pty: false, state: 'running', timedOut: false, outputBytes: 0, startedAt: '' };
+
+async function create(initialAccess: Access = access('tok0')): Promise<Sandbox> {
+  server.on('POST /v1/sandboxes', (_req, res) => sendJson(res, 201, info({ access: initialAccess })));
+  return Sandbox.create({ apiUrl: server.url, apiKey: 'sgk_test' });
+}
+
+/** Gateway side of POST …/commands followed by a scripted output stream. */
+function scriptCommand(script: (ws: WebSocket, url: URL) => void): void {
+  server.on(`POST /v1/sandboxes/${SBX}/commands`, (_req, res) => sendJson(res, 201, command));
+  server.onWs(STREAM, (ws, url) => script(ws, url));
+}
+
+const start = (ws: WebSocket, startOffset = 0) => ws.send(JSON.stringify({ type: 'start', startOffset, command }));
+const exit = (ws: WebSocket, endOffset: number, exitCode: number | null = 0, signal: string | null = null, timedOut = false) => {
+  ws.send(JSON.stringify({ type: 'exit', exitCode, signal, timedOut, endOffset }));
+  ws.close();
+};
+
+beforeEach(async () => {
+  server = await startTestServer();
+  accessIssued = 0;
+  server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) => sendJson(res, 200, access(`tok${++accessIssued}`)));
+});
+afterEach(() => server.close());
+
+describe('Sandbox lifecycle', () => {
+  it('creates with the API key and uses the access grant of the create response on the gateway', async () => {
+    let body: unknown;
+    server.on('POST /v1/sandboxes', async (req, res) => {
+      body = JSON.parse((await readBody(req)).toString());
+      sendJson(res, 201, info({ access: access('tok0') }));
+    });
+    const sbx = await Sandbox.create({ apiUrl: server.url, apiKey: 'sgk_test', template: 'base', memoryMib: 512, metadata: { a: 'b' } });
+    expect(sbx.id).toBe(SBX);
+    expect(body).toEqual({ template: 'base', memoryMib: 512, metadata: { a: 'b' } });
+    expect(server.requests[0]!.auth).toBe('Bearer sgk_test');
+
+    server.on(`GET /v1/sandboxes/${SBX}/files/stat`, (_req, res) => sendJson(res, 200, { name: 'x', path: '/x', type: 'file', sizeBytes: 1, mode: 420, mtime: '' }));
+    await sbx.files.stat('/x');
+    expect(server.requests.at(-1)!.auth).toBe('Bearer tok0');
+    expect(accessIssued).toBe(0);
+  });
+
+  it('maps a non-2xx answer to the typed error, and kill(id) of an unknown sandbox to false', async () => {
+    server.on(`GET /v1/sandboxes/${SBX}`, (_req, res) => wireError(res, 404, 'sandbox_not_found', 'no such sandbox'));
+    server.on(`DELETE /v1/sandboxes/${SBX}`, (_req, res) => wireError(res, 404, 'sandbox_not_found'));
+    const err = await Sandbox.connect(SBX, { apiUrl: server.url, apiKey: 'k' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect(err).toMatchObject({ code: 'sandbox_not_found', status: 404, requestId: 'req_test', message: 'no such sandbox' });
+    expect(await Sandbox.kill(SBX, { apiUrl: server.url, apiKey: 'k' })).toBe(false);
+  });
+
+  it('reports a server that is not there as connection_failed', async () => {
+    const url = server.url;
+    await server.close();
+    const err = await Sandbox.list({ apiUrl: url, apiKey: 'k' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectionError);
+    expect((err as SandglassError).message).toContain('sandglass up');
+    server = await startTestServer();
+  });
+
+  it('sends list filters, timeout and events to the control plane', async () => {
+    server.on('GET /v1/sandboxes', (_req, res) => sendJson(res, 200, { sandboxes: [info()] }));
+    server.on(`POST /v1/sandboxes/${SBX}/timeout`, async (req, res) => sendJson(res, 200, info({ timeoutS: JSON.parse((await readBody(req)).toString()).timeoutS })));
+    server.on(`GET /v1/sandboxes/${SBX}/events`, (_req, res, url) => {
+      // Two pages: a full one of 1000, then the rest.
+      const after = Number(url.searchParams.get('afterSeq') ?? 0);
+      const n = after === 0 ? 1000 : 2;
+      sendJson(res, 200, { events: Array.from({ length: n }, (_, i) => ({ seq: after + i + 1, type: 'sandbox.created' })) });
+    });
+    const list = await Sandbox.list({ apiUrl: server.url, apiKey: 'k', state: 'running' });
+    expect(list.map((s) => s.id)).toEqual([SBX]);
+    expect(server.requests.at(-1)!.query.get('state')).toBe('running');
+    const sbx = await create();
+    expect((await sbx.setTimeout(900)).timeoutS).toBe(900);
+    const events = await sbx.events();
+    expect(events.map((e) => e.seq)).toEqual(Array.from({ length: 1002 }, (_, i) => i + 1));
+  });
+});
+
+describe('access tokens', () => {
+  it('refreshes a token close to expiry once, however many calls wait for it', async () => {
+    const sbx = await create(access('tok0', 100));
+    server.on(`GET /v1/sandboxes/${SBX}/commands`, (_req, res) => sendJson(res, 200, { commands: [] }));
+    await new Promise((r) => setTimeout(r, 60));
+    await Promise.all([sbx.commands.list(), sbx.commands.list(), sbx.commands.list()]);
+    expect(accessIssued).toBe(1);
+    const gatewayAuth = server.requests.filter((r) => r.path.endsWith('/commands')).map((r) => r.auth);
+    expect(gatewayAuth).toEqual(['Bearer tok1', 'Bearer tok1', 'Bearer tok1']);
+  });
+
+  it('gets a new token and retries once when the gateway says unauthenticated', async () => {
+    const sbx = await create();
+    server.on(`GET /v1/sandboxes/${SBX}/commands`, (req, res) =>
+      req.headers.authorization === 'Bearer tok0' ? wireError(res, 401, 'unauthenticated', 'expired') : sendJson(res, 200, { commands: [command] }),
+    );
+    expect(await sbx.commands.list()).toHaveLength(1);
+    expect(accessIssued).toBe(1);
+  });
+});
+
+describe('commands', () => {
+  it('runs a command, decoding UTF-8 split across frames and keeping stdout and stderr apart', async () => {
+    const euro = Buffer.from('€'); // 3 bytes, split over two frames
+    let startBody: unknown;
+    server.on(`POST /v1/sandboxes/${SBX}/commands`, async (req, res) => {
+      startBody = JSON.parse((await readBody(req)).toString());
+      sendJson(res, 201, command);
+    });
+    server.onWs(STREAM, (ws, url) => {
+      expect(url.searchParams.get('fromOffset')).toBe('0');
+      start(ws);
+      ws.send(frame(1, 0, Buffer.concat([Buffer.from('a'), euro.subarray(0, 1)])));
+      ws.send(frame(2, 2, 'err'));
+      ws.send(frame(1, 5, Buffer.concat([euro.subarray(1), Buffer.from('b\n')])));
+      exit(ws, 9);
+    });
+    const sbx = await create();
+    const chunks: string[] = [];
+    const bytes: number[] = [];
+    const result = await sbx.commands.run('echo hi', { cwd: '/tmp', envs: { A: '1' }, onStdout: (s) => chunks.push(s), onStdoutBytes: (b) => bytes.push(b.length) });
+    expect(result).toEqual({ exitCode: 0, stdout: 'a€b\n', stderr: 'err', timedOut: false });
+    expect(chunks.join('')).toBe('a€b\n');
+    expect(chunks.every((c) => !c.includes('\ufffd'))).toBe(true);
+    expect(bytes).toEqual([2, 4]);
+    expect(startBody).toEqual({ cmd: 'echo hi', cwd: '/tmp', envs: { A: '1' }, stdin: false, timeoutMs: 60_000 });
+    expect(server.requests.find((r) => r.path === STREAM)!.auth).toBe('Bearer tok0');
+  });
+
+  it('rejects with CommandExitError carrying the result on a non-zero exit, 128+signal when killed', async () => {
+    let n = 0;
+    scriptCommand((ws) => {
+      start(ws);
+      ws.send(frame(2, 0, 'boom'));
+      if (n++ === 0) exit(ws, 4, 3);
+      else exit(ws, 4, null, 'SIGKILL');
+    });
+    const sbx = await create();
+    const err = await sbx.commands.exec(['false'], {}).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CommandExitError);
+    expect((err as CommandExitError).result).toMatchObject({ exitCode: 3, stderr: 'boom', error: 'command exited with code 3' });
+    const killed = (await sbx.commands.run('sleep 9').catch((e: unknown) => e)) as CommandExitError;
+    expect(killed.result).toMatchObject({ exitCode: 137, signal: 'SIGKILL' });
+  });
+
+  it('rejects with CommandTimeoutError when the gateway timed the command out', async () => {
+    scriptCommand((ws) => {
+      start(ws);
+      exit(ws, 0, null, 'SIGKILL', true);
+    });
+    const sbx = await create();
+    const err = await sbx.commands.run('sleep 9', { timeoutMs: 50 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CommandTimeoutError);
+    expect((err as CommandTimeoutError).result.timedOut).toBe(true);
+  });
+
+  it('reconnects from its offset after a dropped socket and drops replayed bytes', async () => {
+    const offsets: (string | null)[] = [];
+    scriptCommand((ws, url) => {
+      offsets.push(url.searchParams.get('fromOffset'));
+      if (offsets.length === 1) {
+        start(ws);
+        ws.send(frame(1, 0, 'hello '));
+        ws.send(frame(1, 6, 'wor'), () => ws.terminate());
+      } else {
+        // The gateway may replay from an earlier frame boundary: the SDK must skip what it already has.
+        start(ws, 6);
+        ws.send(frame(1, 6, 'world'));
+        exit(ws, 11);
+      }
+    });
+    const sbx = await create();
+    const h = await sbx.commands.run('x', { background: true });
+    const result = await h.wait();
+    expect(result.stdout).toBe('hello world');
+    expect(offsets).toEqual(['0', '9']);
+    expect(h.outputOffset).toBe(11);
+  });
+
+  it('connect resumes at fromOffset without repeating bytes', async () => {
+    scriptCommand((ws, url) => {
+      expect(url.searchParams.get('fromOffset')).toBe('3');
+      start(ws, 3);
+      ws.send(frame(1, 0, 'abcdef'));
+      exit(ws, 6);
+    });
+    const sbx = await create();
+    const h = await sbx.commands.connect(CMD, { fromOffset: 3 });
+    expect(h.pid).toBe(42);
+    expect((await h.wait()).stdout).toBe('def');
+  });
+
+  it('counts bytes the bounded buffer dropped before the stream started', async () => {
+    scriptCommand((ws) => {
+      start(ws, 100);
+      ws.send(frame(1, 100, 'tail'));
+      exit(ws, 104);
+    });
+    const sbx = await create();
+    const result = await sbx.commands.run('yes | head -c 104');
+    expect(result).toMatchObject({ stdout: 'tail', droppedBytes: 100 });
+  });
+
+  it('fails loudly when output bytes are missing mid-stream', async () => {
+    scriptCommand((ws) => {
+      start(ws);
+      ws.send(frame(1, 0, 'ab'));
+      ws.send(frame(1, 5, 'cd'));
+    });
+    const sbx = await create();
+    const err = await sbx.commands.run('x').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProtocolError);
+    expect((err as Error).message).toMatch(/jumped from 2 to 5/);
+  });
+
+  it('surfaces an upgrade refused with a wire error (output_truncated) from connect', async () => {
+    server.onWs(STREAM, { reject: { status: 410, body: { error: { code: 'output_truncated', message: 'offset 0 is gone', requestId: 'req_w' } } } });
+    const sbx = await create();
+    const err = await sbx.commands.connect(CMD, { fromOffset: 0 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect(err).toMatchObject({ code: 'output_truncated', status: 410, requestId: 'req_w' });
+  });
+
+  it('sends stdin in call order, then EOF; kill of an exited command is false', async () => {
+    const got: string[] = [];
+    server.on(`POST /v1/sandboxes/${SBX}/commands/${CMD}/stdin`, async (req, res, url) => {
+      const body = (await readBody(req)).toString();
+      // Later writes answer sooner: order must come from the client, not the server's timing.
+      await new Promise((r) => setTimeout(r, body === 'one' ? 30 : 0));
+      got.push(url.searchParams.get('eof') === 'true' ? `EOF${body}` : body);
+      sendJson(res, 204, undefined);
+    });
+    server.on(`POST /v1/sandboxes/${SBX}/commands/${CMD}/signal`, (_req, res) => wireError(res, 409, 'command_exited'));
+    let ws!: WebSocket;
+    scriptCommand((w) => {
+      ws = w;
+      start(w);
+    });
+    const sbx = await create();
+    const h = await sbx.commands.run('cat', { background: true, stdin: true });
+    await Promise.all([h.sendStdin('one'), h.sendStdin(new TextEncoder().encode('two')), h.closeStdin()]);
+    expect(got).toEqual(['one', 'two', 'EOF']);
+    exit(ws, 0);
+    await h.wait();
+    expect(await h.kill()).toBe(false);
+  });
+
+  it('disconnect leaves the command running and rejects wait with a hint to reattach', async () => {
+    scriptCommand((ws) => {
+      start(ws);
+      ws.send(frame(1, 0, 'abc'));
+    });
+    const sbx = await create();
+    const h = await sbx.commands.run('sleep 9', { background: true });
+    await new Promise((r) => setTimeout(r, 30));
+    await h.disconnect();
+    const err = await h.wait().catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'disconnected' });
+    expect((err as Error).message).toContain('fromOffset: 3');
+  });
+});
+
+describe('pty', () => {
+  it('starts a login bash on a PTY, sends keystrokes over the socket and resizes', async () => {
+    let startBody: Record<string, unknown> = {};
+    const input: string[] = [];
+    server.on(`POST /v1/sandboxes/${SBX}/commands`, async (req, res) => {
+      startBody = JSON.parse((await readBody(req)).toString());
+      sendJson(res, 201, command);
+    });
+    server.on(`POST /v1/sandboxes/${SBX}/commands/${CMD}/resize`, async (req, res) => {
+      input.push(`resize ${(await readBody(req)).toString()}`);
+      sendJson(res, 204, undefined);
+    });
+    server.onWs(STREAM, (ws) => {
+      start(ws);
+      ws.send(frame(1, 0, '$ '));
+      ws.on('message', (data) => {
+        input.push(data.toString());
+        if (data.toString() === 'exit\r') {
+          ws.send(frame(1, 2, 'bye'));
+          exit(ws, 5, 0);
+        }
+      });
+    });
+    const sbx = await create();
+    const out: string[] = [];
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => out.push(Buffer.from(d).toString()) });
+    expect(startBody).toMatchObject({ argv: ['/bin/bash', '-l'], stdin: true, pty: { cols: 80, rows: 24 }, envs: { TERM: 'xterm-256color' } });
+    await term.resize({ cols: 100, rows: 30 });
+    term.sendInput('exit\r');
+    expect(await term.wait()).toEqual({ exitCode: 0 });
+    expect(out.join('')).toBe('$ bye');
+    expect(input).toEqual(['resize {"cols":100,"rows":30}', 'exit\r']);
+  });
+});
+
+describe('files', () => {
+  it('streams a 100 MiB upload from a Readable without a content-length', async () => {
+    const sizeBytes = 100 * 1024 * 1024;
+    const chunk = Buffer.alloc(1024 * 1024, 7);
+    let received = 0;
+    let headers: Record<string, unknown> = {};
+    const serverHash = createHash('sha256');
+    server.on(`PUT /v1/sandboxes/${SBX}/files`, async (req, res, url) => {
+      headers = req.headers;
+      for await (const c of req) {
+        received += (c as Buffer).length;
+        serverHash.update(c as Buffer);
+      }
+      sendJson(res, 200, { path: url.searchParams.get('path'), sizeBytes: received });
+    });
+    const clientHash = createHash('sha256');
+    async function* gen() {
+      for (let i = 0; i < sizeBytes / chunk.length; i++) {
+        clientHash.update(chunk);
+        yield chunk;
+      }
+    }
+    const sbx = await create();
+    const result = await sbx.files.write('/big', Readable.from(gen()), { mode: 0o644 });
+    expect(result).toEqual({ path: '/big', sizeBytes });
+    expect(serverHash.digest('hex')).toBe(clientHash.digest('hex'));
+    expect(headers['content-length']).toBeUndefined();
+    expect(server.requests.at(-1)!.query.get('mode')).toBe('420');
+  }, 60_000);
+
+  it('reads as text, bytes and stream; exists maps file_not_found to false', async () => {
+    server.on(`GET /v1/sandboxes/${SBX}/files`, (_req, res, url) => {
+      if (url.searchParams.get('path') !== '/f') return wireError(res, 404, 'file_not_found');
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.end(Buffer.from([0xe2, 0x82, 0xac, 0x00]));
+    });
+    server.on(`GET /v1/sandboxes/${SBX}/files/stat`, (_req, res) => wireError(res, 404, 'file_not_found'));
+    const sbx = await create();
+    expect(await sbx.files.read('/f')).toBe('€\0');
+    expect(Array.from(await sbx.files.read('/f', { format: 'bytes' }))).toEqual([0xe2, 0x82, 0xac, 0x00]);
+    const stream = await sbx.files.read('/f', { format: 'stream' });
+    let n = 0;
+    for await (const c of stream as unknown as AsyncIterable<Uint8Array>) n += c.length;
+    expect(n).toBe(4);
+    await expect(sbx.files.read('/missing')).rejects.toMatchObject({ code: 'file_not_found', status: 404 });
+    expect(await sbx.files.exists('/missing')).toBe(false);
+  });
+
+  it('sends list depth, remove recursive, mkdir and rename', async () => {
+    server.on(`GET /v1/sandboxes/${SBX}/files/list`, (_req, res) => sendJson(res, 200, { entries: [] }));
+    server.on(`DELETE /v1/sandboxes/${SBX}/files`, (_req, res) => sendJson(res, 204, undefined));
+    server.on(`POST /v1/sandboxes/${SBX}/files/mkdir`, (_req, res) => sendJson(res, 200, { created: true }));
+    server.on(`POST /v1/sandboxes/${SBX}/files/rename`, async (req, res) => sendJson(res, (await readBody(req)).toString() === '{"from":"/a","to":"/b"}' ? 204 : 400, undefined));
+    const sbx = await create();
+    expect(await sbx.files.list('/d', { depth: 2 })).toEqual([]);
+    expect(server.requests.at(-1)!.query.get('depth')).toBe('2');
+    await sbx.files.remove('/d', { recursive: true });
+    expect(server.requests.at(-1)!.query.get('recursive')).toBe('true');
+    expect(await sbx.files.makeDir('/d')).toBe(true);
+    await sbx.files.rename('/a', '/b');
+  });
+});

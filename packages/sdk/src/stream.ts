@@ -1,0 +1,224 @@
+// A command's output WebSocket: parses the offset-carrying frames, never delivers a byte twice or skips one, and reconnects from the last offset when the socket drops.
+import WebSocket from 'ws';
+import type { DataPlane } from './client.js';
+import { AuthenticationError, ProtocolError, SandglassError, errorFromResponse } from './errors.js';
+import { connectionError } from './http.js';
+import type { CommandInfo, StreamMessage } from './types.js';
+
+export type Fd = 1 | 2;
+export type ExitMessage = Extract<StreamMessage, { type: 'exit' }>;
+
+/** Binary frame header: fd (u8) then the offset of the first byte in the command's combined output (u64 BE). */
+const HEADER_BYTES = 9;
+const MAX_RECONNECTS = 5;
+const FIRST_RECONNECT_DELAY_MS = 100;
+// A gateway that vanished without closing the TCP connection is noticed after at most two of these.
+const HEARTBEAT_INTERVAL_MS = 30_000;
+
+export interface OutputStreamOptions {
+  /** Where to start in the command's output; undefined = the oldest byte the gateway still holds. */
+  fromOffset?: number;
+  onData: (fd: Fd, bytes: Buffer) => void;
+  onExit: (exit: ExitMessage) => void;
+  onFail: (err: SandglassError) => void;
+}
+
+export class OutputStream {
+  /** Offset of the next byte expected; undefined until the server says where the stream starts. */
+  private offset?: number;
+  private ws?: WebSocket;
+  private finished = false;
+  private failedAttempts = 0;
+  private refreshedToken = false;
+  private pendingInput: Buffer[] = [];
+  private startWaiters: { resolve: (c: CommandInfo) => void; reject: (e: SandglassError) => void }[] = [];
+  private command?: CommandInfo;
+  private droppedBytesTotal = 0;
+
+  constructor(
+    private readonly dataPlane: DataPlane,
+    readonly commandId: string,
+    private readonly opts: OutputStreamOptions,
+  ) {
+    this.offset = opts.fromOffset;
+  }
+
+  /** Bytes of output received so far, counted from the start of the command's output. */
+  get outputOffset(): number {
+    return this.offset ?? this.opts.fromOffset ?? 0;
+  }
+
+  /** Output bytes the gateway no longer held when this stream asked for them (its buffer is bounded). */
+  get droppedBytes(): number {
+    return this.droppedBytesTotal;
+  }
+
+  /** Opens the socket; resolves with the command once the server has started the stream. */
+  start(): Promise<CommandInfo> {
+    const started = new Promise<CommandInfo>((resolve, reject) => this.startWaiters.push({ resolve, reject }));
+    void this.connect();
+    return started;
+  }
+
+  /** Sends bytes to the command's stdin (or PTY) over the socket, queued while it (re)connects. */
+  sendInput(data: Buffer): void {
+    if (this.finished) return;
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(data);
+    else this.pendingInput.push(data);
+  }
+
+  /** Stops receiving; the command keeps running. */
+  close(): Promise<void> {
+    const ws = this.ws;
+    this.finished = true;
+    if (!ws || ws.readyState === WebSocket.CLOSED) return Promise.resolve();
+    return new Promise((resolve) => {
+      ws.once('close', () => resolve());
+      if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+      else ws.close();
+    });
+  }
+
+  private async connect(): Promise<void> {
+    let target;
+    try {
+      target = await this.dataPlane.webSocketTarget(
+        `/commands/${encodeURIComponent(this.commandId)}/stream`,
+        { fromOffset: this.offset },
+        { force: this.refreshedToken && this.failedAttempts === 0 },
+      );
+    } catch (err) {
+      this.fail(err instanceof SandglassError ? err : new ProtocolError('protocol_error', String(err), { cause: err }));
+      return;
+    }
+    if (this.finished) return;
+    const ws = new WebSocket(target.url, { headers: target.headers });
+    this.ws = ws;
+    let closeError: SandglassError | undefined;
+    ws.on('unexpected-response', (_req, res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let body: unknown = text;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          // errorFromResponse reports non-JSON text as it is.
+        }
+        closeError = errorFromResponse(res.statusCode ?? 0, body, header(res.headers['x-request-id']));
+        ws.terminate();
+      });
+    });
+    ws.on('error', (err) => {
+      closeError ??= connectionError(new URL(target.url), err);
+    });
+    ws.on('open', () => {
+      for (const b of this.pendingInput.splice(0)) ws.send(b);
+      let answered = true;
+      ws.on('pong', () => {
+        answered = true;
+      });
+      const heartbeat = setInterval(() => {
+        if (!answered) {
+          closeError ??= new SandglassError('disconnected', `the gateway stopped answering on the output stream of ${this.commandId}`, { retryable: true });
+          ws.terminate();
+          return;
+        }
+        answered = false;
+        ws.ping();
+      }, HEARTBEAT_INTERVAL_MS).unref();
+      ws.once('close', () => clearInterval(heartbeat));
+    });
+    ws.on('message', (data, isBinary) => {
+      if (this.finished) return;
+      try {
+        if (isBinary) this.onFrame(toBuffer(data));
+        else this.onText(toBuffer(data).toString('utf8'));
+      } catch (err) {
+        this.fail(err instanceof SandglassError ? err : new ProtocolError('protocol_error', `bad stream message: ${String(err)}`, { cause: err }));
+      }
+    });
+    ws.on('close', (code) => {
+      if (this.ws === ws) this.ws = undefined;
+      if (this.finished) return;
+      const err = closeError ?? new SandglassError('disconnected', `output stream of ${this.commandId} closed (code ${code}) before the command exited`, { retryable: true });
+      this.retryOrFail(err);
+    });
+  }
+
+  private retryOrFail(err: SandglassError): void {
+    // An expired token gets one fresh token; anything else retryable (gateway restarting, socket dropped) gets a few tries with backoff.
+    if (err instanceof AuthenticationError && !this.refreshedToken) {
+      this.refreshedToken = true;
+      void this.connect();
+      return;
+    }
+    if (!err.retryable || this.failedAttempts >= MAX_RECONNECTS) {
+      this.fail(err);
+      return;
+    }
+    const delayMs = FIRST_RECONNECT_DELAY_MS * 2 ** this.failedAttempts++;
+    setTimeout(() => {
+      if (!this.finished) void this.connect();
+    }, delayMs).unref();
+  }
+
+  private onText(text: string): void {
+    const msg = JSON.parse(text) as StreamMessage;
+    if (msg.type === 'start') {
+      // The gateway's buffer is bounded: a start past our offset is how it says older bytes are gone.
+      if (this.offset !== undefined && msg.startOffset > this.offset) this.droppedBytesTotal += msg.startOffset - this.offset;
+      if (this.offset === undefined || msg.startOffset > this.offset) this.offset = msg.startOffset;
+      this.failedAttempts = 0;
+      this.refreshedToken = false;
+      this.command = msg.command;
+      for (const w of this.startWaiters.splice(0)) w.resolve(msg.command);
+    } else if (msg.type === 'exit') {
+      if (this.outputOffset < msg.endOffset) {
+        throw new ProtocolError('protocol_error', `stream of ${this.commandId} ended at ${msg.endOffset} but only ${this.outputOffset} bytes arrived`);
+      }
+      this.finished = true;
+      // A command that exits before anyone saw 'start' still counts as started.
+      if (this.command) for (const w of this.startWaiters.splice(0)) w.resolve(this.command);
+      this.opts.onExit(msg);
+      this.ws?.close();
+    }
+  }
+
+  private onFrame(buf: Buffer): void {
+    if (buf.length < HEADER_BYTES) throw new ProtocolError('protocol_error', `output frame of ${buf.length} bytes is shorter than its header`);
+    const fd = buf[0];
+    if (fd !== 1 && fd !== 2) throw new ProtocolError('protocol_error', `output frame names fd ${fd}`);
+    const frameOffset = Number(buf.readBigUInt64BE(1));
+    let bytes = buf.subarray(HEADER_BYTES);
+    const expected = this.offset ?? frameOffset;
+    if (frameOffset > expected) {
+      throw new ProtocolError('protocol_error', `output of ${this.commandId} jumped from ${expected} to ${frameOffset}: bytes were lost`);
+    }
+    // Bytes before `expected` were delivered already (a replay after reconnecting): skip them.
+    const skip = expected - frameOffset;
+    if (skip >= bytes.length) return;
+    bytes = bytes.subarray(skip);
+    this.offset = expected + bytes.length;
+    this.opts.onData(fd, bytes);
+  }
+
+  private fail(err: SandglassError): void {
+    if (this.finished) return;
+    this.finished = true;
+    for (const w of this.startWaiters.splice(0)) w.reject(err);
+    this.opts.onFail(err);
+    this.ws?.terminate();
+  }
+}
+
+function toBuffer(data: WebSocket.RawData): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  if (Array.isArray(data)) return Buffer.concat(data);
+  return Buffer.from(data);
+}
+
+function header(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}

@@ -1,0 +1,98 @@
+// Wire types of the control-plane and gateway APIs (docs/design/api.md; spec/control-plane.yaml and spec/gateway.yaml are normative).
+
+/** A short-lived data-plane grant for one sandbox. */
+export interface Access {
+  gatewayUrl: string;
+  token: string;
+  /** ISO 8601. */
+  expiresAt: string;
+}
+
+export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
+
+export interface SandboxInfo {
+  id: string;
+  tenantId: string;
+  template: string;
+  state: SandboxState;
+  endReason?: 'killed' | 'timeout' | 'shutdown';
+  failureReason?: string;
+  memoryMib: number;
+  vcpus: number;
+  timeoutS: number;
+  metadata: Record<string, string>;
+  createdAt: string;
+  startedAt?: string;
+  endedAt?: string;
+  expiresAt: string;
+  /** Only in the create response. */
+  access?: Access;
+}
+
+export interface TemplateInfo {
+  id: string;
+  name: string;
+  status: 'ready' | 'building' | 'failed';
+  memoryMib: number;
+  createdAt: string;
+}
+
+export interface SandboxEvent {
+  seq: number;
+  id: string;
+  type: string;
+  sandboxId: string | null;
+  tenantId: string;
+  at: string;
+  data: Record<string, unknown>;
+  hash: string;
+  prevHash: string;
+}
+
+/** A process in the sandbox, as the gateway reports it. */
+export interface CommandInfo {
+  id: string;
+  pid: number;
+  argv: string[];
+  cwd?: string | null;
+  /** Whether it runs on a PTY. */
+  pty: boolean;
+  state: 'running' | 'exited';
+  exitCode?: number | null;
+  signal?: string | null;
+  timedOut: boolean;
+  /** Bytes of output (stdout and stderr together) the command has produced so far. */
+  outputBytes: number;
+  startedAt: string;
+  endedAt?: string | null;
+}
+
+/** The signals the gateway forwards to a command's process group. */
+export type SignalName = 'SIGTERM' | 'SIGKILL' | 'SIGINT' | 'SIGHUP' | 'SIGQUIT' | 'SIGUSR1' | 'SIGUSR2';
+
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  sizeBytes: number;
+  mode: number;
+  mtime: string;
+  symlinkTarget?: string;
+}
+
+/** The body of POST …/commands. */
+export interface StartCommandRequest {
+  cmd?: string;
+  argv?: string[];
+  cwd?: string;
+  envs?: Record<string, string>;
+  user?: string;
+  stdin?: boolean;
+  pty?: { cols: number; rows: number };
+  timeoutMs?: number;
+}
+
+/** Text messages of a command's output WebSocket (server → client); a startOffset past the requested fromOffset means older bytes left the bounded buffer. */
+export type StreamMessage =
+  | { type: 'start'; startOffset: number; command: CommandInfo }
+  | { type: 'exit'; exitCode: number | null; signal: string | null; timedOut: boolean; endOffset: number };

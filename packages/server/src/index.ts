@@ -1,0 +1,2 @@
+// @sandglass/server: the embedded deployment (`sandglass up`) wiring the control plane, one gateway, SQLite and local storage.
+export { up, start, type UpOptions, type Running } from './up.js';

@@ -1,0 +1,127 @@
+// `sandglass up`: the embedded single-node deployment — control plane and one gateway in one process, SQLite, local storage.
+import { randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createLogger, homeLayout, systemClock, type HomeLayout } from '@sandglass/core';
+import { openDatabase } from '@sandglass/db';
+import { EventLog } from '@sandglass/events';
+import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
+import { Gateway, BASE_TEMPLATE, createGatewayServer } from '@sandglass/gateway';
+import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway } from '@sandglass/control-plane';
+import { reconcileNode } from './reconcile.js';
+import { grantVmTraverse } from './host-access.js';
+import { progressPrinter } from './progress.js';
+
+export interface UpOptions {
+  port?: number;
+  host?: string;
+  home?: string;
+  /** Port of the gateway's data plane; default port + 1. */
+  gatewayPort?: number;
+}
+
+export interface Running {
+  url: string;
+  gatewayUrl: string;
+  adminKeyFile: string;
+  stop(): Promise<void>;
+}
+
+function nodeSecret(layout: HomeLayout): Buffer {
+  const file = `${layout.root}/node-secret`;
+  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+  return Buffer.from(readFileSync(file, 'utf8').trim(), 'hex');
+}
+
+export async function start(opts: UpOptions = {}): Promise<Running> {
+  const layout = homeLayout(opts.home);
+  const host = opts.host ?? '127.0.0.1';
+  const port = opts.port ?? 7070;
+  const gatewayPort = opts.gatewayPort ?? port + 1;
+  const log = createLogger('sandglass');
+  const clock = systemClock;
+  for (const d of [layout.root, layout.artifacts, layout.run]) mkdirSync(d, { recursive: true, mode: 0o700 });
+  chmodSync(layout.root, 0o700);
+  grantVmTraverse(layout.root);
+  for (const d of [layout.artifacts, layout.run]) grantVmTraverse(d);
+
+  const progress = progressPrinter();
+  const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
+  progress.finish();
+
+  const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
+  const events = new EventLog(db);
+  const secret = nodeSecret(layout);
+  const gateway = new Gateway({
+    home: layout,
+    image,
+    kernelArgs: defaultKernelArgs().join(' '),
+    events: { append: (e) => events.append(e, { clock }) },
+    nodeSecret: secret,
+    clock,
+    logger: log,
+  });
+  await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'building', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });
+  const tpl = await gateway.ensureBaseTemplate((p) => progress.update(p));
+  progress.finish();
+  await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'ready', memoryMib: BASE_TEMPLATE.memoryMib, artifactKey: tpl.key }, { clock });
+
+  const gatewayApp = await createGatewayServer(gateway);
+  await gatewayApp.listen({ port: gatewayPort, host });
+  const gatewayUrl = `http://${host}:${gatewayPort}`;
+
+  // VMs of a previous run died with its process: record that their sandboxes are gone.
+  await reconcileNode(db, events, { liveIds: new Set(gateway.sandboxes.keys()), clock });
+
+  const adminKey = await bootstrapLocal({ db, events, keyFile: layout.adminKeyFile, clock });
+  const cp = await createControlPlane({
+    db,
+    events,
+    gateways: singleGateway({ id: 'local', url: gatewayUrl }),
+    nodeSecret: secret,
+    clock,
+    logger: log,
+  });
+  await cp.listen(port, host);
+  const url = `http://${host}:${port}`;
+  writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', { mode: 0o600 });
+  void adminKey;
+
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    gatewayUrl,
+    adminKeyFile: layout.adminKeyFile,
+    stop: () =>
+      (stopping ??= (async () => {
+        rmSync(layout.serverFile, { force: true });
+        await cp.close();
+        await gateway.shutdown();
+        await gatewayApp.close();
+        await closeDb();
+      })()),
+  };
+}
+
+/** Runs until SIGINT/SIGTERM, then stops every VM cleanly. */
+export async function up(opts: UpOptions = {}): Promise<void> {
+  const t0 = performance.now();
+  const running = await start(opts);
+  process.stdout.write(
+    `Sandglass is up in ${((performance.now() - t0) / 1000).toFixed(1)} s\n` +
+      `  API:      ${running.url}\n` +
+      `  gateway:  ${running.gatewayUrl}\n` +
+      `  API key:  ${running.adminKeyFile} (the CLI and SDK read it; or set SANDGLASS_URL and SANDGLASS_API_KEY)\n` +
+      `Stop with Ctrl-C.\n`,
+  );
+  await new Promise<void>((resolve) => {
+    const onSignal = (sig: NodeJS.Signals) => {
+      process.stdout.write(`\n${sig}: stopping sandboxes…\n`);
+      running.stop().then(resolve, (err: unknown) => {
+        process.stderr.write(`error while stopping: ${(err as Error).message}\n`);
+        resolve();
+      });
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+  });
+}

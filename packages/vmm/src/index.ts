@@ -1,0 +1,5 @@
+// @sandglass/vmm: the VMM driver (QEMU microvm, KVM or TCG), its QMP client and per-VM cgroups.
+export * from './qemu.js';
+export * from './qmp.js';
+export * from './cgroup.js';
+export * from './host.js';

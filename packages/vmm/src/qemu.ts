@@ -1,0 +1,337 @@
+// The QEMU `microvm` driver: cold boot, save a snapshot (RAM stays in its file, device state to a stream), restore.
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { chownSync, closeSync, createWriteStream, fsyncSync, mkdirSync, openSync, readFileSync, chmodSync, existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { SandglassError } from '@sandglass/core';
+import { QmpClient } from './qmp.js';
+import { createCgroup, type Cgroup } from './cgroup.js';
+import { vmIdentity, type Accel } from './host.js';
+
+const execFileP = promisify(execFile);
+
+export interface VmConfig {
+  memoryMib: number;
+  vcpus: number;
+  accel: Accel;
+}
+
+/** Files of one VM's runtime directory. */
+export interface VmPaths {
+  dir: string;
+  qmpSocket: string;
+  agentSocket: string;
+  consoleLog: string;
+  disk: string;
+}
+
+export function vmPaths(dir: string): VmPaths {
+  return {
+    dir,
+    qmpSocket: join(dir, 'qmp.sock'),
+    agentSocket: join(dir, 'agent.sock'),
+    consoleLog: join(dir, 'console.log'),
+    disk: join(dir, 'disk.qcow2'),
+  };
+}
+
+export interface BootSpec {
+  id: string;
+  dir: string;
+  config: VmConfig;
+  kernelPath: string;
+  initrdPath: string;
+  append: string;
+  /** Raw root filesystem image; the VM writes to a qcow2 overlay over it in `dir`. */
+  rootfsPath: string;
+  /** File that holds guest RAM, mapped shared so the snapshot reads it without copying. */
+  memPath: string;
+}
+
+/** A snapshot as the driver needs it: RAM file, device-state stream, frozen disk layer, and the config they were taken with. */
+export interface SnapshotFiles {
+  memPath: string;
+  statePath: string;
+  diskPath: string;
+  config: VmConfig;
+}
+
+export interface RestoreSpec {
+  id: string;
+  dir: string;
+  snapshot: SnapshotFiles;
+}
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** True when we asked it to stop. */
+  expected: boolean;
+  stderrTail: string;
+}
+
+const SANDBOX_ARGS = 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny';
+// A smaller TCG translation cache keeps an idle VM's host memory low; code is re-translated on demand.
+const TCG_TB_MIB = 32;
+// QEMU itself (device emulation, TCG cache, page tables) on top of guest RAM.
+const VMM_OVERHEAD_MIB = 192;
+
+function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: string, share: boolean): string[] {
+  return [
+    '-name', `sandglass-${id}`,
+    '-M', 'microvm,pic=off,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
+    ...(config.accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', `tcg,tb-size=${TCG_TB_MIB}`, '-cpu', 'max']),
+    '-smp', String(config.vcpus),
+    '-m', `${config.memoryMib}M`,
+    '-object', `memory-backend-file,id=mem,size=${config.memoryMib}M,mem-path=${memPath},share=${share ? 'on' : 'off'}`,
+    '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
+    '-sandbox', SANDBOX_ARGS,
+    '-chardev', `socket,id=qmp,path=${paths.qmpSocket},server=on,wait=off`,
+    '-mon', 'chardev=qmp,mode=control',
+    '-chardev', `file,id=console,path=${paths.consoleLog}`,
+    '-serial', 'chardev:console',
+    '-drive', `id=root,file=${paths.disk},format=qcow2,if=none,discard=unmap`,
+    '-device', 'virtio-blk-device,drive=root',
+    '-device', 'virtio-serial-device',
+    '-chardev', `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
+    '-device', 'virtserialport,chardev=agent,name=agent',
+  ];
+}
+
+/** Creates a VM runtime directory owned by the VM user (QEMU creates its sockets and files there). */
+export function prepareVmDir(dir: string): VmPaths {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const who = vmIdentity();
+  if (process.getuid?.() === 0) chownSync(dir, who.uid, who.gid);
+  return vmPaths(dir);
+}
+
+export async function createOverlay(path: string, backing: string, backingFormat: 'raw' | 'qcow2'): Promise<void> {
+  try {
+    await execFileP('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', backingFormat, '-b', backing, path]);
+  } catch (err) {
+    throw new SandglassError('internal', `qemu-img create failed: ${(err as { stderr?: string }).stderr ?? err}`, { cause: err });
+  }
+  chownToVm(path);
+}
+
+export function chownToVm(path: string): void {
+  if (process.getuid?.() === 0) {
+    const who = vmIdentity();
+    chownSync(path, who.uid, who.gid);
+  }
+}
+
+export class Vm {
+  readonly paths: VmPaths;
+  readonly exited: Promise<ExitInfo>;
+  qmp?: QmpClient;
+  private stopping = false;
+  private stderr = '';
+
+  constructor(
+    readonly id: string,
+    readonly config: VmConfig,
+    readonly child: ChildProcess,
+    readonly cgroup: Cgroup,
+    dir: string,
+  ) {
+    this.paths = vmPaths(dir);
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (s: string) => {
+      this.stderr = (this.stderr + s).slice(-4096);
+    });
+    child.stdout?.resume();
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code, signal) => {
+        this.qmp?.close();
+        this.cgroup.remove();
+        resolve({ code, signal, expected: this.stopping, stderrTail: this.stderr.trim() });
+      });
+    });
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  get isRunning(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** The last bytes of the guest's serial console, for failure reports. */
+  consoleTail(maxBytes = 4096): string {
+    try {
+      const buf = readFileSync(this.paths.consoleLog);
+      return buf.subarray(Math.max(0, buf.length - maxBytes)).toString('utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  /** Proportional set size of the QEMU process: its fair share of memory shared with other VMs. */
+  pssBytes(): number | undefined {
+    try {
+      const m = /^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${this.pid}/smaps_rollup`, 'utf8'));
+      return m ? Number(m[1]) * 1024 : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Stops the VM: QMP quit, then SIGKILL if it lingers. Resolves once the process is gone. */
+  async stop(graceMs = 2000): Promise<ExitInfo> {
+    this.stopping = true;
+    if (this.isRunning) {
+      this.qmp?.execute('quit').catch(() => {});
+      const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+      const info = await this.exited;
+      clearTimeout(timer);
+      return info;
+    }
+    return this.exited;
+  }
+
+  kill(): void {
+    this.stopping = true;
+    this.child.kill('SIGKILL');
+  }
+
+  /**
+   * Saves device state to `statePath` while guest RAM stays in its shared file (`x-ignore-shared`):
+   * the stream is small and the pause is short. The VM is left stopped.
+   */
+  async saveSnapshot(statePath: string): Promise<{ pausedMs: number; stateBytes: number }> {
+    const qmp = this.requireQmp();
+    const migSock = join(this.paths.dir, 'migrate.sock');
+    const out = createWriteStream(statePath, { mode: 0o600 });
+    let received = 0;
+    const server = createServer((conn) => {
+      conn.on('data', (d: Buffer) => (received += d.length));
+      conn.pipe(out);
+    });
+    await new Promise<void>((resolve, reject) => server.listen(migSock, resolve).once('error', reject));
+    chownToVm(migSock);
+    chmodSync(migSock, 0o600);
+    const streamDone = new Promise<void>((resolve, reject) => {
+      out.once('finish', resolve);
+      out.once('error', reject);
+    });
+    const t0 = performance.now();
+    try {
+      await qmp.execute('stop');
+      await qmp.execute('migrate-set-capabilities', {
+        capabilities: [
+          { capability: 'x-ignore-shared', state: true },
+          { capability: 'events', state: true },
+        ],
+      });
+      const done = qmp.waitForEvent('MIGRATION', (d) => d.status === 'completed' || d.status === 'failed', 60_000);
+      await qmp.execute('migrate', { uri: `unix:${migSock}` });
+      const ev = await done;
+      if (ev.data?.status !== 'completed') {
+        const info = await qmp.execute<{ 'error-desc'?: string }>('query-migrate').catch(() => ({}) as { 'error-desc'?: string });
+        throw new SandglassError('vm_failed', `snapshot migration failed: ${info['error-desc'] ?? 'unknown'}`);
+      }
+      await streamDone;
+    } finally {
+      server.close();
+    }
+    const fd = openSync(statePath, 'r');
+    fsyncSync(fd);
+    closeSync(fd);
+    return { pausedMs: performance.now() - t0, stateBytes: received };
+  }
+
+  requireQmp(): QmpClient {
+    if (!this.qmp || this.qmp.isClosed) throw new SandglassError('vm_failed', `VM ${this.id} has no QMP connection`);
+    return this.qmp;
+  }
+}
+
+function spawnQemu(id: string, dir: string, config: VmConfig, args: string[], extraFds: number[] = []): Vm {
+  const who = vmIdentity();
+  const cgroup = createCgroup(id, { memoryBytes: (config.memoryMib + VMM_OVERHEAD_MIB) * 1024 * 1024, cpus: config.vcpus });
+  const child = spawn('qemu-system-x86_64', args, {
+    stdio: ['ignore', 'pipe', 'pipe', ...extraFds],
+    ...(process.getuid?.() === 0 ? { uid: who.uid, gid: who.gid } : {}),
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+  });
+  // Joining the cgroup right after spawn: QEMU has not allocated guest memory yet.
+  if (child.pid) {
+    try {
+      cgroup.addProcess(child.pid);
+    } catch {
+      // The process died at once; the exit handler reports why.
+    }
+  }
+  return new Vm(id, config, child, cgroup, dir);
+}
+
+async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
+  const early = vm.exited.then((e) => {
+    throw new SandglassError('vm_failed', `QEMU exited at start (code ${e.code}, signal ${e.signal}): ${e.stderrTail}`);
+  });
+  vm.qmp = await Promise.race([QmpClient.connect(vm.paths.qmpSocket, { timeoutMs }), early]);
+  return vm.qmp;
+}
+
+/** Cold-boots a VM from kernel + initramfs + root image. Used only to build templates; sandboxes restore. */
+export async function bootVm(spec: BootSpec): Promise<Vm> {
+  const paths = prepareVmDir(spec.dir);
+  if (!existsSync(paths.disk)) await createOverlay(paths.disk, spec.rootfsPath, 'raw');
+  const args = [
+    ...machineArgs(spec.id, paths, spec.config, spec.memPath, true),
+    '-kernel', spec.kernelPath,
+    '-initrd', spec.initrdPath,
+    '-append', spec.append,
+  ];
+  const vm = spawnQemu(spec.id, spec.dir, spec.config, args);
+  await attachQmp(vm, 10_000);
+  return vm;
+}
+
+/**
+ * Restores a snapshot into a new VM: a fresh qcow2 overlay over the snapshot's frozen disk layer, guest RAM
+ * mapped privately (copy-on-write) from the snapshot's RAM file, device state read from its stream.
+ * The VM is left paused: the caller connects the agent first, then calls `resume`.
+ */
+export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
+  const paths = prepareVmDir(spec.dir);
+  await createOverlay(paths.disk, spec.snapshot.diskPath, 'qcow2');
+  const stateFd = openSync(spec.snapshot.statePath, 'r');
+  let vm: Vm;
+  try {
+    const args = [...machineArgs(spec.id, paths, spec.snapshot.config, spec.snapshot.memPath, false), '-incoming', 'defer'];
+    vm = spawnQemu(spec.id, spec.dir, spec.snapshot.config, args, [stateFd]);
+  } finally {
+    closeSync(stateFd);
+  }
+  try {
+    const qmp = await attachQmp(vm, 10_000);
+    await qmp.execute('migrate-set-capabilities', {
+      capabilities: [
+        { capability: 'x-ignore-shared', state: true },
+        { capability: 'events', state: true },
+      ],
+    });
+    const done = qmp.waitForEvent('MIGRATION', (d) => d.status === 'completed' || d.status === 'failed', 60_000);
+    // fd 3 of the child is the state stream we passed at spawn.
+    await qmp.execute('migrate-incoming', { uri: 'fd:3' });
+    const ev = await done;
+    if (ev.data?.status !== 'completed') throw new SandglassError('vm_failed', 'restoring the snapshot failed');
+    return vm;
+  } catch (err) {
+    vm.kill();
+    const exit = await vm.exited;
+    if (err instanceof SandglassError && exit.stderrTail) {
+      throw new SandglassError(err.code, `${err.message}: ${exit.stderrTail}`, { cause: err });
+    }
+    throw err;
+  }
+}
+
+export async function resumeVm(vm: Vm): Promise<void> {
+  await vm.requireQmp().execute('cont');
+}

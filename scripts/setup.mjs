@@ -1,0 +1,139 @@
+#!/usr/bin/env node
+// Prepares a machine to run Sandglass: system packages, the VM user, npm dependencies and the guest agent; idempotent and quick when all is in place.
+// Plain Node ESM without dependencies: it runs on a fresh clone, before `npm ci`.
+import { spawnSync } from 'node:child_process';
+import { accessSync, constants, readdirSync, readFileSync, statSync } from 'node:fs';
+import { delimiter, dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
+const args = process.argv.slice(2);
+for (const a of args) {
+  if (a !== '--test') fail(`unknown option ${a} (usage: node scripts/setup.mjs [--test])`);
+}
+
+/** Command that must be on the machine → Debian package that provides it. */
+const REQUIRED = [
+  ['qemu-system-x86_64', 'qemu-system-x86'],
+  ['qemu-img', 'qemu-utils'],
+  ['debootstrap', 'debootstrap'],
+  ['mkfs.ext4', 'e2fsprogs'],
+  ['go', 'golang-go'],
+  ['cpio', 'cpio'],
+  ['zstd', 'zstd'],
+];
+const VM_USER = 'sandglass-vm';
+const isRoot = process.getuid?.() === 0;
+
+function log(msg) {
+  console.log(`[setup] ${msg}`);
+}
+
+function fail(msg) {
+  console.error(`[setup] ${msg}`);
+  process.exit(1);
+}
+
+/** Runs a command with the terminal attached; exits setup when it fails. */
+function run(cmd, cmdArgs, opts = {}) {
+  const r = spawnSync(cmd, cmdArgs, { stdio: 'inherit', cwd: repo, ...opts });
+  if (r.error) fail(`cannot run ${cmd}: ${r.error.message}`);
+  if (r.status !== 0) fail(`${cmd} ${cmdArgs.join(' ')} failed (exit status ${r.status ?? r.signal})`);
+}
+
+// sbin directories are searched too: a non-root PATH often lacks them, yet debootstrap and mkfs.ext4 live there.
+const searchPath = [...(process.env.PATH ?? '').split(delimiter), '/usr/local/sbin', '/usr/sbin', '/sbin'].filter(Boolean);
+function hasCommand(name) {
+  return searchPath.some((dir) => {
+    try {
+      accessSync(join(dir, name), constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+function ensureSystemPackages() {
+  const missing = REQUIRED.filter(([cmd]) => !hasCommand(cmd));
+  if (missing.length === 0) {
+    log(`system tools present (${REQUIRED.map(([c]) => c).join(', ')})`);
+    return;
+  }
+  const packages = [...new Set(missing.map(([, pkg]) => pkg))];
+  const install = ['apt-get', 'install', '-y', '--no-install-recommends', ...packages];
+  if (!isRoot) {
+    console.error(`[setup] missing commands: ${missing.map(([c, p]) => `${c} (package ${p})`).join(', ')}`);
+    console.error('[setup] install them as root, then run setup again:');
+    console.error(`  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive ${install.join(' ')}`);
+    process.exit(1);
+  }
+  log(`installing ${packages.join(' ')} (missing: ${missing.map(([c]) => c).join(', ')})`);
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  run('apt-get', ['update'], { env });
+  run(install[0], install.slice(1), { env });
+  const still = REQUIRED.filter(([cmd]) => !hasCommand(cmd));
+  if (still.length > 0) fail(`still missing after apt-get install: ${still.map(([c]) => c).join(', ')}`);
+}
+
+function userExists(name) {
+  try {
+    return readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .some((l) => l.split(':')[0] === name);
+  } catch {
+    return false;
+  }
+}
+
+function ensureVmUser() {
+  if (userExists(VM_USER)) {
+    log(`user ${VM_USER} exists`);
+    return;
+  }
+  if (!isRoot) {
+    log(`user ${VM_USER} (which VMs run as) is missing; as root: useradd --system --no-create-home --shell /usr/sbin/nologin ${VM_USER}`);
+    return;
+  }
+  log(`creating system user ${VM_USER} (VMs run as it)`);
+  run('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', VM_USER]);
+}
+
+function mtimeMs(path) {
+  try {
+    return statSync(path).mtimeMs;
+  } catch {
+    return undefined;
+  }
+}
+
+function ensureNodeModules() {
+  const installed = mtimeMs(join(repo, 'node_modules/.package-lock.json'));
+  const lock = mtimeMs(join(repo, 'package-lock.json'));
+  if (installed !== undefined && lock !== undefined && installed >= lock) {
+    log('npm dependencies up to date');
+    return;
+  }
+  log(installed === undefined ? 'installing npm dependencies (npm ci)' : 'package-lock.json changed: npm ci');
+  run('npm', ['ci', '--no-audit', '--no-fund']);
+}
+
+function ensureAgent() {
+  const agentDir = join(repo, 'agent');
+  const binary = join(agentDir, 'build/sandglass-agent');
+  const built = mtimeMs(binary);
+  const sources = readdirSync(agentDir).filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'go.sum' || f === 'build.sh');
+  const newest = Math.max(...sources.map((f) => mtimeMs(join(agentDir, f)) ?? Infinity));
+  if (built !== undefined && built >= newest) {
+    log('guest agent up to date');
+    return;
+  }
+  log('building the guest agent (agent/build.sh)');
+  run('bash', [join(agentDir, 'build.sh'), binary], { stdio: ['ignore', 'ignore', 'inherit'] });
+}
+
+ensureSystemPackages();
+ensureVmUser();
+ensureNodeModules();
+ensureAgent();
+log('ready');

@@ -1,0 +1,62 @@
+// Starts one real `sandglass up` (control plane + gateway + VMs) for the whole integration run; tests restore from its template.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync, createWriteStream } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { TestProject } from 'vitest/node';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+let server: ChildProcess | undefined;
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    sandglassUrl: string;
+    sandglassGatewayUrl: string;
+    sandglassApiKey: string;
+    sandglassHome: string;
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  // A home of its own: CI starts from nothing (proving the build from scratch); locally the artifacts are reused.
+  const home = process.env.SANDGLASS_TEST_HOME ?? join(root, '.sandglass-test');
+  mkdirSync(home, { recursive: true });
+  rmSync(join(home, 'server.json'), { force: true });
+  const port = Number(process.env.SANDGLASS_TEST_PORT ?? 17070);
+  const log = createWriteStream(join(home, 'server.log'), { flags: 'a' });
+  const t0 = Date.now();
+  server = spawn(join(root, 'bin/sandglass'), ['up', '--port', String(port)], {
+    env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_LOG_LEVEL: process.env.SANDGLASS_LOG_LEVEL ?? 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  server.stdout!.on('data', (d: Buffer) => {
+    log.write(d);
+    if (process.env.SANDGLASS_TEST_VERBOSE || !process.env.CI) process.stdout.write(`[up] ${d}`);
+  });
+  server.stderr!.on('data', (d: Buffer) => {
+    log.write(d);
+    process.stderr.write(`[up] ${d}`);
+  });
+  const exited = new Promise<never>((_, reject) =>
+    server!.once('exit', (code) => reject(new Error(`sandglass up exited with ${code} before it was ready; see ${home}/server.log`))),
+  );
+  const serverFile = join(home, 'server.json');
+  const ready = (async () => {
+    while (!existsSync(serverFile)) await new Promise((r) => setTimeout(r, 200));
+  })();
+  await Promise.race([ready, exited]);
+  const info = JSON.parse(readFileSync(serverFile, 'utf8')) as { url: string; gatewayUrl: string; adminKeyFile: string };
+  console.log(`[setup] sandglass up ready in ${((Date.now() - t0) / 1000).toFixed(1)} s at ${info.url}`);
+  project.provide('sandglassUrl', info.url);
+  project.provide('sandglassGatewayUrl', info.gatewayUrl);
+  project.provide('sandglassApiKey', readFileSync(info.adminKeyFile, 'utf8').trim());
+  project.provide('sandglassHome', home);
+  return async () => {
+    if (!server || server.exitCode !== null) return;
+    const gone = new Promise((r) => server!.once('exit', r));
+    server.kill('SIGTERM');
+    const timer = setTimeout(() => server!.kill('SIGKILL'), 30_000);
+    await gone;
+    clearTimeout(timer);
+  };
+}

@@ -1,0 +1,93 @@
+// Shared by the integration tests: how to reach the server, and a check of every HTTP response against the OpenAPI specs.
+import { fileURLToPath } from 'node:url';
+import { inject, afterAll, expect } from 'vitest';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { derefSchema, loadOpenApi, type OpenApiDoc } from '@sandglass/core';
+import type { ConnectionConfig } from '@sandglass/sdk';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+export const apiUrl = inject('sandglassUrl');
+export const gatewayUrl = inject('sandglassGatewayUrl');
+export const adminKey = inject('sandglassApiKey');
+export const home = inject('sandglassHome');
+
+export function config(apiKey = adminKey): ConnectionConfig {
+  return { apiUrl, apiKey };
+}
+
+export async function api(method: string, path: string, opts: { key?: string | null; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {}) {
+  const headers: Record<string, string> = { ...opts.headers };
+  if (opts.key !== null) headers.authorization = `Bearer ${opts.key ?? adminKey}`;
+  let body: string | undefined;
+  if (opts.rawBody !== undefined) body = opts.rawBody;
+  else if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(`${apiUrl}${path}`, { method, headers, body });
+  const text = await res.text();
+  return { status: res.status, body: text ? (JSON.parse(text) as Record<string, any>) : undefined };
+}
+
+// ---- OpenAPI response validation ----
+const specs: Array<{ base: string; doc: OpenApiDoc }> = [
+  { base: apiUrl, doc: loadOpenApi(`${root}spec/control-plane.yaml`) },
+  { base: gatewayUrl, doc: loadOpenApi(`${root}spec/gateway.yaml`) },
+];
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats.default(ajv);
+const violations: string[] = [];
+let checked = 0;
+
+function matchPath(doc: OpenApiDoc, pathname: string): string | undefined {
+  for (const template of Object.keys(doc.paths)) {
+    const re = new RegExp(`^${template.replace(/\{[^}]+\}/g, '[^/]+')}$`);
+    if (re.test(pathname)) return template;
+  }
+  return undefined;
+}
+
+function validate(method: string, url: URL, status: number, contentType: string, body: string): void {
+  const spec = specs.find((s) => url.href.startsWith(s.base));
+  if (!spec) return;
+  const template = matchPath(spec.doc, url.pathname);
+  const where = `${method} ${url.pathname} → ${status}`;
+  if (!template) return void violations.push(`${where}: path not in spec`);
+  const op = spec.doc.paths[template]![method.toLowerCase()] as Record<string, any> | undefined;
+  if (!op) return void violations.push(`${where}: method not in spec`);
+  const resp = op.responses[String(status)] ?? op.responses.default;
+  if (!resp) return void violations.push(`${where}: status not in spec`);
+  const resolved = (resp.$ref ? (spec.doc as any).components.responses[resp.$ref.split('/').pop()] : resp) as Record<string, any>;
+  const schema = resolved.content?.['application/json']?.schema;
+  checked++;
+  if (!schema) {
+    if (body.length > 0 && contentType.includes('application/json')) violations.push(`${where}: spec declares no JSON body`);
+    return;
+  }
+  if (!contentType.includes('application/json')) return void violations.push(`${where}: expected JSON, got ${contentType}`);
+  const ok = ajv.validate(derefSchema(spec.doc, schema) as object, JSON.parse(body));
+  if (!ok) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
+}
+
+const realFetch = globalThis.fetch;
+globalThis.fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+  const res = await realFetch(input, init);
+  const url = new URL(typeof input === 'string' || input instanceof URL ? input.toString() : input.url);
+  const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
+  const ct = res.headers.get('content-type') ?? '';
+  if (ct.includes('application/json') || res.status === 204 || res.status >= 400) {
+    const body = await res.clone().text();
+    validate(method, url, res.status, ct, body);
+  }
+  return res;
+};
+
+/** Every test file ends by asserting that no response broke its spec. */
+export function checkResponsesAgainstSpec(): void {
+  afterAll(() => {
+    expect(violations, violations.join('\n')).toEqual([]);
+    expect(checked).toBeGreaterThan(0);
+  });
+}
