@@ -8,5 +8,5 @@ out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 cd "$here"
 # CGO off: a static binary that runs in any root filesystem and as the initramfs /init;
 # GOPROXY=off: the agent has no dependencies, and the build must never reach the network.
-CGO_ENABLED=0 GOFLAGS= GOPROXY=off go build -trimpath -ldflags='-s -w' -o "$out" .
+CGO_ENABLED=0 GOFLAGS= GOPROXY=off go build -buildvcs=false -trimpath -ldflags='-s -w' -o "$out" .
 echo "$out"

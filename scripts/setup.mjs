@@ -21,6 +21,7 @@ const REQUIRED = [
   ['go', 'golang-go'],
   ['cpio', 'cpio'],
   ['zstd', 'zstd'],
+  ['setfacl', 'acl'],
 ];
 const VM_USER = 'sandglass-vm';
 const isRoot = process.getuid?.() === 0;

@@ -6,7 +6,7 @@ import { reportError } from './output.js';
 const flush = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.write('', () => resolve()));
 
 async function main(argv: string[]): Promise<void> {
-  const state: RunState = { exitCode: 0, stayAlive: false };
+  const state: RunState = { exitCode: 0 };
   try {
     await buildProgram(state).parseAsync(argv);
   } catch (err) {
@@ -14,7 +14,6 @@ async function main(argv: string[]): Promise<void> {
     if (err instanceof CommanderError) state.exitCode = err.exitCode === 0 ? 0 : 2;
     else state.exitCode = reportError(err);
   }
-  if (state.stayAlive && state.exitCode === 0) return;
   // Exit explicitly: an idle keep-alive socket or a paused stdin must not hold the CLI open, but queued output must still get out.
   await Promise.all([flush(process.stdout), flush(process.stderr)]);
   process.exit(state.exitCode);

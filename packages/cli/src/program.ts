@@ -8,10 +8,9 @@ import { attach, execStreaming, startExec, type ExecOptions } from './exec.js';
 import { printJson, printTable, shortTime } from './output.js';
 import { shell } from './shell.js';
 
-/** What the actions leave for main: the exit status, and whether the process must outlive the action (a server). */
+/** What the actions leave for main: the exit status. */
 export interface RunState {
   exitCode: number;
-  stayAlive: boolean;
 }
 
 interface CreateFlags {
@@ -116,11 +115,10 @@ export function buildProgram(state: RunState): Command {
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .action(
       act(async (flags: { port: number; host: string }) => {
-        // A variable specifier: the server package is optional for users of the CLI against a remote server.
-        const specifier = '@sandglass/server';
-        const server = (await import(specifier)) as { up(opts: { port?: number; host?: string; home?: string }): Promise<void> };
-        state.stayAlive = true;
-        await server.up({ port: flags.port, host: flags.host });
+        // Loaded only here: every other command is a plain client and must start fast.
+        const { up } = await import('@sandglass/server');
+        // Resolves once the server has stopped (Ctrl-C).
+        await up({ port: flags.port, host: flags.host });
       }),
     );
 

@@ -73,7 +73,7 @@ function requireRoot(what: string): void {
   if (process.getuid?.() !== 0) {
     throw new SandglassError(
       'internal',
-      `${what} needs root (debootstrap and file ownership in the image); run it once as root, e.g. \`sudo npx sandglass up\`: the result is cached and later runs need no root`,
+      `${what} needs root (debootstrap, and file ownership inside the image): run the image build once as root; the result is cached and later runs need no root`,
     );
   }
 }

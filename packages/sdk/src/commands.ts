@@ -59,7 +59,7 @@ export class CommandHandle {
   /** @internal Use `commands.run`/`exec`/`connect`. */
   constructor(
     private readonly commands: Commands,
-    private readonly dataPlane: DataPlane,
+    dataPlane: DataPlane,
     commandId: string,
     private readonly opts: OutputCallbacks & { fromOffset?: number; timeoutMs?: number },
   ) {

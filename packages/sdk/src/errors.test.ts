@@ -53,10 +53,15 @@ describe('errorFromResponse', () => {
 });
 
 describe('KNOWN_ERROR_CODES', () => {
-  it('agrees with the server catalogue on every code and its retryability', () => {
+  it('agrees with the server catalogue on every code, its status and its retryability', () => {
     expect(Object.keys(KNOWN_ERROR_CODES).sort()).toEqual(Object.keys(ERROR_CATALOGUE).sort());
     for (const code of Object.keys(ERROR_CATALOGUE) as ErrorCode[]) {
-      expect([code, KNOWN_ERROR_CODES[code].retryable]).toEqual([code, ERROR_CATALOGUE[code].retryable]);
+      const { status, retryable } = KNOWN_ERROR_CODES[code];
+      expect({ code, status, retryable }).toEqual({ code, status: ERROR_CATALOGUE[code].status, retryable: ERROR_CATALOGUE[code].retryable });
     }
+  });
+
+  it('gives a known code without a status (a WebSocket message) its catalogued status', () => {
+    expect(errorFromResponse(0, { type: 'error', error: { code: 'sandbox_not_running', message: 'm' } })).toMatchObject({ status: 409, code: 'sandbox_not_running' });
   });
 });

@@ -18,38 +18,38 @@ export type ErrorFamily =
   | 'internal';
 
 // A Record over ErrorCode so that a code added to spec/errors.yaml fails the typecheck until it is placed here.
-const CODES: Record<ErrorCode, { family: ErrorFamily; retryable: boolean }> = {
-  invalid_argument: { family: 'invalid_argument', retryable: false },
-  malformed_json: { family: 'invalid_argument', retryable: false },
-  payload_too_large: { family: 'invalid_argument', retryable: false },
-  path_outside_sandbox: { family: 'invalid_argument', retryable: false },
-  unauthenticated: { family: 'authentication', retryable: false },
-  permission_denied: { family: 'permission_denied', retryable: false },
-  not_found: { family: 'not_found', retryable: false },
-  sandbox_not_found: { family: 'not_found', retryable: false },
-  template_not_found: { family: 'not_found', retryable: false },
-  tenant_not_found: { family: 'not_found', retryable: false },
-  command_not_found: { family: 'not_found', retryable: false },
-  file_not_found: { family: 'not_found', retryable: false },
+const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable: boolean }> = {
+  invalid_argument: { family: 'invalid_argument', status: 400, retryable: false },
+  malformed_json: { family: 'invalid_argument', status: 400, retryable: false },
+  payload_too_large: { family: 'invalid_argument', status: 413, retryable: false },
+  path_outside_sandbox: { family: 'invalid_argument', status: 400, retryable: false },
+  unauthenticated: { family: 'authentication', status: 401, retryable: false },
+  permission_denied: { family: 'permission_denied', status: 403, retryable: false },
+  not_found: { family: 'not_found', status: 404, retryable: false },
+  sandbox_not_found: { family: 'not_found', status: 404, retryable: false },
+  template_not_found: { family: 'not_found', status: 404, retryable: false },
+  tenant_not_found: { family: 'not_found', status: 404, retryable: false },
+  command_not_found: { family: 'not_found', status: 404, retryable: false },
+  file_not_found: { family: 'not_found', status: 404, retryable: false },
   // The requested bytes existed once and are gone for good: for a caller that is "not found".
-  output_truncated: { family: 'not_found', retryable: false },
-  file_exists: { family: 'conflict', retryable: false },
-  not_a_directory: { family: 'conflict', retryable: false },
-  is_a_directory: { family: 'conflict', retryable: false },
-  sandbox_not_running: { family: 'conflict', retryable: false },
-  command_exited: { family: 'conflict', retryable: false },
-  conflict: { family: 'conflict', retryable: false },
-  capacity_exhausted: { family: 'unavailable', retryable: true },
-  template_not_ready: { family: 'unavailable', retryable: true },
-  gateway_unavailable: { family: 'unavailable', retryable: true },
-  agent_timeout: { family: 'timeout', retryable: true },
-  timeout: { family: 'timeout', retryable: true },
-  vm_failed: { family: 'internal', retryable: false },
-  internal: { family: 'internal', retryable: true },
+  output_truncated: { family: 'not_found', status: 410, retryable: false },
+  file_exists: { family: 'conflict', status: 409, retryable: false },
+  not_a_directory: { family: 'conflict', status: 409, retryable: false },
+  is_a_directory: { family: 'conflict', status: 409, retryable: false },
+  sandbox_not_running: { family: 'conflict', status: 409, retryable: false },
+  command_exited: { family: 'conflict', status: 409, retryable: false },
+  conflict: { family: 'conflict', status: 409, retryable: false },
+  capacity_exhausted: { family: 'unavailable', status: 503, retryable: true },
+  template_not_ready: { family: 'unavailable', status: 503, retryable: true },
+  gateway_unavailable: { family: 'unavailable', status: 502, retryable: true },
+  agent_timeout: { family: 'timeout', status: 504, retryable: true },
+  timeout: { family: 'timeout', status: 504, retryable: true },
+  vm_failed: { family: 'internal', status: 500, retryable: false },
+  internal: { family: 'internal', status: 500, retryable: true },
 };
 
 /** The codes this SDK knows; exported so tests can hold it against the server's catalogue. */
-export const KNOWN_ERROR_CODES: Readonly<Record<ErrorCode, { family: ErrorFamily; retryable: boolean }>> = CODES;
+export const KNOWN_ERROR_CODES: Readonly<Record<ErrorCode, { family: ErrorFamily; status: number; retryable: boolean }>> = CODES;
 
 export interface SandglassErrorInit {
   /** HTTP status of the response; 0 when the error did not come from a response. */
@@ -176,7 +176,10 @@ function fallbackCode(status: number): ErrorCode {
   return byFamily[familyOfStatus(status)];
 }
 
-/** Builds the typed error for a non-2xx response from its status and body (parsed JSON, or text when it was not JSON). */
+/**
+ * Builds the typed error for a non-2xx response from its status and body (parsed JSON, or text when it was not JSON).
+ * Status 0 stands for an error that came without one (a WebSocket message): a known code then gets its catalogued status.
+ */
 export function errorFromResponse(status: number, body: unknown, requestIdHeader?: string): SandglassError {
   const wire = (body as { error?: { code?: unknown; message?: unknown; requestId?: unknown; details?: unknown } } | undefined)?.error;
   if (wire && typeof wire.code === 'string') {
@@ -184,7 +187,7 @@ export function errorFromResponse(status: number, body: unknown, requestIdHeader
     const family = known ? CODES[wire.code as ErrorCode].family : familyOfStatus(status);
     const Cls = FAMILY_CLASS[family];
     return new Cls(wire.code, typeof wire.message === 'string' ? wire.message : `HTTP ${status}`, {
-      status,
+      status: status === 0 && known ? CODES[wire.code as ErrorCode].status : status,
       requestId: typeof wire.requestId === 'string' ? wire.requestId : requestIdHeader,
       details: wire.details && typeof wire.details === 'object' ? (wire.details as Record<string, unknown>) : undefined,
       retryable: known ? undefined : status >= 500,

@@ -240,6 +240,17 @@ describe('commands', () => {
     expect((err as Error).message).toMatch(/jumped from 2 to 5/);
   });
 
+  it('fails with the typed error the gateway reports on the stream before closing it', async () => {
+    scriptCommand((ws) => {
+      start(ws);
+      ws.send(JSON.stringify({ type: 'error', error: { code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' } }));
+      ws.close(1011, 'sandbox_not_running');
+    });
+    const sbx = await create();
+    const err = await sbx.commands.run('x').catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' });
+  });
+
   it('surfaces an upgrade refused with a wire error (output_truncated) from connect', async () => {
     server.onWs(STREAM, { reject: { status: 410, body: { error: { code: 'output_truncated', message: 'offset 0 is gone', requestId: 'req_w' } } } });
     const sbx = await create();

@@ -133,8 +133,11 @@ export class OutputStream {
     ws.on('message', (data, isBinary) => {
       if (this.finished) return;
       try {
-        if (isBinary) this.onFrame(toBuffer(data));
-        else this.onText(toBuffer(data).toString('utf8'));
+        if (isBinary) return this.onFrame(toBuffer(data));
+        const msg = JSON.parse(toBuffer(data).toString('utf8')) as StreamMessage | ({ type: 'error' } & Record<string, unknown>);
+        // The gateway reports a failure of the stream itself (agent gone, sandbox ended) this way, then closes.
+        if (msg.type === 'error') closeError = errorFromResponse(0, msg);
+        else this.onText(msg);
       } catch (err) {
         this.fail(err instanceof SandglassError ? err : new ProtocolError('protocol_error', `bad stream message: ${String(err)}`, { cause: err }));
       }
@@ -164,8 +167,7 @@ export class OutputStream {
     }, delayMs).unref();
   }
 
-  private onText(text: string): void {
-    const msg = JSON.parse(text) as StreamMessage;
+  private onText(msg: StreamMessage): void {
     if (msg.type === 'start') {
       // The gateway's buffer is bounded: a start past our offset is how it says older bytes are gone.
       if (this.offset !== undefined && msg.startOffset > this.offset) this.droppedBytesTotal += msg.startOffset - this.offset;
