@@ -1,7 +1,7 @@
 // Every bad input gets its stable code, names the field, and changes nothing; tenants never see each other.
 import { beforeAll, afterAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
-import { api, checkResponsesAgainstSpec, config, gatewayUrl } from './helpers.js';
+import { adminKey, api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl, sendOversized } from './helpers.js';
 
 checkResponsesAgainstSpec();
 
@@ -44,7 +44,7 @@ describe('control plane rejects bad input and changes nothing', () => {
     ['negative timeout', () => api('POST', '/v1/sandboxes', { body: { timeoutS: -5 } }), 400, 'invalid_argument', 'timeoutS'],
     ['unknown field', () => api('POST', '/v1/sandboxes', { body: { memoryMb: 512 } }), 400, 'invalid_argument', 'memoryMb'],
     ['malformed JSON', () => api('POST', '/v1/sandboxes', { rawBody: '{"template": ', headers: { 'content-type': 'application/json' } }), 400, 'malformed_json'],
-    ['oversized body', () => api('POST', '/v1/sandboxes', { rawBody: JSON.stringify({ metadata: { a: 'x'.repeat(2 * 1024 * 1024) } }), headers: { 'content-type': 'application/json' } }), 413, 'payload_too_large'],
+    ['oversized body', () => sendOversized(`${apiUrl}/v1/sandboxes`, { authorization: `Bearer ${adminKey}` }, 2 * 1024 * 1024), 413, 'payload_too_large'],
     ['missing API key', () => api('POST', '/v1/sandboxes', { key: null, body: {} }), 401, 'unauthenticated'],
     ['wrong API key', () => api('POST', '/v1/sandboxes', { key: 'sg_wrong', body: {} }), 401, 'unauthenticated'],
     ['unknown sandbox', () => api('DELETE', '/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa'), 404, 'sandbox_not_found'],
@@ -78,7 +78,7 @@ describe('gateway rejects bad input and changes nothing', () => {
     ['cwd that does not exist', () => gw('POST', '/commands', { body: { argv: ['true'], cwd: '/no/such/dir' } }), 404, 'file_not_found', 'cwd'],
     ['unknown command id', () => gw('GET', '/commands/cmd_aaaaaaaaaaaaaaaaaaaa'), 404, 'command_not_found'],
     ['malformed JSON', () => gw('POST', '/commands', { raw: '{"cmd":', headers: { 'content-type': 'application/json' } }), 400, 'malformed_json'],
-    ['oversized JSON', () => gw('POST', '/commands', { body: { cmd: 'x'.repeat(2 * 1024 * 1024) } }), 413, 'payload_too_large'],
+    ['oversized JSON', () => sendOversized(`${gatewayUrl}/v1/sandboxes/${sbx.id}/commands`, { authorization: `Bearer ${token}` }, 2 * 1024 * 1024), 413, 'payload_too_large'],
     ['unknown signal', () => gw('POST', '/commands/cmd_aaaaaaaaaaaaaaaaaaaa/signal', { body: { signal: 'SIGBOGUS' } }), 400, 'invalid_argument', 'signal'],
     ['reading a directory', () => gw('GET', '/files?path=/etc'), 409, 'is_a_directory'],
   ];

@@ -14,7 +14,7 @@ function sg(args: string[], input?: string | Buffer) {
   const env: NodeJS.ProcessEnv = { ...process.env, SANDGLASS_HOME: home };
   delete env.SANDGLASS_URL;
   delete env.SANDGLASS_API_KEY;
-  const r = spawnSync(bin, args, { env, input, encoding: 'buffer', timeout: 120_000 });
+  const r = spawnSync(bin, args, { env, input, timeout: 120_000 });
   return { code: r.status, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8'), raw: r.stdout };
 }
 

@@ -1,4 +1,5 @@
 // Shared by the integration tests: how to reach the server, and a check of every HTTP response against the OpenAPI specs.
+import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { inject, afterAll, expect } from 'vitest';
 import { Ajv2020 } from 'ajv/dist/2020.js';
@@ -89,5 +90,34 @@ export function checkResponsesAgainstSpec(): void {
   afterAll(() => {
     expect(violations, violations.join('\n')).toEqual([]);
     expect(checked).toBeGreaterThan(0);
+  });
+}
+
+/**
+ * A request whose body the server may refuse before reading it all (413): the server answers and closes early,
+ * so the client must read the response even though its own write then fails with EPIPE.
+ */
+export function sendOversized(url: string, headers: Record<string, string>, sizeBytes: number): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json', 'content-length': String(sizeBytes) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+    });
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EPIPE' && err.code !== 'ECONNRESET') reject(err);
+    });
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const pump = () => {
+      while (sent < sizeBytes) {
+        const piece = chunk.subarray(0, Math.min(chunk.length, sizeBytes - sent));
+        sent += piece.length;
+        if (!req.write(piece)) return void req.once('drain', pump);
+      }
+      req.end();
+    };
+    pump();
   });
 }
