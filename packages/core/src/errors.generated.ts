@@ -17,7 +17,6 @@ export const ERROR_CATALOGUE = {
   path_outside_sandbox: { status: 400, retryable: false, message: "The path must be absolute, without NUL bytes or '..' escaping the guest root." },
   sandbox_not_running: { status: 409, retryable: false, message: "The sandbox is not running (it was killed, timed out or failed)." },
   command_exited: { status: 409, retryable: false, message: "The command has already exited; it takes no more input or signals." },
-  output_truncated: { status: 410, retryable: false, message: "The requested output offset is older than what the bounded output buffer retains." },
   capacity_exhausted: { status: 503, retryable: true, message: "The node has no room for another sandbox right now; retry later or ask for less memory." },
   template_not_ready: { status: 503, retryable: true, message: "The template is still being built." },
   vm_failed: { status: 500, retryable: false, message: "The sandbox's VM crashed or stopped answering; see the sandbox's failure reason." },

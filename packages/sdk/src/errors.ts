@@ -32,7 +32,6 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   command_not_found: { family: 'not_found', status: 404, retryable: false },
   file_not_found: { family: 'not_found', status: 404, retryable: false },
   // The requested bytes existed once and are gone for good: for a caller that is "not found".
-  output_truncated: { family: 'not_found', status: 410, retryable: false },
   file_exists: { family: 'conflict', status: 409, retryable: false },
   not_a_directory: { family: 'conflict', status: 409, retryable: false },
   is_a_directory: { family: 'conflict', status: 409, retryable: false },

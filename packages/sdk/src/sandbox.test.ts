@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
-import { CommandExitError, CommandTimeoutError, ConnectionError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
+import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
 import { Sandbox } from './sandbox.js';
 import { frame, readBody, sendJson, startTestServer, wireError, type TestServer } from './test-server.js';
 import type { Access, SandboxInfo } from './types.js';
@@ -251,12 +251,12 @@ describe('commands', () => {
     expect(err).toMatchObject({ code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' });
   });
 
-  it('surfaces an upgrade refused with a wire error (output_truncated) from connect', async () => {
-    server.onWs(STREAM, { reject: { status: 410, body: { error: { code: 'output_truncated', message: 'offset 0 is gone', requestId: 'req_w' } } } });
+  it('surfaces an upgrade refused with a wire error (sandbox_not_running) from connect', async () => {
+    server.onWs(STREAM, { reject: { status: 409, body: { error: { code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_w' } } } });
     const sbx = await create();
     const err = await sbx.commands.connect(CMD, { fromOffset: 0 }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(NotFoundError);
-    expect(err).toMatchObject({ code: 'output_truncated', status: 410, requestId: 'req_w' });
+    expect(err).toBeInstanceOf(ConflictError);
+    expect(err).toMatchObject({ code: 'sandbox_not_running', status: 409, requestId: 'req_w' });
   });
 
   it('sends stdin in call order, then EOF; kill of an exited command is false', async () => {
