@@ -26,7 +26,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const log = createWriteStream(join(home, 'server.log'), { flags: 'a' });
   const t0 = Date.now();
   server = spawn(join(root, 'bin/sandglass'), ['up', '--port', String(port)], {
-    env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_LOG_LEVEL: process.env.SANDGLASS_LOG_LEVEL ?? 'info' },
+    env: {
+      ...process.env,
+      SANDGLASS_HOME: home,
+      SANDGLASS_LOG_LEVEL: process.env.SANDGLASS_LOG_LEVEL ?? 'info',
+      // Hang detection within seconds rather than a minute, still far above a busy TCG guest's ping time.
+      SANDGLASS_HEALTH_INTERVAL_MS: '2000',
+      SANDGLASS_HEALTH_TIMEOUT_MS: '6000',
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   server.stdout!.on('data', (d: Buffer) => {

@@ -1,10 +1,11 @@
 // Sandbox lifecycle through the API: list, kill, timeouts, a crashed VM detected and marked failed, the event log and its projection.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { openDatabase } from '@sandglass/db';
 import { EventLog, project } from '@sandglass/events';
+import { QmpClient } from '@sandglass/vmm';
 import { checkResponsesAgainstSpec, config, home } from './helpers.js';
 
 checkResponsesAgainstSpec();
@@ -50,6 +51,33 @@ describe('lifecycle', () => {
     expect(info.failureReason).toMatch(/exited unexpectedly|agent/);
     const failed = (await sbx.events()).find((e) => e.type === 'sandbox.failed');
     expect(failed).toBeDefined();
+  });
+
+  it('detects a guest kernel crash (panic) and keeps the reason and console tail', async () => {
+    const sbx = await Sandbox.create(config());
+    // The command never returns: the guest kernel panics under it.
+    await sbx.commands.run('echo c > /proc/sysrq-trigger', { background: true });
+    const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed');
+    expect(info.failureReason).toMatch(/guest went down \(guest-reset\)|guest-panic/);
+    const failed = (await sbx.events()).find((e) => e.type === 'sandbox.failed')!;
+    expect(String((failed.data as { consoleTail: string }).consoleTail)).toMatch(/sysrq|Kernel panic/i);
+  });
+
+  it('detects a hung VM through missed agent health checks', async () => {
+    const sbx = await Sandbox.create(config());
+    const qmp = await QmpClient.connect(join(home, 'run', sbx.id, 'qmp.sock'));
+    try {
+      // A stopped VM is the purest hang: the process lives, the guest answers nothing.
+      await qmp.execute('stop');
+      const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed', 120_000);
+      expect(info.failureReason).toMatch(/hung/);
+    } finally {
+      qmp.close();
+    }
+    // Its resources are freed: the QEMU process is gone.
+    const started = (await sbx.events()).find((e) => e.type === 'sandbox.started')!;
+    const pid = (started.data as { pid: number }).pid;
+    await until(async () => existsSync(`/proc/${pid}`), (alive) => !alive);
   });
 
   it('records every state change as a hash-chained event; the projection rebuilds from the log', async () => {

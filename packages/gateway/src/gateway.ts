@@ -4,7 +4,7 @@ import { totalmem } from 'node:os';
 import { SandglassError, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
 import { detectAccel, type Accel } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
-import { Sandbox, sandboxDir } from './sandbox.js';
+import { Sandbox, sandboxDir, type HealthPolicy } from './sandbox.js';
 import { TemplateStore, vmConfig, type TemplateProgress, type TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 
@@ -20,6 +20,8 @@ export interface GatewayOptions {
   accel?: Accel;
   /** Host memory the node may give to guests; default 75% of the host's RAM. */
   guestMemoryBudgetMib?: number;
+  /** How a hung VM is told from a slow one. */
+  health?: HealthPolicy;
 }
 
 export interface CreateSandboxRequest {
@@ -101,6 +103,7 @@ export class Gateway {
       this.opts.clock,
       this.opts.logger,
       (s) => this.sandboxes.delete(s.id),
+      this.opts.health,
     );
     this.sandboxes.set(req.id, sbx);
     const { restoreMs } = await sbx.start();

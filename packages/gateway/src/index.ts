@@ -4,3 +4,4 @@ export { createGatewayServer } from './server.js';
 export type { GatewayEvents, GatewayEvent } from './events.js';
 export type { TemplateSnapshot } from './templates.js';
 export { connectAgent } from './agent-link.js';
+export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';

@@ -35,10 +35,15 @@ export interface StartCommand {
 
 export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
 
-const HEALTH_INTERVAL_MS = 5_000;
+export interface HealthPolicy {
+  intervalMs: number;
+  timeoutMs: number;
+  /** Consecutive unanswered pings before the sandbox is declared hung. */
+  misses: number;
+}
+
 // Under TCG a loaded host can stall a guest for seconds; only a long silence means it hung.
-const HEALTH_TIMEOUT_MS = 20_000;
-const HEALTH_MISSES = 3;
+export const DEFAULT_HEALTH: HealthPolicy = { intervalMs: 5_000, timeoutMs: 20_000, misses: 3 };
 
 export class Sandbox {
   state: SandboxState = 'starting';
@@ -63,6 +68,7 @@ export class Sandbox {
     private readonly clock: Clock,
     private readonly log: Logger,
     private readonly onGone: (sbx: Sandbox) => void,
+    private readonly health: HealthPolicy = DEFAULT_HEALTH,
   ) {
     this.startedAt = new Date(clock.nowMs()).toISOString();
     this.expiresAtMs = clock.nowMs() + timeoutS * 1000;
@@ -72,18 +78,28 @@ export class Sandbox {
   async start(): Promise<{ restoreMs: number }> {
     const t0 = performance.now();
     try {
-      this.vm = await restoreVm({ id: this.id, dir: this.dir, snapshot: this.template });
-      this.vm.exited.then((exit) => {
-        if (!exit.expected) void this.fail(`VM exited unexpectedly (code ${exit.code}, signal ${exit.signal}) ${exit.stderrTail}`.trim());
+      const vm = await restoreVm({ id: this.id, dir: this.dir, snapshot: this.template });
+      this.vm = vm;
+      vm.exited.then((exit) => {
+        if (exit.expected) return;
+        const why = vm.shutdownReason ? `guest went down (${vm.shutdownReason})` : `QEMU exited (code ${exit.code}, signal ${exit.signal})`;
+        void this.fail(`VM exited unexpectedly: ${why} ${exit.stderrTail}`.trim());
       });
-      const agentP = connectAgent(this.vm, { timeoutMs: 30_000, beforeHello: () => resumeVm(this.vm!) });
-      this.agent = await agentP;
+      this.abortIfEnded();
+      this.agent = await connectAgent(vm, { timeoutMs: 30_000, beforeHello: () => resumeVm(vm) });
+      this.abortIfEnded();
       await this.agent.sync();
+      this.abortIfEnded();
       this.agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
       this.agent.on('close', () => {
         if (this.state === 'running') void this.fail('agent connection lost');
       });
     } catch (err) {
+      if (this.ending) {
+        // Killed while starting: end() already recorded it; whatever start() had made is released here.
+        await this.release();
+        throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} was killed while it was starting.`);
+      }
       const tail = this.vm?.consoleTail() ?? '';
       await this.release();
       this.state = 'failed';
@@ -96,7 +112,7 @@ export class Sandbox {
     }
     this.state = 'running';
     this.armTimeout();
-    this.healthTimer = setInterval(() => void this.checkHealth(), HEALTH_INTERVAL_MS);
+    this.healthTimer = setInterval(() => void this.checkHealth(), this.health.intervalMs);
     this.healthTimer.unref();
     return { restoreMs: performance.now() - t0 };
   }
@@ -123,13 +139,19 @@ export class Sandbox {
   private async checkHealth(): Promise<void> {
     if (this.state !== 'running' || !this.agent) return;
     try {
-      await this.agent.ping({ timeoutMs: HEALTH_TIMEOUT_MS });
+      await this.agent.ping({ timeoutMs: this.health.timeoutMs });
       this.misses = 0;
     } catch {
       if (this.state !== 'running') return;
       this.misses++;
-      if (this.misses >= HEALTH_MISSES) await this.fail(`agent did not answer ${HEALTH_MISSES} health checks`);
+      if (this.misses >= this.health.misses) {
+        await this.fail(`VM hung: the agent did not answer ${this.health.misses} health checks of ${this.health.timeoutMs} ms`);
+      }
     }
+  }
+
+  private abortIfEnded(): void {
+    if (this.ending) throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} was killed while it was starting.`);
   }
 
   requireRunning(): AgentClient {

@@ -5,7 +5,7 @@ import { createLogger, homeLayout, systemClock, type HomeLayout } from '@sandgla
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
-import { Gateway, BASE_TEMPLATE, createGatewayServer } from '@sandglass/gateway';
+import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, createGatewayServer, type HealthPolicy } from '@sandglass/gateway';
 import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway } from '@sandglass/control-plane';
 import { reconcileNode } from './reconcile.js';
 import { grantVmTraverse } from './host-access.js';
@@ -30,6 +30,22 @@ function nodeSecret(layout: HomeLayout): Buffer {
   const file = `${layout.root}/node-secret`;
   if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
   return Buffer.from(readFileSync(file, 'utf8').trim(), 'hex');
+}
+
+/** SANDGLASS_HEALTH_INTERVAL_MS / SANDGLASS_HEALTH_TIMEOUT_MS tune hang detection (tests shorten it). */
+function healthFromEnv(): HealthPolicy {
+  const num = (name: string, dflt: number) => {
+    const v = process.env[name];
+    if (v === undefined) return dflt;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer of milliseconds, got ${JSON.stringify(v)}`);
+    return n;
+  };
+  return {
+    intervalMs: num('SANDGLASS_HEALTH_INTERVAL_MS', DEFAULT_HEALTH.intervalMs),
+    timeoutMs: num('SANDGLASS_HEALTH_TIMEOUT_MS', DEFAULT_HEALTH.timeoutMs),
+    misses: DEFAULT_HEALTH.misses,
+  };
 }
 
 export async function start(opts: UpOptions = {}): Promise<Running> {
@@ -59,6 +75,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     nodeSecret: secret,
     clock,
     logger: log,
+    health: healthFromEnv(),
   });
   await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'building', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });
   const tpl = await gateway.ensureBaseTemplate((p) => progress.update(p));

@@ -5,7 +5,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { SandglassError } from '@sandglass/core';
-import { QmpClient } from './qmp.js';
+import { QmpClient, type QmpEvent } from './qmp.js';
 import { createCgroup, type Cgroup } from './cgroup.js';
 import { vmIdentity, type Accel } from './host.js';
 
@@ -127,6 +127,8 @@ export class Vm {
   readonly paths: VmPaths;
   readonly exited: Promise<ExitInfo>;
   qmp?: QmpClient;
+  /** Why the guest went down, from QEMU's SHUTDOWN event (guest-panic, guest-reset, guest-shutdown …). */
+  shutdownReason?: string;
   private stopping = false;
   private stderr = '';
 
@@ -274,6 +276,9 @@ async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
     throw new SandglassError('vm_failed', `QEMU exited at start (code ${e.code}, signal ${e.signal}): ${e.stderrTail}`);
   });
   vm.qmp = await Promise.race([QmpClient.connect(vm.paths.qmpSocket, { timeoutMs }), early]);
+  vm.qmp.on('event', (ev: QmpEvent) => {
+    if (ev.event === 'SHUTDOWN') vm.shutdownReason = String(ev.data?.reason ?? 'unknown');
+  });
   return vm.qmp;
 }
 
