@@ -106,7 +106,9 @@ export function sendOversized(url: string, headers: Record<string, string>, size
       res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
     });
     req.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code !== 'EPIPE' && err.code !== 'ECONNRESET') reject(err);
+      if (err.code !== 'EPIPE' && err.code !== 'ECONNRESET') return reject(err);
+      // The server hung up while we wrote; its answer must already be on its way.
+      setTimeout(() => reject(new Error(`connection ${err.code} and no response followed`)), 5000).unref();
     });
     const chunk = Buffer.alloc(64 * 1024, 0x20);
     let sent = 0;

@@ -5,7 +5,6 @@ import { describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { openDatabase } from '@sandglass/db';
 import { EventLog, project } from '@sandglass/events';
-import { QmpClient } from '@sandglass/vmm';
 import { checkResponsesAgainstSpec, config, home } from './helpers.js';
 
 checkResponsesAgainstSpec();
@@ -48,7 +47,7 @@ describe('lifecycle', () => {
     expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8')).toContain(sbx.id);
     process.kill(pid, 'SIGKILL');
     const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed');
-    expect(info.failureReason).toMatch(/exited unexpectedly|agent/);
+    expect(info.failureReason).toMatch(/VM exited unexpectedly: QEMU exited \(code null, signal SIGKILL\)/);
     const failed = (await sbx.events()).find((e) => e.type === 'sandbox.failed');
     expect(failed).toBeDefined();
   });
@@ -58,25 +57,20 @@ describe('lifecycle', () => {
     // The command never returns: the guest kernel panics under it.
     await sbx.commands.run('echo c > /proc/sysrq-trigger', { background: true });
     const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed');
-    expect(info.failureReason).toMatch(/guest went down \(guest-reset\)|guest-panic/);
+    expect(info.failureReason).toMatch(/guest went down \(guest-reset\)/);
     const failed = (await sbx.events()).find((e) => e.type === 'sandbox.failed')!;
     expect(String((failed.data as { consoleTail: string }).consoleTail)).toMatch(/sysrq|Kernel panic/i);
   });
 
   it('detects a hung VM through missed agent health checks', async () => {
     const sbx = await Sandbox.create(config());
-    const qmp = await QmpClient.connect(join(home, 'run', sbx.id, 'qmp.sock'));
-    try {
-      // A stopped VM is the purest hang: the process lives, the guest answers nothing.
-      await qmp.execute('stop');
-      const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed', 120_000);
-      expect(info.failureReason).toMatch(/hung/);
-    } finally {
-      qmp.close();
-    }
-    // Its resources are freed: the QEMU process is gone.
     const started = (await sbx.events()).find((e) => e.type === 'sandbox.started')!;
     const pid = (started.data as { pid: number }).pid;
+    // A stopped QEMU is the purest hang: the process lives, the guest answers nothing.
+    process.kill(pid, 'SIGSTOP');
+    const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed', 120_000);
+    expect(info.failureReason).toMatch(/hung/);
+    // Its resources are freed: the QEMU process is gone.
     await until(async () => existsSync(`/proc/${pid}`), (alive) => !alive);
   });
 

@@ -93,11 +93,32 @@ export function toSandglassError(err: unknown): SandglassError {
   }
 }
 
+// A refused body up to this size is read and discarded before answering, so the client can read the 413:
+// closing a socket with unread input sends a TCP reset that can destroy the response in flight.
+const DRAIN_REFUSED_BODY_BYTES = 64 * 1024 * 1024;
+const DRAIN_TIMEOUT_MS = 10_000;
+
+function drainRequest(raw: NodeJS.ReadableStream & { readableEnded?: boolean }, declaredBytes: number): Promise<void> {
+  if (raw.readableEnded || !(declaredBytes <= DRAIN_REFUSED_BODY_BYTES)) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, DRAIN_TIMEOUT_MS);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    raw.once('end', done);
+    raw.once('error', done);
+    raw.once('close', done);
+    raw.resume();
+  });
+}
+
 export function installErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((err, req, reply) => {
+  app.setErrorHandler(async (err, req, reply) => {
     const se = toSandglassError(err);
     if (se.code === 'internal') req.log.error({ err }, 'internal error');
-    void reply.status(se.status).send(se.toBody(req.id));
+    if (se.code === 'payload_too_large') await drainRequest(req.raw, Number(req.headers['content-length'] ?? Number.NaN));
+    return reply.status(se.status).send(se.toBody(req.id));
   });
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send(new SandglassError('not_found', `No route ${req.method} ${req.url.split('?')[0]}`).toBody(req.id));

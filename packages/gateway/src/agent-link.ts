@@ -1,5 +1,6 @@
 // Connecting the gateway to a VM's agent, and turning agent errors into catalogued Sandglass errors.
 import { randomBytes } from 'node:crypto';
+import type { Socket } from 'node:net';
 import { SandglassError } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
 import { AgentClient, AgentError, connectUnixSocket, type AgentEvent } from '@sandglass/agent-client';
@@ -8,15 +9,24 @@ export interface ConnectOptions {
   timeoutMs: number;
   /** Runs once the host end is connected and before `hello`: resuming a restored VM goes here. */
   beforeHello?: () => Promise<void>;
+  /** A socket connected earlier (before a restore loaded its snapshot); otherwise one is opened. */
+  socket?: Socket;
+}
+
+export type LinkedAgent = AgentClient & { procRun: typeof procRun };
+
+/** Opens the host end of the agent's virtio-serial channel (QEMU's chardev socket). */
+export function openAgentSocket(vm: Vm, timeoutMs: number): Promise<Socket> {
+  return connectUnixSocket(vm.paths.agentSocket, { timeoutMs });
 }
 
 /** Connects to the agent's virtio-serial socket and waits for `hello`; fails early if QEMU dies meanwhile. */
-export async function connectAgent(vm: Vm, opts: ConnectOptions): Promise<AgentClient & { procRun: typeof procRun }> {
+export async function connectAgent(vm: Vm, opts: ConnectOptions): Promise<LinkedAgent> {
   const died = vm.exited.then((e) => {
     throw new SandglassError('vm_failed', `QEMU exited (code ${e.code}, signal ${e.signal}) before the agent answered: ${e.stderrTail}\n${vm.consoleTail(1024)}`);
   });
   const work = (async () => {
-    const sock = await connectUnixSocket(vm.paths.agentSocket, { timeoutMs: opts.timeoutMs });
+    const sock = opts.socket ?? (await openAgentSocket(vm, opts.timeoutMs));
     const agent = new AgentClient(sock);
     await opts.beforeHello?.();
     await agent.hello({ timeoutMs: opts.timeoutMs });

@@ -1,10 +1,11 @@
 // One running sandbox on this node: its VM, its agent connection, its commands, its deadline and its health.
 import { rmSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { newId, SandglassError, type Clock, type Logger } from '@sandglass/core';
 import { restoreVm, resumeVm, type Vm } from '@sandglass/vmm';
 import type { AgentClient } from '@sandglass/agent-client';
-import { connectAgent, mapAgentError } from './agent-link.js';
+import { connectAgent, mapAgentError, openAgentSocket } from './agent-link.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 
@@ -78,7 +79,15 @@ export class Sandbox {
   async start(): Promise<{ restoreMs: number }> {
     const t0 = performance.now();
     try {
-      const vm = await restoreVm({ id: this.id, dir: this.dir, snapshot: this.template });
+      let socket: Socket | undefined;
+      const vm = await restoreVm({
+        id: this.id,
+        dir: this.dir,
+        snapshot: this.template,
+        beforeLoad: async (v) => {
+          socket = await openAgentSocket(v, 10_000);
+        },
+      });
       this.vm = vm;
       vm.exited.then((exit) => {
         if (exit.expected) return;
@@ -86,13 +95,16 @@ export class Sandbox {
         void this.fail(`VM exited unexpectedly: ${why} ${exit.stderrTail}`.trim());
       });
       this.abortIfEnded();
-      this.agent = await connectAgent(vm, { timeoutMs: 30_000, beforeHello: () => resumeVm(vm) });
+      this.agent = await connectAgent(vm, { timeoutMs: 30_000, socket, beforeHello: () => resumeVm(vm) });
       this.abortIfEnded();
       await this.agent.sync();
       this.abortIfEnded();
       this.agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
       this.agent.on('close', () => {
-        if (this.state === 'running') void this.fail('agent connection lost');
+        if (this.state !== 'running') return;
+        // When QEMU died, its exit (with the guest's shutdown reason) explains more than the closed socket: give it a moment to win.
+        const grace = setTimeout(() => void this.fail('agent connection lost'), 2000);
+        void vm.exited.then(() => clearTimeout(grace));
       });
     } catch (err) {
       if (this.ending) {

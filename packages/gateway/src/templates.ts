@@ -8,7 +8,7 @@ import { connectAgent } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
 
 // Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
-const TEMPLATE_RECIPE = 1;
+const TEMPLATE_RECIPE = 2;
 
 export interface TemplateSnapshot extends SnapshotFiles {
   key: string;
@@ -86,9 +86,11 @@ export class TemplateStore {
       const bootMs = performance.now() - t0;
       // Flush the guest's dirty page cache so the frozen disk layer is consistent on its own.
       await agent.procRun(['/bin/sync'], { timeoutMs: 30_000 });
-      agent.close();
       onProgress?.({ step: 'template', message: `agent ready after ${(bootMs / 1000).toFixed(1)} s; snapshotting` });
+      // Snapshot with the host end still connected and the agent idle in its read: restores connect before
+      // loading, so the guest never sees the port hang up (a hangup racing the snapshot could strand the agent).
       const saved = await vm.saveSnapshot(join(tmp, 'state.bin'));
+      await agent.close();
       await vm.stop();
       rmSync(join(tmp, 'qmp.sock'), { force: true });
       rmSync(join(tmp, 'agent.sock'), { force: true });

@@ -68,6 +68,8 @@ export function defaultKernelArgs(opts: { tscKhz?: number; rootDevice?: string }
     'i8042.nopnp',
     'i8042.dumbkbd',
     'panic=-1',
+    // A triple fault is the reset microvm always honours: with -no-reboot a panicking guest ends QEMU at once.
+    'reboot=t',
     `sandglass.root=${opts.rootDevice ?? '/dev/vda'}`,
   ];
 }

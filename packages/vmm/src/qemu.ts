@@ -61,6 +61,11 @@ export interface RestoreSpec {
   id: string;
   dir: string;
   snapshot: SnapshotFiles;
+  /**
+   * Runs once QEMU is up and before the snapshot is loaded. Connecting the agent's socket here means the
+   * migrated "host connected" state of the virtio-serial port stays true, so the guest agent never sees a hangup.
+   */
+  beforeLoad?: (vm: Vm) => Promise<void>;
 }
 
 export interface ExitInfo {
@@ -315,6 +320,7 @@ export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
   }
   try {
     const qmp = await attachQmp(vm, 10_000);
+    await spec.beforeLoad?.(vm);
     await qmp.execute('migrate-set-capabilities', {
       capabilities: [
         { capability: 'x-ignore-shared', state: true },
