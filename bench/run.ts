@@ -63,6 +63,17 @@ async function coldBoots(n: number): Promise<number[]> {
   return out;
 }
 
+let coldP50 = Number.NaN;
+
+async function waitForWarm(gatewayUrl: string): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const h = (await (await fetch(`${gatewayUrl}/v1/health`)).json()) as { warm?: number };
+    if ((h.warm ?? 0) >= 2) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('the warm pool did not fill within 60 s');
+}
+
 async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
   const t0 = performance.now();
   const v = await fn();
@@ -71,7 +82,8 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
 
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
-  const running = await start({ home, port });
+  // Phase 1, warm pool off: every create restores the template snapshot into a new QEMU.
+  const running = await start({ home, port, warmPoolSize: 0 });
   const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
   const accel = detectAccel();
   try {
@@ -91,8 +103,9 @@ async function main(): Promise<void> {
       restores.push(restored);
       await s.kill();
     }
-    addLatency('create from template → first exec result', creates, `${(pct(cold, 50) / pct(creates, 50)).toFixed(1)}× faster than cold boot (p50)`);
-    addLatency('  of which create (restore + agent sync)', restores);
+    addLatency('create, pool empty (restore) → first exec result', creates, `${(pct(cold, 50) / pct(creates, 50)).toFixed(1)}× faster than cold boot (p50)`);
+    addLatency('  of which create (restore + agent sync)', restores, `${(pct(cold, 50) / pct(restores, 50)).toFixed(1)}× faster than cold boot (p50)`);
+    coldP50 = pct(cold, 50);
 
     const sbx = await Sandbox.create({ ...config, timeoutS: 3600 });
     // Exec round trip vs the HTTP round trip alone.
@@ -162,6 +175,28 @@ async function main(): Promise<void> {
     }
   } finally {
     await running.stop();
+  }
+
+  // Phase 2, warm pool on: a create takes a restore that is already running and warmed, then re-seeds it.
+  const pooled = await start({ home, port, warmPoolSize: 2 });
+  try {
+    const cfg = { apiUrl: pooled.url, apiKey: readFileSync(pooled.adminKeyFile, 'utf8').trim() };
+    const hits: number[] = [];
+    for (let i = 0; i < (quick ? 4 : 10); i++) {
+      await waitForWarm(pooled.gatewayUrl);
+      const [t, s] = await timed(async () => {
+        const s = await Sandbox.create(cfg);
+        await s.commands.run('true');
+        return s;
+      });
+      const started = (await s.events()).find((e) => e.type === 'sandbox.started');
+      if ((started?.data as { pooled?: boolean } | undefined)?.pooled !== true) throw new Error('expected a pooled create');
+      hits.push(t);
+      await s.kill();
+    }
+    addLatency('create, warm pool hit → first exec result', hits, `${(coldP50 / pct(hits, 50)).toFixed(1)}× faster than cold boot (p50)`);
+  } finally {
+    await pooled.stop();
   }
 
   const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });

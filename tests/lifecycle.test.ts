@@ -43,8 +43,8 @@ describe('lifecycle', () => {
   it('detects a VM that dies and marks its sandbox failed with the reason', async () => {
     const sbx = await Sandbox.create(config());
     const started = (await sbx.events()).find((e) => e.type === 'sandbox.started')!;
-    const pid = (started.data as { pid: number }).pid;
-    expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8')).toContain(sbx.id);
+    const { pid, vmId } = started.data as { pid: number; vmId: string };
+    expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8')).toContain(`sandglass-${vmId}`);
     process.kill(pid, 'SIGKILL');
     const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed');
     expect(info.failureReason).toMatch(/VM exited unexpectedly: QEMU exited \(code null, signal SIGKILL\)/);

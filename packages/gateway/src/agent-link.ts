@@ -50,7 +50,10 @@ async function procRun(this: AgentClient, argv: string[], opts: { timeoutMs: num
     this.on('event', onEvent);
   });
   await this.procStart({ id, argv, env: {}, stdin: false });
-  return exited;
+  const code = await exited;
+  // The node's own commands leave no record in the guest's process table.
+  await this.procForget(id).catch(() => {});
+  return code;
 }
 
 /** Maps an agent error code onto the catalogue; `ctx` says what a bare `not_found` referred to. */

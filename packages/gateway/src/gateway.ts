@@ -6,7 +6,10 @@ import { detectAccel, type Accel } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
 import { Sandbox, sandboxDir, type HealthPolicy } from './sandbox.js';
 import { TemplateStore, vmConfig, type TemplateProgress, type TemplateSnapshot } from './templates.js';
+import { WarmPool } from './pool.js';
 import type { GatewayEvents } from './events.js';
+
+export const DEFAULT_WARM_POOL = 2;
 
 export interface GatewayOptions {
   home: HomeLayout;
@@ -22,6 +25,8 @@ export interface GatewayOptions {
   guestMemoryBudgetMib?: number;
   /** How a hung VM is told from a slow one. */
   health?: HealthPolicy;
+  /** Restores of the base template kept running and warmed for instant creates; 0 turns the pool off. */
+  warmPoolSize?: number;
 }
 
 export interface CreateSandboxRequest {
@@ -42,6 +47,7 @@ export class Gateway {
   readonly accel: Accel;
   private readonly budgetMib: number;
   private baseStatus: { status: 'building' | 'ready' | 'failed'; key?: string; error?: string } = { status: 'building' };
+  private pool?: WarmPool;
 
   constructor(readonly opts: GatewayOptions) {
     this.accel = opts.accel ?? detectAccel();
@@ -63,6 +69,8 @@ export class Gateway {
     try {
       const t = await this.templates.ensure(BASE_TEMPLATE.name, vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, this.accel), onProgress);
       this.baseStatus = { status: 'ready', key: t.key };
+      this.pool ??= new WarmPool(t, this.opts.warmPoolSize ?? DEFAULT_WARM_POOL, (id) => sandboxDir(this.opts.home.run, id), this.opts.logger);
+      this.pool.refill();
       return t;
     } catch (err) {
       this.baseStatus = { status: 'failed', error: (err as Error).message };
@@ -77,7 +85,7 @@ export class Gateway {
   private committedMib(): number {
     let sum = 0;
     for (const s of this.sandboxes.values()) sum += s.template.config.memoryMib;
-    return sum;
+    return sum + this.warmAvailable * BASE_TEMPLATE.memoryMib;
   }
 
   async createSandbox(req: CreateSandboxRequest): Promise<Sandbox> {
@@ -93,11 +101,12 @@ export class Gateway {
     }
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
     const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel));
+    const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const sbx = new Sandbox(
       req.id,
       req.tenantId,
       template,
-      sandboxDir(this.opts.home.run, req.id),
+      warm?.dir ?? sandboxDir(this.opts.home.run, req.id),
       req.timeoutS,
       this.opts.events,
       this.opts.clock,
@@ -106,14 +115,20 @@ export class Gateway {
       this.opts.health,
     );
     this.sandboxes.set(req.id, sbx);
-    const { restoreMs } = await sbx.start();
+    const { restoreMs, pooled } = await sbx.start(warm);
     await this.opts.events.append({
       type: 'sandbox.started',
       tenantId: req.tenantId,
       sandboxId: req.id,
-      data: { pid: sbx.pid ?? null, restoreMs: Math.round(restoreMs * 10) / 10, template: template.key, accel: this.accel },
+      // vmId names the QEMU process (`-name sandglass-<vmId>`): the sandbox id, or the warm-pool entry it came from.
+      data: { pid: sbx.pid ?? null, vmId: warm?.id ?? req.id, restoreMs: Math.round(restoreMs * 10) / 10, pooled, template: template.key, accel: this.accel },
     });
     return sbx;
+  }
+
+  /** Warmed restores ready to hand out. */
+  get warmAvailable(): number {
+    return this.pool?.available ?? 0;
   }
 
   get(id: string): Sandbox {
@@ -129,6 +144,7 @@ export class Gateway {
 
   /** Stops every VM cleanly and records why. */
   async shutdown(): Promise<void> {
+    await this.pool?.close();
     await Promise.all([...this.sandboxes.values()].map((s) => s.end('shutdown')));
   }
 }

@@ -1,5 +1,5 @@
 // @sandglass/gateway: the node daemon that runs sandbox VMs and serves their data plane.
-export { Gateway, BASE_TEMPLATE, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
+export { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
 export { createGatewayServer } from './server.js';
 export type { GatewayEvents, GatewayEvent } from './events.js';
 export type { TemplateSnapshot } from './templates.js';

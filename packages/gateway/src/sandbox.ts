@@ -1,11 +1,11 @@
 // One running sandbox on this node: its VM, its agent connection, its commands, its deadline and its health.
 import { rmSync } from 'node:fs';
-import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { newId, SandglassError, type Clock, type Logger } from '@sandglass/core';
-import { restoreVm, resumeVm, type Vm } from '@sandglass/vmm';
+import type { Vm } from '@sandglass/vmm';
 import type { AgentClient } from '@sandglass/agent-client';
-import { connectAgent, mapAgentError, openAgentSocket } from './agent-link.js';
+import { mapAgentError } from './agent-link.js';
+import { restoreTemplate, type Restored } from './restore.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 
@@ -51,6 +51,8 @@ export class Sandbox {
   vm?: Vm;
   agent?: AgentClient;
   readonly commands = new Map<string, CommandRecord>();
+  /** Commands whose proc.start is in flight, with their exit event if it came first. */
+  private readonly starting = new Map<string, Record<string, unknown> | undefined>();
   readonly startedAt: string;
   expiresAtMs: number;
   failureReason?: string;
@@ -75,32 +77,27 @@ export class Sandbox {
     this.expiresAtMs = clock.nowMs() + timeoutS * 1000;
   }
 
-  /** Restores the template snapshot into a fresh VM and reconnects its agent, re-seeding entropy and the clock. */
-  async start(): Promise<{ restoreMs: number }> {
+  /**
+   * Brings the sandbox up from its template: either a warmed restore handed over by the pool, or a restore made
+   * now. Either way the agent then re-seeds the guest's entropy and sets its clock, so no two sandboxes share
+   * random state.
+   */
+  async start(warm?: Restored): Promise<{ restoreMs: number; pooled: boolean }> {
     const t0 = performance.now();
     try {
-      let socket: Socket | undefined;
-      const vm = await restoreVm({
-        id: this.id,
-        dir: this.dir,
-        snapshot: this.template,
-        beforeLoad: async (v) => {
-          socket = await openAgentSocket(v, 10_000);
-        },
-      });
+      const { vm, agent } = warm ?? (await restoreTemplate(this.template, this.id, this.dir, () => this.abortIfEnded()));
       this.vm = vm;
+      this.agent = agent;
       vm.exited.then((exit) => {
         if (exit.expected) return;
         const why = vm.shutdownReason ? `guest went down (${vm.shutdownReason})` : `QEMU exited (code ${exit.code}, signal ${exit.signal})`;
         void this.fail(`VM exited unexpectedly: ${why} ${exit.stderrTail}`.trim());
       });
       this.abortIfEnded();
-      this.agent = await connectAgent(vm, { timeoutMs: 30_000, socket, beforeHello: () => resumeVm(vm) });
+      await agent.sync();
       this.abortIfEnded();
-      await this.agent.sync();
-      this.abortIfEnded();
-      this.agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
-      this.agent.on('close', () => {
+      agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
+      agent.on('close', () => {
         if (this.state !== 'running') return;
         // When QEMU died, its exit (with the guest's shutdown reason) explains more than the closed socket: give it a moment to win.
         const grace = setTimeout(() => void this.fail('agent connection lost'), 2000);
@@ -126,7 +123,7 @@ export class Sandbox {
     this.armTimeout();
     this.healthTimer = setInterval(() => void this.checkHealth(), this.health.intervalMs);
     this.healthTimer.unref();
-    return { restoreMs: performance.now() - t0 };
+    return { restoreMs: performance.now() - t0, pooled: warm !== undefined };
   }
 
   get pid(): number | undefined {
@@ -176,6 +173,8 @@ export class Sandbox {
   async startCommand(req: StartCommand): Promise<CommandRecord> {
     const agent = this.requireRunning();
     const id = newId('cmd');
+    // A fast command's proc.exit can arrive in the same read as the proc.start reply, before the record below exists.
+    this.starting.set(id, undefined);
     let pid: number;
     try {
       ({ pid } = await agent.procStart({
@@ -188,6 +187,7 @@ export class Sandbox {
         pty: req.pty,
       }));
     } catch (err) {
+      this.starting.delete(id);
       throw mapAgentError(err, { argv0: req.argv[0], cwd: req.cwd });
     }
     const rec: CommandRecord = {
@@ -202,6 +202,8 @@ export class Sandbox {
       startedAt: new Date(this.clock.nowMs()).toISOString(),
     };
     this.commands.set(id, rec);
+    const earlyExit = this.starting.get(id);
+    this.starting.delete(id);
     await this.events.append({ type: 'command.started', tenantId: this.tenantId, sandboxId: this.id, data: { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' } });
     if (req.timeoutMs && req.timeoutMs > 0) {
       const t = setTimeout(() => {
@@ -212,6 +214,7 @@ export class Sandbox {
       t.unref();
       this.commandTimers.set(id, t);
     }
+    if (earlyExit) this.onAgentEvent(earlyExit);
     return rec;
   }
 
@@ -224,7 +227,10 @@ export class Sandbox {
   private onAgentEvent(ev: Record<string, unknown>): void {
     if (ev.event !== 'proc.exit') return;
     const rec = this.commands.get(ev.id as string);
-    if (!rec) return;
+    if (!rec) {
+      if (this.starting.has(ev.id as string)) this.starting.set(ev.id as string, ev);
+      return;
+    }
     rec.state = 'exited';
     rec.exitCode = (ev.exitCode as number | null) ?? null;
     rec.signal = (ev.signal as string | null) ?? null;

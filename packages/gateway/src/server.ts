@@ -112,14 +112,16 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
   const recordEvent = (s: Sandbox, type: string, data: Record<string, unknown>) =>
     gw.opts.events.append({ type, tenantId: s.tenantId, sandboxId: s.id, data });
 
-  app.get('/v1/health', async () => ({ status: 'ok', accel: gw.accel, sandboxes: gw.sandboxes.size }));
+  app.get('/v1/health', async () => ({ status: 'ok', accel: gw.accel, sandboxes: gw.sandboxes.size, warm: gw.warmAvailable }));
 
   // ---- commands ----
   app.post('/v1/sandboxes/:id/commands', { schema: schema('post', '/v1/sandboxes/{id}/commands') }, async (req, reply) => {
     const body = req.body as { cmd?: string; argv?: string[]; cwd?: string; envs?: Record<string, string>; user?: string; stdin?: boolean; pty?: { cols: number; rows: number }; timeoutMs?: number };
     if ((body.cmd === undefined) === (body.argv === undefined)) throw invalidArgument('cmd', 'give exactly one of cmd or argv');
     const sbx = sbxOf(req);
-    const argv = body.cmd !== undefined ? ['/bin/bash', '-lc', body.cmd] : body.argv!;
+    // Not a login shell: the agent already gives every process PATH, HOME and friends, and under TCG sourcing the
+    // profile scripts costs ~0.3 s per command.
+    const argv = body.cmd !== undefined ? ['/bin/bash', '-c', body.cmd] : body.argv!;
     const rec = await sbx.startCommand({
       argv,
       cwd: body.cwd !== undefined ? guestPath(body.cwd, 'cwd') : undefined,
@@ -315,8 +317,11 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
   const rec = sbx.command((req.params as Params).cid);
   const agent = sbx.requireRunning();
   const fromOffset = Number((req.query as { fromOffset?: number }).fromOffset ?? 0);
+  // The agent's attach reply can arrive in the same read as the data and END that follow it (a command that
+  // already exited): everything is queued until `start` is on the wire, so the client sees start, data, exit in order.
   let started = false;
-  const early: Buffer[] = [];
+  const early: Array<() => void> = [];
+  const inOrder = (fn: () => void) => (started ? fn() : early.push(fn));
   const sendData = (frame: Buffer) => {
     if (socket.readyState === socket.OPEN) socket.send(frame, { binary: true });
   };
@@ -335,21 +340,21 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
       header[0] = fd;
       header.writeBigUInt64BE(BigInt(offset), 1);
       const frame = Buffer.concat([header, bytes]);
-      if (started) sendData(frame);
-      else early.push(frame);
+      inOrder(() => sendData(frame));
     },
-    (err) => {
-      if (err) return sendError(err);
-      if (socket.readyState !== socket.OPEN) return;
-      socket.send(JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }));
-      socket.close(1000, 'exited');
-    },
+    (err) =>
+      inOrder(() => {
+        if (err) return sendError(err);
+        if (socket.readyState !== socket.OPEN) return;
+        socket.send(JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }));
+        socket.close(1000, 'exited');
+      }),
   );
   handle.then(
     (info) => {
-      socket.send(JSON.stringify({ type: 'start', startOffset: info.startOffset, command: commandView(rec) }));
+      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: 'start', startOffset: info.startOffset, command: commandView(rec) }));
       started = true;
-      for (const f of early.splice(0)) sendData(f);
+      for (const fn of early.splice(0)) fn();
     },
     sendError,
   );

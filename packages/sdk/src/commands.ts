@@ -174,7 +174,7 @@ export class Commands {
   /** @internal */
   constructor(private readonly dataPlane: DataPlane) {}
 
-  /** Runs `cmd` with /bin/bash -lc; with `background: true` returns at once with a handle. */
+  /** Runs `cmd` with /bin/bash -c; with `background: true` returns at once with a handle. */
   run(cmd: string, opts: RunOptions & { background: true }): Promise<CommandHandle>;
   run(cmd: string, opts?: RunOptions & { background?: false | undefined }): Promise<CommandResult>;
   run(cmd: string, opts?: RunOptions): Promise<CommandHandle | CommandResult>;

@@ -17,7 +17,7 @@ export interface PtyCreateOptions extends PtySize {
   /** Added to the environment; TERM defaults to xterm-256color. */
   envs?: Record<string, string>;
   user?: string;
-  /** Run this through /bin/bash -lc instead of a login bash. */
+  /** Run this through /bin/bash -c instead of a login bash. */
   cmd?: string;
   /** The gateway kills the terminal after this long. Default 0 = no limit. */
   timeoutMs?: number;

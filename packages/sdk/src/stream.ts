@@ -181,8 +181,13 @@ export class OutputStream {
         throw new ProtocolError('protocol_error', `stream of ${this.commandId} ended at ${msg.endOffset} but only ${this.outputOffset} bytes arrived`);
       }
       this.finished = true;
-      // A command that exits before anyone saw 'start' still counts as started.
-      if (this.command) for (const w of this.startWaiters.splice(0)) w.resolve(this.command);
+      // A command that exits before anyone saw 'start' still counts as started; an exit with no start at all is
+      // a broken stream, and waiters must hear so rather than wait forever.
+      const command = this.command;
+      for (const w of this.startWaiters.splice(0)) {
+        if (command) w.resolve(command);
+        else w.reject(new ProtocolError('protocol_error', `stream of ${this.commandId} sent exit before start`));
+      }
       this.opts.onExit(msg);
       this.ws?.close();
     }

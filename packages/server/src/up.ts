@@ -5,7 +5,7 @@ import { createLogger, homeLayout, systemClock, type HomeLayout } from '@sandgla
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
-import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, createGatewayServer, type HealthPolicy } from '@sandglass/gateway';
+import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, DEFAULT_WARM_POOL, createGatewayServer, type HealthPolicy } from '@sandglass/gateway';
 import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway } from '@sandglass/control-plane';
 import { reconcileNode } from './reconcile.js';
 import { grantVmTraverse } from './host-access.js';
@@ -17,6 +17,8 @@ export interface UpOptions {
   home?: string;
   /** Port of the gateway's data plane; default port + 1. */
   gatewayPort?: number;
+  /** Warmed base-template restores kept ready (default SANDGLASS_WARM_POOL or 2; 0 turns the pool off). */
+  warmPoolSize?: number;
 }
 
 export interface Running {
@@ -48,6 +50,14 @@ function healthFromEnv(): HealthPolicy {
   };
 }
 
+function warmPoolFromEnv(): number {
+  const v = process.env.SANDGLASS_WARM_POOL;
+  if (v === undefined) return DEFAULT_WARM_POOL;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 64) throw new Error(`SANDGLASS_WARM_POOL must be an integer from 0 to 64, got ${JSON.stringify(v)}`);
+  return n;
+}
+
 export async function start(opts: UpOptions = {}): Promise<Running> {
   const layout = homeLayout(opts.home);
   const host = opts.host ?? '127.0.0.1';
@@ -76,6 +86,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     clock,
     logger: log,
     health: healthFromEnv(),
+    warmPoolSize: opts.warmPoolSize ?? warmPoolFromEnv(),
   });
   await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'building', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });
   const tpl = await gateway.ensureBaseTemplate((p) => progress.update(p));

@@ -1,0 +1,103 @@
+// A small pool of template restores kept running and warmed, so a create is a hand-over instead of a restore.
+import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
+import type { Logger } from '@sandglass/core';
+import { restoreTemplate, type Restored } from './restore.js';
+import type { TemplateSnapshot } from './templates.js';
+
+export interface Warm extends Restored {
+  id: string;
+  dir: string;
+  template: TemplateSnapshot;
+}
+
+// Under TCG a fresh QEMU has an empty translation cache: the first process a guest starts costs ~0.3 s and the
+// first shell more. Running them once here moves that cost off the create path.
+const WARMUP: string[][] = [['/bin/true'], ['/bin/bash', '-c', 'true']];
+const REFILL_DELAY_MS = 1000;
+
+/**
+ * Keeps `size` restored VMs of one template ready. A pooled VM has never belonged to a tenant; it is handed out
+ * at most once and never returned. Hand-out re-seeds entropy and sets the clock (the caller's `sync`), exactly as
+ * a direct restore does. Refills run one at a time so a burst of creates is not slowed by its own refill.
+ */
+export class WarmPool {
+  private readonly ready: Warm[] = [];
+  private filling = false;
+  private closed = false;
+  private failures = 0;
+
+  constructor(
+    private readonly template: TemplateSnapshot,
+    private readonly size: number,
+    private readonly runDir: (id: string) => string,
+    private readonly log: Logger,
+  ) {}
+
+  get available(): number {
+    return this.ready.length;
+  }
+
+  /** A warmed VM, or undefined when the pool is empty (the caller restores directly). */
+  take(): Warm | undefined {
+    const w = this.ready.shift();
+    // Refill a moment later: the sandbox just handed out runs its first commands without a restore competing for CPU.
+    setTimeout(() => this.refill(), REFILL_DELAY_MS).unref();
+    return w;
+  }
+
+  refill(): void {
+    if (this.filling || this.closed || this.size === 0) return;
+    this.filling = true;
+    void (async () => {
+      while (!this.closed && this.ready.length < this.size && this.failures < 3) {
+        try {
+          this.ready.push(await this.warmOne());
+          this.failures = 0;
+        } catch (err) {
+          this.failures++;
+          this.log.warn({ err: (err as Error).message }, 'warm pool: restore failed');
+        }
+      }
+      this.filling = false;
+    })();
+  }
+
+  private async warmOne(): Promise<Warm> {
+    const id = `pool_${randomBytes(8).toString('hex')}`;
+    const dir = this.runDir(id);
+    try {
+      const r = await restoreTemplate(this.template, id, dir);
+      for (const argv of WARMUP) await r.agent.procRun(argv, { timeoutMs: 60_000 });
+      const w: Warm = { ...r, id, dir, template: this.template };
+      // A pooled VM that dies is simply dropped; nobody owns it yet.
+      void r.vm.exited.then(() => {
+        const i = this.ready.indexOf(w);
+        if (i >= 0) {
+          this.ready.splice(i, 1);
+          rmSync(dir, { recursive: true, force: true });
+          this.refill();
+        }
+      });
+      if (this.closed) {
+        await this.discard(w);
+        throw new Error('pool closed while warming');
+      }
+      return w;
+    } catch (err) {
+      rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  private async discard(w: Warm): Promise<void> {
+    await w.agent.close();
+    await w.vm.stop(1000);
+    rmSync(w.dir, { recursive: true, force: true });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.ready.splice(0).map((w) => this.discard(w)));
+  }
+}
