@@ -208,6 +208,11 @@ async function main(): Promise<void> {
     `# Benchmarks\n\n<!-- Written by \`npm run bench\` (bench/run.ts); rerun it to refresh. -->\n\n` +
     `Measured ${new Date().toISOString().slice(0, 10)} on ${header}. Absolute times are noisy on these shared machines; ` +
     `compare each row with the baseline measured in the same run.\n\n` +
+    `Phase 1 runs with the warm pool off, so every create restores the template snapshot into a new QEMU ` +
+    `("pool empty"); phase 2 runs with the default pool of 2 warmed restores and measures a create that takes one ` +
+    `("warm pool hit", waiting for the pool to refill between creates). Under TCG a new QEMU starts with an empty ` +
+    `translation cache, so the first guest process after a restore costs ~0.3 s; the pool pays that before the create. ` +
+    "The first exec result is `commands.run('true')` (`/bin/bash -c true`).\n\n" +
     `| measure | n | p50 | p95 | note |\n|---|---|---|---|---|\n` +
     rows.map((r) => `| ${r.what} | ${r.n} | ${r.p50} | ${r.p95} | ${r.other} |`).join('\n') +
     '\n';
