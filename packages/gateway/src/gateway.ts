@@ -1,5 +1,5 @@
 // The node gateway: runs sandbox VMs restored from templates and serves their data plane (commands, files, PTYs).
-import { readdirSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { SandglassError, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
 import { detectAccel, type Accel } from '@sandglass/vmm';
@@ -10,6 +10,31 @@ import { WarmPool } from './pool.js';
 import type { GatewayEvents } from './events.js';
 
 export const DEFAULT_WARM_POOL = 2;
+
+function killStaleVms(runDir: string, log: Logger): void {
+  const marker = `path=${runDir}/`;
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    return;
+  }
+  for (const pid of pids) {
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      continue;
+    }
+    if (!cmdline.startsWith('qemu-system') || !cmdline.includes(marker)) continue;
+    try {
+      process.kill(Number(pid), 'SIGKILL');
+      log.warn({ pid: Number(pid) }, 'killed a VM left running by a previous gateway');
+    } catch {
+      // Gone already, or not ours to kill.
+    }
+  }
+}
 
 export interface GatewayOptions {
   home: HomeLayout;
@@ -56,8 +81,12 @@ export class Gateway {
     this.cleanStaleRunDirs();
   }
 
-  /** A previous process's VMs died with it; their runtime directories are garbage. */
+  /**
+   * A previous gateway that was killed outright leaves its QEMU processes running (children outlive their parent):
+   * stop every QEMU whose files live in our run directory, then drop the directories.
+   */
   private cleanStaleRunDirs(): void {
+    killStaleVms(this.opts.home.run, this.opts.logger);
     try {
       for (const name of readdirSync(this.opts.home.run)) rmSync(sandboxDir(this.opts.home.run, name), { recursive: true, force: true });
     } catch {

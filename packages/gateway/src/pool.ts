@@ -24,6 +24,7 @@ const REFILL_DELAY_MS = 1000;
 export class WarmPool {
   private readonly ready: Warm[] = [];
   private filling = false;
+  private fillLoop?: Promise<void>;
   private closed = false;
   private failures = 0;
 
@@ -49,7 +50,7 @@ export class WarmPool {
   refill(): void {
     if (this.filling || this.closed || this.size === 0) return;
     this.filling = true;
-    void (async () => {
+    this.fillLoop = (async () => {
       while (!this.closed && this.ready.length < this.size && this.failures < 3) {
         try {
           this.ready.push(await this.warmOne());
@@ -99,5 +100,7 @@ export class WarmPool {
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all(this.ready.splice(0).map((w) => this.discard(w)));
+    // A restore in flight finishes, sees the pool closed and discards itself; never leave its QEMU behind.
+    await this.fillLoop;
   }
 }
