@@ -100,7 +100,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   // VMs of a previous run died with its process: record that their sandboxes are gone.
   await reconcileNode(db, events, { liveIds: new Set(gateway.sandboxes.keys()), clock });
 
-  const adminKey = await bootstrapLocal({ db, events, keyFile: layout.adminKeyFile, clock });
+  await bootstrapLocal({ db, events, keyFile: layout.adminKeyFile, clock });
   const cp = await createControlPlane({
     db,
     events,
@@ -112,7 +112,6 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
   writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', { mode: 0o600 });
-  void adminKey;
 
   let stopping: Promise<void> | undefined;
   return {
