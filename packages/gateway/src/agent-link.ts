@@ -56,6 +56,13 @@ async function procRun(this: AgentClient, argv: string[], opts: { timeoutMs: num
   return code;
 }
 
+/** Awaits an agent call, turning its failure into the catalogued error (`ctx` as for mapAgentError). */
+export function viaAgent<T>(call: Promise<T>, ctx?: { argv0?: string; cwd?: string; path?: string }): Promise<T> {
+  return call.catch((err: unknown) => {
+    throw mapAgentError(err, ctx);
+  });
+}
+
 /** Maps an agent error code onto the catalogue; `ctx` says what a bare `not_found` referred to. */
 export function mapAgentError(err: unknown, ctx: { argv0?: string; cwd?: string; path?: string } = {}): SandglassError {
   if (err instanceof SandglassError) return err;

@@ -21,7 +21,7 @@ import type { SignalName } from '@sandglass/agent-client';
 import type { Gateway } from './gateway.js';
 import type { CommandRecord, Sandbox } from './sandbox.js';
 import { guestPath } from './paths.js';
-import { mapAgentError } from './agent-link.js';
+import { mapAgentError, viaAgent } from './agent-link.js';
 
 const spec = loadOpenApi(fileURLToPath(new URL('../../../spec/gateway.yaml', import.meta.url)));
 const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
@@ -159,17 +159,13 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
       chunks.push(c);
     }
     const eof = (req.query as { eof?: boolean }).eof === true;
-    await agent.procStdin(rec.id, Buffer.concat(chunks), { eof }).catch((e: unknown) => {
-      throw mapAgentError(e);
-    });
+    await viaAgent(agent.procStdin(rec.id, Buffer.concat(chunks), { eof }));
     return reply.status(204).send();
   });
 
   app.post('/v1/sandboxes/:id/commands/:cid/signal', { schema: schema('post', '/v1/sandboxes/{id}/commands/{cid}/signal') }, async (req, reply) => {
     const { rec, agent } = runningCommand(req);
-    await agent.procSignal(rec.id, (req.body as { signal: SignalName }).signal).catch((e: unknown) => {
-      throw mapAgentError(e);
-    });
+    await viaAgent(agent.procSignal(rec.id, (req.body as { signal: SignalName }).signal));
     return reply.status(204).send();
   });
 
@@ -177,9 +173,7 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
     const { rec, agent } = runningCommand(req);
     if (!rec.pty) throw invalidArgument('cid', 'the command has no PTY to resize');
     const { cols, rows } = req.body as { cols: number; rows: number };
-    await agent.procResize(rec.id, cols, rows).catch((e: unknown) => {
-      throw mapAgentError(e);
-    });
+    await viaAgent(agent.procResize(rec.id, cols, rows));
     return reply.status(204).send();
   });
 
@@ -203,13 +197,9 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
     const sbx = sbxOf(req);
     const agent = sbx.requireRunning();
     const path = pathOf(req);
-    const st = await agent.stat(path).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    });
+    const st = await viaAgent(agent.stat(path), { path });
     if (st.type === 'dir') throw new SandglassError('is_a_directory', `${path} is a directory; list it with /files/list.`, { details: { field: 'path' } });
-    const stream: Readable = await agent.readFile(path).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    });
+    const stream: Readable = await viaAgent(agent.readFile(path), { path });
     return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(st.sizeBytes)).send(stream);
   });
 
@@ -222,9 +212,7 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
     const mode = (req.query as { mode?: number }).mode;
     const limited = limitBytes(MAX_UPLOAD_BYTES);
     const piping = pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
-    const { sizeBytes } = await agent.writeFile(path, limited, { mode: mode ?? 0o644 }).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    });
+    const { sizeBytes } = await viaAgent(agent.writeFile(path, limited, { mode: mode ?? 0o644 }), { path });
     await piping;
     await recordEvent(sbx, 'file.written', { path, sizeBytes });
     return { path, sizeBytes };
@@ -234,34 +222,26 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
     const sbx = sbxOf(req);
     const path = pathOf(req);
     if (path === '/') throw new SandglassError('path_outside_sandbox', 'Refusing to remove the guest root.', { details: { field: 'path' } });
-    await sbx.requireRunning().remove(path, { recursive: (req.query as { recursive?: boolean }).recursive ?? false }).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    });
+    await viaAgent(sbx.requireRunning().remove(path, { recursive: (req.query as { recursive?: boolean }).recursive ?? false }), { path });
     await recordEvent(sbx, 'file.removed', { path });
     return reply.status(204).send();
   });
 
   app.get('/v1/sandboxes/:id/files/stat', { schema: schema('get', '/v1/sandboxes/{id}/files/stat') }, async (req) => {
     const path = pathOf(req);
-    return fileView(await sbxOf(req).requireRunning().stat(path).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    }));
+    return fileView(await viaAgent(sbxOf(req).requireRunning().stat(path), { path }));
   });
 
   app.get('/v1/sandboxes/:id/files/list', { schema: schema('get', '/v1/sandboxes/{id}/files/list') }, async (req) => {
     const path = pathOf(req);
-    const entries = await sbxOf(req).requireRunning().list(path, { depth: (req.query as { depth?: number }).depth ?? 1 }).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    });
+    const entries = await viaAgent(sbxOf(req).requireRunning().list(path, { depth: (req.query as { depth?: number }).depth ?? 1 }), { path });
     return { entries: entries.map(fileView) };
   });
 
   app.post('/v1/sandboxes/:id/files/mkdir', { schema: schema('post', '/v1/sandboxes/{id}/files/mkdir') }, async (req) => {
     const sbx = sbxOf(req);
     const path = guestPath((req.body as { path: string }).path);
-    const { created } = await sbx.requireRunning().mkdir(path).catch((e: unknown) => {
-      throw mapAgentError(e, { path });
-    });
+    const { created } = await viaAgent(sbx.requireRunning().mkdir(path), { path });
     if (created) await recordEvent(sbx, 'file.dir_created', { path });
     return { created };
   });
@@ -271,9 +251,7 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
     const body = req.body as { from: string; to: string };
     const from = guestPath(body.from, 'from');
     const to = guestPath(body.to, 'to');
-    await sbx.requireRunning().rename(from, to).catch((e: unknown) => {
-      throw mapAgentError(e, { path: from });
-    });
+    await viaAgent(sbx.requireRunning().rename(from, to), { path: from });
     await recordEvent(sbx, 'file.renamed', { from, to });
     return reply.status(204).send();
   });
