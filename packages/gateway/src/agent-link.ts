@@ -13,15 +13,13 @@ export interface ConnectOptions {
   socket?: Socket;
 }
 
-export type LinkedAgent = AgentClient & { procRun: typeof procRun };
-
 /** Opens the host end of the agent's virtio-serial channel (QEMU's chardev socket). */
 export function openAgentSocket(vm: Vm, timeoutMs: number): Promise<Socket> {
   return connectUnixSocket(vm.paths.agentSocket, { timeoutMs });
 }
 
 /** Connects to the agent's virtio-serial socket and waits for `hello`; fails early if QEMU dies meanwhile. */
-export async function connectAgent(vm: Vm, opts: ConnectOptions): Promise<LinkedAgent> {
+export async function connectAgent(vm: Vm, opts: ConnectOptions): Promise<AgentClient> {
   const died = vm.exited.then((e) => {
     throw new SandglassError('vm_failed', `QEMU exited (code ${e.code}, signal ${e.signal}) before the agent answered: ${e.stderrTail}\n${vm.consoleTail(1024)}`);
   });
@@ -30,30 +28,33 @@ export async function connectAgent(vm: Vm, opts: ConnectOptions): Promise<Linked
     const agent = new AgentClient(sock);
     await opts.beforeHello?.();
     await agent.hello({ timeoutMs: opts.timeoutMs });
-    return Object.assign(agent, { procRun });
+    return agent;
   })();
   return Promise.race([work, died]);
 }
 
-/** Runs a command to completion (used by the node itself, e.g. `sync` before a template snapshot). */
-async function procRun(this: AgentClient, argv: string[], opts: { timeoutMs: number }): Promise<number | null> {
+/** Runs a command to completion for the node itself (`sync` before a template snapshot, pool warm-up). */
+export async function runToExit(agent: AgentClient, argv: string[], opts: { timeoutMs: number }): Promise<number | null> {
   const id = `node_${randomBytes(6).toString('hex')}`;
+  let onEvent: ((ev: AgentEvent) => void) | undefined;
+  let timer: NodeJS.Timeout | undefined;
   const exited = new Promise<number | null>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new SandglassError('timeout', `${argv.join(' ')} did not finish in ${opts.timeoutMs} ms`)), opts.timeoutMs);
-    const onEvent = (ev: AgentEvent) => {
-      if (ev.event === 'proc.exit' && ev.id === id) {
-        clearTimeout(timer);
-        this.off('event', onEvent);
-        resolve(ev.exitCode as number | null);
-      }
+    timer = setTimeout(() => reject(new SandglassError('timeout', `${argv.join(' ')} did not finish in ${opts.timeoutMs} ms`)), opts.timeoutMs);
+    onEvent = (ev) => {
+      if (ev.event === 'proc.exit' && ev.id === id) resolve(ev.exitCode as number | null);
     };
-    this.on('event', onEvent);
+    agent.on('event', onEvent);
   });
-  await this.procStart({ id, argv, env: {}, stdin: false });
-  const code = await exited;
-  // The node's own commands leave no record in the guest's process table.
-  await this.procForget(id).catch(() => {});
-  return code;
+  try {
+    await agent.procStart({ id, argv, env: {}, stdin: false });
+    const code = await exited;
+    // The node's own commands leave no record in the guest's process table.
+    await agent.procForget(id).catch(() => {});
+    return code;
+  } finally {
+    clearTimeout(timer);
+    agent.off('event', onEvent!);
+  }
 }
 
 /** Awaits an agent call, turning its failure into the catalogued error (`ctx` as for mapAgentError). */

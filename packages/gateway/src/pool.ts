@@ -2,6 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import type { Logger } from '@sandglass/core';
+import { runToExit } from './agent-link.js';
 import { restoreTemplate, type Restored } from './restore.js';
 import type { TemplateSnapshot } from './templates.js';
 
@@ -69,7 +70,7 @@ export class WarmPool {
     const dir = this.runDir(id);
     try {
       const r = await restoreTemplate(this.template, id, dir);
-      for (const argv of WARMUP) await r.agent.procRun(argv, { timeoutMs: 60_000 });
+      for (const argv of WARMUP) await runToExit(r.agent, argv, { timeoutMs: 60_000 });
       const w: Warm = { ...r, id, dir, template: this.template };
       // A pooled VM that dies is simply dropped; nobody owns it yet.
       void r.vm.exited.then(() => {

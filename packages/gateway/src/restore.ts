@@ -1,12 +1,13 @@
 // Restoring a template snapshot into a running VM with its agent linked: the one path both sandboxes and the warm pool use.
 import type { Socket } from 'node:net';
 import { restoreVm, resumeVm, type Vm } from '@sandglass/vmm';
-import { connectAgent, openAgentSocket, type LinkedAgent } from './agent-link.js';
+import type { AgentClient } from '@sandglass/agent-client';
+import { connectAgent, openAgentSocket } from './agent-link.js';
 import type { TemplateSnapshot } from './templates.js';
 
 export interface Restored {
   vm: Vm;
-  agent: LinkedAgent;
+  agent: AgentClient;
 }
 
 /**

@@ -246,14 +246,15 @@ export class Sandbox {
     });
   }
 
-  /** Ends the sandbox on the node's own initiative (timeout, shutdown) and records why. */
-  async end(reason: 'timeout' | 'shutdown' | 'killed', record = reason !== 'killed'): Promise<void> {
+  /** Ends the sandbox and frees its VM; records why when the node itself decided (timeout, shutdown). */
+  async end(reason: 'timeout' | 'shutdown' | 'killed'): Promise<void> {
     if (this.ending) return this.ending;
     this.ending = (async () => {
       if (this.state === 'failed' || this.state === 'ended') return;
       this.state = 'ended';
       await this.release();
-      if (record) await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
+      // A kill comes from the control plane, which records it; timeouts and shutdowns are the node's own doing.
+      if (reason !== 'killed') await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
       this.onGone(this);
     })();
     return this.ending;

@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from 'node:path';
 import { SandglassError, type Logger } from '@sandglass/core';
 import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type VmConfig, type Accel } from '@sandglass/vmm';
-import { connectAgent } from './agent-link.js';
+import { connectAgent, runToExit } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
 
 // Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
@@ -85,7 +85,7 @@ export class TemplateStore {
       const agent = await connectAgent(vm, { timeoutMs: config.accel === 'kvm' ? 30_000 : 120_000 });
       const bootMs = performance.now() - t0;
       // Flush the guest's dirty page cache so the frozen disk layer is consistent on its own.
-      await agent.procRun(['/bin/sync'], { timeoutMs: 30_000 });
+      await runToExit(agent, ['/bin/sync'], { timeoutMs: 30_000 });
       onProgress?.({ step: 'template', message: `agent ready after ${(bootMs / 1000).toFixed(1)} s; snapshotting` });
       // Snapshot with the host end still connected and the agent idle in its read: restores connect before
       // loading, so the guest never sees the port hang up (a hangup racing the snapshot could strand the agent).
