@@ -6,11 +6,11 @@ import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import Table from 'cli-table3';
 import { homeLayout } from '@sandglass/core';
-import { bootVm, detectAccel, qemuVersion } from '@sandglass/vmm';
+import { detectAccel, qemuVersion } from '@sandglass/vmm';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import { Sandbox } from '@sandglass/sdk';
 import { start } from '@sandglass/server';
-import { connectAgent } from '@sandglass/gateway';
+import { BASE_TEMPLATE, bootAgentTimeoutMs, bootGuest, connectAgent, vmConfig } from '@sandglass/gateway';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -44,17 +44,9 @@ async function coldBoots(n: number): Promise<number[]> {
     const dir = join(layout.run, `bench-cold-${i}`);
     rmSync(dir, { recursive: true, force: true });
     const t0 = performance.now();
-    const vm = await bootVm({
-      id: `bench-cold-${i}`,
-      dir,
-      config: { memoryMib: 256, vcpus: 1, accel: detectAccel() },
-      kernelPath: image.kernelPath,
-      initrdPath: image.initramfsPath,
-      append: defaultKernelArgs().join(' '),
-      rootfsPath: image.rootfsPath,
-      memPath: join(dir, 'mem.raw'),
-    });
-    const agent = await connectAgent(vm, { timeoutMs: 120_000 });
+    const config = vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, detectAccel());
+    const vm = await bootGuest(image, defaultKernelArgs().join(' '), { id: `bench-cold-${i}`, dir, config });
+    const agent = await connectAgent(vm, { timeoutMs: bootAgentTimeoutMs(config) });
     out.push(performance.now() - t0);
     await agent.close();
     await vm.stop();

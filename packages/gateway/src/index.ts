@@ -2,6 +2,6 @@
 export { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
 export { createGatewayServer } from './server.js';
 export type { GatewayEvents, GatewayEvent } from './events.js';
-export type { TemplateSnapshot } from './templates.js';
+export { bootGuest, bootAgentTimeoutMs, vmConfig, type TemplateSnapshot } from './templates.js';
 export { connectAgent } from './agent-link.js';
 export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandglassError, type Logger } from '@sandglass/core';
-import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type VmConfig, type Accel } from '@sandglass/vmm';
+import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
 import { connectAgent, runToExit } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
 
@@ -71,18 +71,9 @@ export class TemplateStore {
     chownToVm(tmp);
     onProgress?.({ step: 'template', message: `booting ${name} (${config.memoryMib} MiB, ${config.vcpus} vCPU, ${config.accel})` });
     const t0 = performance.now();
-    const vm = await bootVm({
-      id: `tpl-${key}`,
-      dir: tmp,
-      config,
-      kernelPath: this.image.kernelPath,
-      initrdPath: this.image.initramfsPath,
-      append: this.kernelArgs,
-      rootfsPath: this.image.rootfsPath,
-      memPath: join(tmp, 'mem.raw'),
-    });
+    const vm = await bootGuest(this.image, this.kernelArgs, { id: `tpl-${key}`, dir: tmp, config });
     try {
-      const agent = await connectAgent(vm, { timeoutMs: config.accel === 'kvm' ? 30_000 : 120_000 });
+      const agent = await connectAgent(vm, { timeoutMs: bootAgentTimeoutMs(config) });
       const bootMs = performance.now() - t0;
       // Flush the guest's dirty page cache so the frozen disk layer is consistent on its own.
       await runToExit(agent, ['/bin/sync'], { timeoutMs: 30_000 });
@@ -109,6 +100,23 @@ export class TemplateStore {
       throw new SandglassError('vm_failed', `building template ${name} failed: ${(err as Error).message}\n--- console ---\n${tail}`, { cause: err });
     }
   }
+}
+
+/** Cold-boots the guest image with guest RAM in `dir/mem.raw`: how a template starts, and the benchmark's baseline. */
+export function bootGuest(image: GuestImage, kernelArgs: string, vm: { id: string; dir: string; config: VmConfig }): Promise<Vm> {
+  return bootVm({
+    ...vm,
+    kernelPath: image.kernelPath,
+    initrdPath: image.initramfsPath,
+    append: kernelArgs,
+    rootfsPath: image.rootfsPath,
+    memPath: join(vm.dir, 'mem.raw'),
+  });
+}
+
+/** How long a cold boot may take to a ready agent: TCG boots are an order of magnitude slower. */
+export function bootAgentTimeoutMs(config: VmConfig): number {
+  return config.accel === 'kvm' ? 30_000 : 120_000;
 }
 
 export function vmConfig(memoryMib: number, vcpus: number, accel: Accel): VmConfig {

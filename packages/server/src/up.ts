@@ -34,28 +34,22 @@ function nodeSecret(layout: HomeLayout): Buffer {
   return Buffer.from(readFileSync(file, 'utf8').trim(), 'hex');
 }
 
-/** SANDGLASS_HEALTH_INTERVAL_MS / SANDGLASS_HEALTH_TIMEOUT_MS tune hang detection (tests shorten it). */
-function healthFromEnv(): HealthPolicy {
-  const num = (name: string, dflt: number) => {
-    const v = process.env[name];
-    if (v === undefined) return dflt;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer of milliseconds, got ${JSON.stringify(v)}`);
-    return n;
-  };
-  return {
-    intervalMs: num('SANDGLASS_HEALTH_INTERVAL_MS', DEFAULT_HEALTH.intervalMs),
-    timeoutMs: num('SANDGLASS_HEALTH_TIMEOUT_MS', DEFAULT_HEALTH.timeoutMs),
-    misses: DEFAULT_HEALTH.misses,
-  };
+/** An integer setting from the environment, within [min, max]; a bad value stops start-up with the rule it broke. */
+function intFromEnv(name: string, dflt: number, min: number, max: number): number {
+  const v = process.env[name];
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
+  return n;
 }
 
-function warmPoolFromEnv(): number {
-  const v = process.env.SANDGLASS_WARM_POOL;
-  if (v === undefined) return DEFAULT_WARM_POOL;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 64) throw new Error(`SANDGLASS_WARM_POOL must be an integer from 0 to 64, got ${JSON.stringify(v)}`);
-  return n;
+/** SANDGLASS_HEALTH_INTERVAL_MS / SANDGLASS_HEALTH_TIMEOUT_MS tune hang detection (tests shorten it). */
+function healthFromEnv(): HealthPolicy {
+  return {
+    intervalMs: intFromEnv('SANDGLASS_HEALTH_INTERVAL_MS', DEFAULT_HEALTH.intervalMs, 1, 3_600_000),
+    timeoutMs: intFromEnv('SANDGLASS_HEALTH_TIMEOUT_MS', DEFAULT_HEALTH.timeoutMs, 1, 3_600_000),
+    misses: DEFAULT_HEALTH.misses,
+  };
 }
 
 export async function start(opts: UpOptions = {}): Promise<Running> {
@@ -86,7 +80,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     clock,
     logger: log,
     health: healthFromEnv(),
-    warmPoolSize: opts.warmPoolSize ?? warmPoolFromEnv(),
+    warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
   });
   await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'building', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });
   const tpl = await gateway.ensureBaseTemplate((p) => progress.update(p));
