@@ -95,11 +95,63 @@ const initial: Migration = {
   },
 };
 
+const snapshots: Migration = {
+  async up(db: Kysely<any>) {
+    // The sandboxes table is a projection; rebuilding it is how its CHECK constraint learns the paused state on both dialects.
+    await db.schema
+      .createTable('sandboxes_v2')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull().references('tenants.id'))
+      .addColumn('template', 'text', (c) => c.notNull())
+      .addColumn('state', 'text', (c) => c.notNull().check(inList('state', ['starting', 'running', 'paused', 'ended', 'failed'])))
+      .addColumn('end_reason', 'text')
+      .addColumn('failure_reason', 'text')
+      .addColumn('memory_mib', 'integer', (c) => c.notNull())
+      .addColumn('vcpus', 'integer', (c) => c.notNull())
+      .addColumn('timeout_s', 'integer', (c) => c.notNull())
+      .addColumn('metadata', 'text', (c) => c.notNull())
+      .addColumn('gateway_id', 'text')
+      .addColumn('gateway_url', 'text')
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addColumn('started_at', 'text')
+      .addColumn('ended_at', 'text')
+      .addColumn('expires_at', 'text', (c) => c.notNull())
+      .addColumn('snapshot_interval_s', 'integer', (c) => c.notNull().defaultTo(60))
+      .addColumn('source_snapshot_id', 'text')
+      .addColumn('paused_at', 'text')
+      .execute();
+    const cols = ['id', 'tenant_id', 'template', 'state', 'end_reason', 'failure_reason', 'memory_mib', 'vcpus', 'timeout_s', 'metadata',
+      'gateway_id', 'gateway_url', 'created_at', 'started_at', 'ended_at', 'expires_at'];
+    await db.insertInto('sandboxes_v2').columns(cols).expression(db.selectFrom('sandboxes').select(cols)).execute();
+    await db.schema.dropTable('sandboxes').execute();
+    await db.schema.alterTable('sandboxes_v2').renameTo('sandboxes').execute();
+    await db.schema.createIndex('sandboxes_tenant_created_v2').on('sandboxes').columns(['tenant_id', 'created_at']).execute();
+
+    await db.schema
+      .createTable('snapshots')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('sandbox_id', 'text', (c) => c.notNull())
+      .addColumn('parent_id', 'text')
+      .addColumn('taken_at', 'text', (c) => c.notNull())
+      .addColumn('reason', 'text', (c) => c.notNull().check(inList('reason', ['rolling', 'manual', 'pause'])))
+      .addColumn('name', 'text')
+      .addColumn('pinned', 'integer', (c) => c.notNull())
+      .addColumn('size_added_bytes', 'integer', (c) => c.notNull())
+      .addColumn('memory_mib', 'integer', (c) => c.notNull())
+      .addColumn('vcpus', 'integer', (c) => c.notNull())
+      .addColumn('template', 'text', (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex('snapshots_sandbox_taken').on('snapshots').columns(['sandbox_id', 'taken_at']).execute();
+    await db.schema.createIndex('snapshots_tenant').on('snapshots').columns(['tenant_id']).execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
 }
 
 export const migrationProvider: MigrationProvider = {
-  getMigrations: async () => ({ '0001_initial': initial }),
+  getMigrations: async () => ({ '0001_initial': initial, '0002_snapshots': snapshots }),
 };

@@ -36,7 +36,7 @@ export interface TemplatesTable {
   created_at: IsoTime;
 }
 
-export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
+export type SandboxState = 'starting' | 'running' | 'paused' | 'ended' | 'failed';
 export type EndReason = 'killed' | 'timeout' | 'shutdown';
 
 /** A projection of the event log: rebuilt from it by @sandglass/events, never written by anything else. */
@@ -58,6 +58,31 @@ export interface SandboxesTable {
   started_at: IsoTime | null;
   ended_at: IsoTime | null;
   expires_at: IsoTime;
+  /** How often the gateway takes a rolling snapshot of this sandbox. */
+  snapshot_interval_s: number;
+  /** The snapshot a fork started from (null for sandboxes created from a template). */
+  source_snapshot_id: string | null;
+  paused_at: IsoTime | null;
+}
+
+export type SnapshotReason = 'rolling' | 'manual' | 'pause';
+
+/** A projection of `snapshot.*` events: one row per committed snapshot whose manifest is in the chunk store. */
+export interface SnapshotsTable {
+  id: string;
+  tenant_id: string;
+  sandbox_id: string;
+  parent_id: string | null;
+  taken_at: IsoTime;
+  reason: SnapshotReason;
+  name: string | null;
+  /** 1 when named or pinned: retention never thins it. */
+  pinned: number;
+  /** Bytes this snapshot added to the store (new chunks after compression and encryption, plus its manifest). */
+  size_added_bytes: number;
+  memory_mib: number;
+  vcpus: number;
+  template: string;
 }
 
 export interface EventsTable {
@@ -97,6 +122,7 @@ export interface Schema {
   events: EventsTable;
   event_chain_head: EventChainHeadTable;
   nodes: NodesTable;
+  snapshots: SnapshotsTable;
 }
 
 export type TenantRow = Selectable<TenantsTable>;
@@ -106,3 +132,4 @@ export type SandboxRow = Selectable<SandboxesTable>;
 export type EventRow = Selectable<EventsTable>;
 export type NewEventRow = Insertable<EventsTable>;
 export type NodeRow = Selectable<NodesTable>;
+export type SnapshotRow = Selectable<SnapshotsTable>;

@@ -73,7 +73,7 @@ describe('EventLog.append', () => {
     await expect(log.append({ type: 'sandbox.started', tenantId: 'ten_a', sandboxId: 'sbx_nope', data: {} }, { clock })).rejects.toThrow(/never created/);
     await log.append(created('sbx_1'), { clock });
     await expect(log.append(created('sbx_1'), { clock })).rejects.toThrow(/created twice/);
-    await expect(log.append({ type: 'sandbox.paused', tenantId: 'ten_a', sandboxId: 'sbx_1', data: {} }, { clock })).rejects.toThrow(/unknown sandbox event type/);
+    await expect(log.append({ type: 'sandbox.hibernated', tenantId: 'ten_a', sandboxId: 'sbx_1', data: {} }, { clock })).rejects.toThrow(/unknown sandbox event type/);
     await expect(log.append({ type: 'Sandbox Created', tenantId: 'ten_a', data: {} }, { clock })).rejects.toThrow(/dotted lowercase/);
     await expect(log.append({ type: 'sandbox.started', tenantId: 'ten_a', data: {} }, { clock })).rejects.toThrow(/needs a sandboxId/);
     expect(await log.list()).toHaveLength(1);

@@ -3,7 +3,7 @@ import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemRandom, type Clock, type Random } from '@sandglass/core';
 import { GENESIS_HASH, toIso, type EventRow, type Schema, type SandboxRow } from '@sandglass/db';
 import { canonicalJson, eventHash } from './hash.js';
-import { project } from './project.js';
+import { project, projectSnapshot } from './project.js';
 import { EVENT_TYPE_PATTERN, type AppendInput, type StoredEvent } from './types.js';
 
 const HEAD_ID = 'main';
@@ -73,6 +73,7 @@ export class EventLog {
       if (moved.numUpdatedRows !== 1n) throw new SandglassError('conflict', 'The event log moved during this append; retry the request.');
       const event: StoredEvent = { seq, ...body, hash };
       if (event.sandboxId && event.type.startsWith('sandbox.')) await applyToProjection(trx, event);
+      if (event.type.startsWith('snapshot.')) await applySnapshot(trx, event);
       return event;
     };
     return opts.trx ? run(opts.trx) : this.db.transaction().execute(run);
@@ -112,12 +113,14 @@ export class EventLog {
     return { ok: true, count, headSeq: last.seq, headHash: last.hash };
   }
 
-  /** Recomputes the sandboxes table from the log alone, in one transaction. */
+  /** Recomputes the sandboxes and snapshots tables from the log alone, in one transaction. */
   async rebuildProjections(): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
       const events = (await trx.selectFrom('events').selectAll().orderBy('seq', 'asc').execute()).map(fromRow);
       await trx.deleteFrom('sandboxes').execute();
       for (const row of project(events).values()) await trx.insertInto('sandboxes').values(row).execute();
+      await trx.deleteFrom('snapshots').execute();
+      for (const e of events) if (e.type.startsWith('snapshot.')) await applySnapshot(trx, e);
     });
   }
 }
@@ -128,6 +131,12 @@ async function applyToProjection(trx: Kysely<Schema>, event: StoredEvent): Promi
   const next = project([event], new Map<string, SandboxRow>(current ? [[id, current]] : [])).get(id)!;
   if (!current) await trx.insertInto('sandboxes').values(next).execute();
   else if (next !== current) await trx.updateTable('sandboxes').set(next).where('id', '=', id).execute();
+}
+
+async function applySnapshot(trx: Kysely<Schema>, event: StoredEvent): Promise<void> {
+  const change = projectSnapshot(event);
+  if (change.insert) await trx.insertInto('snapshots').values(change.insert).execute();
+  if (change.deleteId) await trx.deleteFrom('snapshots').where('id', '=', change.deleteId).execute();
 }
 
 function fromRow(row: EventRow): StoredEvent {

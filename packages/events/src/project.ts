@@ -1,7 +1,7 @@
 // The sandboxes projection as a pure fold over events: appends apply it to one row, rebuilds to the whole log.
-import { fromIso, toIso, type EndReason, type SandboxRow } from '@sandglass/db';
+import { fromIso, toIso, type EndReason, type SandboxRow, type SnapshotRow } from '@sandglass/db';
 import { canonicalJson } from './hash.js';
-import type { EventDataMap, StoredEvent } from './types.js';
+import type { EventDataMap, SnapshotTakenData, StoredEvent } from './types.js';
 
 const END_REASONS: readonly EndReason[] = ['killed', 'timeout', 'shutdown'];
 
@@ -41,6 +41,9 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       started_at: null,
       ended_at: null,
       expires_at: plusSeconds(e.at, d.timeoutS),
+      snapshot_interval_s: d.snapshotIntervalS ?? 60,
+      source_snapshot_id: d.sourceSnapshotId ?? null,
+      paused_at: null,
     };
   }
   if (!row) throw new Error(`event ${e.id} (${e.type}) is for sandbox ${e.sandboxId}, which was never created`);
@@ -57,6 +60,14 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       return { ...row, state: 'ended', end_reason: 'timeout', ended_at: e.at };
     case 'sandbox.failed':
       return { ...row, state: 'failed', failure_reason: String((e.data as EventDataMap['sandbox.failed']).reason), ended_at: e.at };
+    case 'sandbox.paused':
+      return row.state === 'running' ? { ...row, state: 'paused', paused_at: e.at } : row;
+    case 'sandbox.resumed':
+      return row.state === 'paused' ? { ...row, state: 'running', paused_at: null, expires_at: plusSeconds(e.at, row.timeout_s) } : row;
+    case 'sandbox.forked':
+      return row;
+    case 'sandbox.configured':
+      return { ...row, snapshot_interval_s: (e.data as EventDataMap['sandbox.configured']).snapshotIntervalS };
     case 'sandbox.extended': {
       const d = e.data as EventDataMap['sandbox.extended'];
       return { ...row, timeout_s: d.timeoutS, expires_at: d.expiresAt };
@@ -64,6 +75,31 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
     default:
       throw new Error(`unknown sandbox event type ${e.type}`);
   }
+}
+
+/** The snapshots projection: `snapshot.taken` adds a row, `snapshot.deleted` removes it. */
+export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; deleteId?: string } {
+  if (e.type === 'snapshot.taken') {
+    const d = e.data as unknown as SnapshotTakenData;
+    return {
+      insert: {
+        id: d.snapshotId,
+        tenant_id: e.tenantId,
+        sandbox_id: e.sandboxId!,
+        parent_id: d.parentId ?? null,
+        taken_at: e.at,
+        reason: d.reason,
+        name: d.name ?? null,
+        pinned: d.pinned ? 1 : 0,
+        size_added_bytes: d.sizeAddedBytes,
+        memory_mib: d.memoryMib,
+        vcpus: d.vcpus,
+        template: d.template,
+      },
+    };
+  }
+  if (e.type === 'snapshot.deleted') return { deleteId: String((e.data as EventDataMap['snapshot.deleted']).snapshotId) };
+  return {};
 }
 
 function plusSeconds(iso: string, seconds: number): string {

@@ -9,6 +9,22 @@ export interface SandboxCreatedData {
   metadata: Record<string, string>;
   gatewayId: string | null;
   gatewayUrl: string | null;
+  /** Seconds between rolling snapshots (absent in events older than snapshots: 60). */
+  snapshotIntervalS?: number;
+  /** Set on forks: the snapshot the sandbox started from. */
+  sourceSnapshotId?: string;
+}
+
+export interface SnapshotTakenData {
+  snapshotId: string;
+  parentId: string | null;
+  reason: 'rolling' | 'manual' | 'pause';
+  name: string | null;
+  pinned: boolean;
+  sizeAddedBytes: number;
+  memoryMib: number;
+  vcpus: number;
+  template: string;
 }
 
 /** Data beyond the known fields is kept in the log (and hashed) but ignored by the projection. */
@@ -27,6 +43,17 @@ export interface EventDataMap {
   'sandbox.timeout': Open<object>;
   /** The expiry moved to `expiresAt`, `timeoutS` from when it was asked. */
   'sandbox.extended': Open<{ timeoutS: number; expiresAt: string }>;
+  /** The VM was snapshotted and released; `snapshotId` brings it back. */
+  'sandbox.paused': Open<{ snapshotId: string }>;
+  /** Running again from `snapshotId`, in a new VM; the timeout counts afresh. */
+  'sandbox.resumed': Open<{ snapshotId: string; pid?: number | null }>;
+  /** A fork started from `snapshotId` (recorded on the new sandbox, after its sandbox.created). */
+  'sandbox.forked': Open<{ snapshotId: string; sourceSandboxId: string }>;
+  'sandbox.configured': Open<{ snapshotIntervalS: number }>;
+  'snapshot.taken': Open<SnapshotTakenData>;
+  'snapshot.failed': Open<{ reason: string; code: string; attempt?: number; willRetry?: boolean }>;
+  'snapshot.deleted': Open<{ snapshotId: string; why: 'retention' | 'user' }>;
+  'gc.completed': Open<object>;
   'command.started': Open<object>;
   'command.exited': Open<object>;
   'file.written': Open<object>;
