@@ -3,6 +3,7 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -69,15 +70,28 @@ func (a *agent) emit(ev map[string]any) {
 	}
 }
 
+// resyncMagic precedes the host's nonce in the resync marker (spec/agent-protocol.md, "Connection lifecycle").
+const resyncMagic = "\xffSGRESYNC"
+
 func hello(c *conn, raw json.RawMessage) (any, func(), error) {
 	var p struct {
-		Version int `json:"version"`
+		Version int    `json:"version"`
+		Resync  string `json:"resync"`
 	}
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
 	if p.Version != 1 {
 		return nil, nil, errorf("bad_request", "protocol version %d is not supported (this agent speaks 1)", p.Version)
+	}
+	if p.Resync != "" {
+		nonce, err := hex.DecodeString(p.Resync)
+		if err != nil || len(nonce) != 16 {
+			return nil, nil, errorf("bad_request", "resync must be 32 hex digits")
+		}
+		// Raw bytes ahead of the REPLY: after a restore the host may first receive the tail of frames written
+		// before the snapshot; it discards everything up to this marker, which only this hello can produce.
+		c.send(append([]byte(resyncMagic), nonce...))
 	}
 	c.resetStreams()
 	c.mu.Lock()

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { Duplex, Readable, type Writable } from 'node:stream';
-import { encodeFrame, encodeJsonFrame, FrameDecoder, FrameType, MAX_DATA_BYTES, type Frame } from './frame.js';
+import { encodeFrame, encodeJsonFrame, FrameDecoder, FrameType, MAX_DATA_BYTES, RESYNC_MAGIC, type Frame } from './frame.js';
 import type {
   AgentEvent,
   AttachResult,
@@ -91,7 +91,9 @@ export interface AgentClient {
 export class AgentClient extends EventEmitter {
   private readonly readable: Readable;
   private readonly writable: Writable;
-  private readonly decoder = new FrameDecoder();
+  private decoder = new FrameDecoder();
+  /** Set from hello until the agent's resync marker arrives: bytes before it are stale and dropped. */
+  private resync: { marker: Buffer; carry: Buffer } | undefined;
   private readonly pending = new Map<number, PendingCall>();
   private readonly streams = new Map<number, StreamHandler>();
   private readonly writeWaiters = new Map<number, WriteWaiter>();
@@ -141,8 +143,16 @@ export class AgentClient extends EventEmitter {
     });
   }
 
+  /**
+   * Opens the protocol on this connection. Every hello carries a fresh nonce: the agent writes a raw marker with it
+   * ahead of its reply, and everything received before the marker is discarded. After a restore that is how the host
+   * skips the tail of frames the guest wrote before the snapshot, which would otherwise break the framing.
+   */
   hello(opts?: CallOptions): Promise<HelloResult> {
-    return this.call('hello', { version: 1 }, opts);
+    const nonce = randomBytes(16);
+    this.resync = { marker: Buffer.concat([RESYNC_MAGIC, nonce]), carry: Buffer.alloc(0) };
+    this.decoder = new FrameDecoder();
+    return this.call('hello', { version: 1, resync: nonce.toString('hex') }, opts);
   }
 
   async ping(opts?: CallOptions): Promise<void> {
@@ -316,6 +326,17 @@ export class AgentClient extends EventEmitter {
   }
 
   private onChunk(chunk: Buffer): void {
+    if (this.resync) {
+      const { marker, carry } = this.resync;
+      const hay = Buffer.concat([carry, chunk]);
+      const at = hay.indexOf(marker);
+      if (at < 0) {
+        this.resync.carry = hay.subarray(Math.max(0, hay.length - marker.length + 1));
+        return;
+      }
+      this.resync = undefined;
+      chunk = hay.subarray(at + marker.length);
+    }
     let frames: Frame[];
     try {
       frames = this.decoder.push(chunk);

@@ -99,3 +99,6 @@ export class FrameDecoder {
     return Buffer.concat(parts, n);
   }
 }
+
+/** Raw bytes the agent writes, followed by the host's 16-byte hello nonce, ahead of its hello reply. */
+export const RESYNC_MAGIC = Buffer.from('\xffSGRESYNC', 'latin1');
