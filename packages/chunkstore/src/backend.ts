@@ -1,0 +1,35 @@
+// Where sealed chunks and manifests are kept: opaque blobs by key, implemented by local disk (and S3).
+import { invalidArgument } from '@sandglass/core';
+
+/**
+ * Keys are "/"-separated segments ("chunks/<tenant>/<aa>/<id>", "manifests/<tenant>/<snapshotId>"). No segment starts
+ * with ".", so keys never climb out of their root and never collide with a backend's temporary names.
+ */
+export interface ChunkBackend {
+  /** Atomic and durable once it resolves; a full store throws SandglassError('storage_full') and leaves nothing behind. */
+  put(key: string, data: Buffer): Promise<void>;
+  get(key: string): Promise<Buffer | undefined>;
+  has(key: string): Promise<boolean>;
+  /** A missing key is fine. */
+  delete(key: string): Promise<void>;
+  /** Every key starting with prefix (a plain string prefix, not only whole segments), with its size and modification time. */
+  list(prefix: string): AsyncIterable<BackendEntry>;
+}
+
+export interface BackendEntry {
+  key: string;
+  sizeBytes: number;
+  mtimeMs: number;
+}
+
+const SEGMENT = '[A-Za-z0-9_-][A-Za-z0-9_.-]*';
+const KEY = new RegExp(`^${SEGMENT}(/${SEGMENT})*$`);
+const PREFIX = new RegExp(`^(${SEGMENT}/)*(${SEGMENT})?$`);
+
+export function checkKey(key: string): void {
+  if (typeof key !== 'string' || !KEY.test(key)) throw invalidArgument('key', 'must be "/"-separated segments of letters, digits, ".", "_" or "-", none starting with "."');
+}
+
+export function checkPrefix(prefix: string): void {
+  if (typeof prefix !== 'string' || !PREFIX.test(prefix)) throw invalidArgument('prefix', 'must be the start of a valid key');
+}

@@ -1,0 +1,407 @@
+// Per-tenant encrypted, content-addressed chunks and snapshot manifests over a ChunkBackend, with crash-safe mark-and-sweep GC.
+import { Blake3Hasher } from '@napi-rs/blake-hash';
+import { compress, decompress } from 'zstd-napi';
+import { invalidArgument, SandglassError, systemClock, type Clock } from '@sandglass/core';
+import { seal, unseal, type KeyProvider } from '@sandglass/kms';
+import type { ChunkBackend } from './backend.js';
+
+const CHUNK_ID = /^[0-9a-f]{64}$/;
+/** Tenant and snapshot ids become path segments of backend keys. */
+const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+/** One compress call blocks the event loop; bigger chunks are compressed as a sequence of zstd frames this size. */
+const MAX_COMPRESS_BYTES = 4 * 1024 * 1024;
+const DEFAULT_ZSTD_LEVEL = 3;
+const REF_CHECKS_IN_FLIGHT = 32;
+
+export interface ChunkStoreOptions {
+  backend: ChunkBackend;
+  keys: KeyProvider;
+  clock?: Clock;
+  zstdLevel?: number;
+}
+
+export interface Manifest {
+  /** Every chunk id the snapshot needs; GC keeps exactly these (and leased ones). */
+  refs: string[];
+  body: unknown;
+}
+
+export interface PutResult {
+  id: string;
+  /** Bytes this call wrote to the backend: 0 when the chunk was already there. */
+  storedBytes: number;
+  isNew: boolean;
+}
+
+/** Protects the chunks of a capture in flight from GC until its manifest is committed or the capture is abandoned. */
+export interface CaptureLease {
+  /** Call before put (or as soon as it returns), so a chunk deduplicated against an orphan is not swept before the manifest lands. */
+  add(id: string): void;
+  /** Idempotent; adding to a released lease throws. */
+  release(): void;
+}
+
+export interface TenantStore {
+  readonly tenantId: string;
+  /** Keyed BLAKE3 (64 hex chars): the same data has unrelated ids in different tenants. */
+  chunkId(data: Buffer): string;
+  /** Writes the chunk unless it is already stored; a given id must be chunkId(data). */
+  put(data: Buffer, id?: string): Promise<PutResult>;
+  /** Verified read: a missing, unauthentic or mismatching chunk throws snapshot_corrupt naming it. */
+  get(id: string): Promise<Buffer>;
+  has(id: string): Promise<boolean>;
+  /** The commit point of a snapshot: refused (snapshot_corrupt) unless every ref is stored, so no manifest points at a missing chunk. */
+  putManifest(snapshotId: string, manifest: Manifest): Promise<{ storedBytes: number }>;
+  getManifest(snapshotId: string): Promise<Manifest>;
+  listManifests(): Promise<string[]>;
+  deleteManifest(snapshotId: string): Promise<void>;
+  lease(): CaptureLease;
+}
+
+export interface GcResult {
+  manifests: number;
+  liveChunks: number;
+  deletedChunks: number;
+  freedBytes: number;
+  /** Unreferenced chunks younger than the grace period: possibly a capture in flight elsewhere. */
+  keptYoung: number;
+  /** Tenants whose manifests could not all be read (key revoked, manifest damaged): none of their chunks were considered. */
+  undecidedTenants: string[];
+  durationMs: number;
+}
+
+/** What the ChunkStore and its TenantStores share: the backend, and the bookkeeping that keeps GC off chunks in use. */
+interface Shared {
+  backend: ChunkBackend;
+  zstdLevel: number;
+  /** Chunk keys held by unreleased leases, counted because two captures may hold the same chunk. */
+  leased: Map<string, number>;
+  /**
+   * While a GC runs: every chunk key leased or put since it started. GC read the manifests at its start, so a chunk
+   * leased, deduplicated or committed after that is kept even if its lease is released before the sweep reaches it.
+   */
+  gcProtected: Set<string> | undefined;
+  /** Deletes the running GC has issued: a put of the same chunk waits for its delete, then finds it gone and writes it. */
+  deleting: Map<string, Promise<void>>;
+}
+
+/** Use one ChunkStore per backend in a process: leases and GC coordinate through it. */
+export class ChunkStore {
+  readonly #keys: KeyProvider;
+  readonly #clock: Clock;
+  readonly #shared: Shared;
+
+  constructor(opts: ChunkStoreOptions) {
+    this.#keys = opts.keys;
+    this.#clock = opts.clock ?? systemClock;
+    this.#shared = {
+      backend: opts.backend,
+      zstdLevel: opts.zstdLevel ?? DEFAULT_ZSTD_LEVEL,
+      leased: new Map(),
+      gcProtected: undefined,
+      deleting: new Map(),
+    };
+  }
+
+  /** Resolves the tenant's keys once; key_unavailable propagates. */
+  async tenant(tenantId: string): Promise<TenantStore> {
+    checkSegment('tenantId', tenantId);
+    const [chunkIdKey, chunkDataKey, manifestSealKey] = await Promise.all([
+      this.#keys.dataKey(tenantId, 'chunk-id'),
+      this.#keys.dataKey(tenantId, 'chunk-data'),
+      this.#keys.dataKey(tenantId, 'manifest'),
+    ]);
+    return new Tenant(this.#shared, tenantId, { chunkId: chunkIdKey, chunkData: chunkDataKey, manifest: manifestSealKey });
+  }
+
+  /**
+   * Mark: the refs of every committed manifest of every tenant, plus leased chunks. Sweep: unmarked chunks older than
+   * graceMs, which covers captures in other processes and writes left behind by a crash. GC writes nothing, so one
+   * killed half-way has only deleted chunks that nothing referenced.
+   */
+  async gc(opts: { graceMs: number }): Promise<GcResult> {
+    if (!Number.isFinite(opts.graceMs) || opts.graceMs < 0) throw invalidArgument('graceMs', 'must be a non-negative number of milliseconds');
+    const shared = this.#shared;
+    if (shared.gcProtected) throw new SandglassError('conflict', 'A chunk store GC is already running in this process; wait for it to finish.');
+    const startMs = this.#clock.nowMs();
+    const protectedKeys = new Set(shared.leased.keys());
+    shared.gcProtected = protectedKeys;
+    try {
+      const { live, undecided, manifests } = await this.#mark();
+      let liveChunks = 0;
+      let deletedChunks = 0;
+      let freedBytes = 0;
+      let keptYoung = 0;
+      for await (const entry of shared.backend.list('chunks/')) {
+        const tenantId = chunkTenant(entry.key);
+        // Never delete what this code did not write, nor anything of a tenant whose references are unknown.
+        if (tenantId === undefined || undecided.has(tenantId)) continue;
+        if (live.has(entry.key) || protectedKeys.has(entry.key)) {
+          liveChunks++;
+          continue;
+        }
+        if (this.#clock.nowMs() - entry.mtimeMs < opts.graceMs) {
+          keptYoung++;
+          continue;
+        }
+        // Registered in the same synchronous step as the check above, so a put of this chunk either protected it
+        // first or waits for this delete.
+        const deleting = shared.backend.delete(entry.key);
+        shared.deleting.set(entry.key, deleting);
+        try {
+          await deleting;
+        } finally {
+          shared.deleting.delete(entry.key);
+        }
+        deletedChunks++;
+        freedBytes += entry.sizeBytes;
+      }
+      return {
+        manifests,
+        liveChunks,
+        deletedChunks,
+        freedBytes,
+        keptYoung,
+        undecidedTenants: [...undecided].sort(),
+        durationMs: this.#clock.nowMs() - startMs,
+      };
+    } finally {
+      shared.gcProtected = undefined;
+    }
+  }
+
+  async #mark(): Promise<{ live: Set<string>; undecided: Set<string>; manifests: number }> {
+    const backend = this.#shared.backend;
+    const byTenant = new Map<string, string[]>();
+    const undecided = new Set<string>();
+    for await (const { key } of backend.list('manifests/')) {
+      const [, tenantId, snapshotId, ...rest] = key.split('/');
+      if (tenantId === undefined) continue;
+      if (snapshotId === undefined || rest.length > 0 || !SEGMENT.test(tenantId) || !SEGMENT.test(snapshotId)) {
+        undecided.add(tenantId);
+        continue;
+      }
+      const ids = byTenant.get(tenantId);
+      if (ids) ids.push(snapshotId);
+      else byTenant.set(tenantId, [snapshotId]);
+    }
+    const live = new Set<string>();
+    let manifests = 0;
+    for (const [tenantId, snapshotIds] of byTenant) {
+      if (undecided.has(tenantId)) continue;
+      let sealKey: Buffer;
+      try {
+        sealKey = await this.#keys.dataKey(tenantId, 'manifest');
+      } catch {
+        undecided.add(tenantId);
+        continue;
+      }
+      const refs: string[] = [];
+      let readable = true;
+      for (const snapshotId of snapshotIds) {
+        const sealed = await backend.get(manifestKey(tenantId, snapshotId));
+        // Deleted since the listing: it no longer protects anything.
+        if (!sealed) continue;
+        try {
+          // A loop, not push(...refs): a big snapshot's refs would exceed the argument limit.
+          for (const id of openManifest(sealKey, tenantId, snapshotId, sealed).refs) refs.push(id);
+        } catch {
+          readable = false;
+          break;
+        }
+        manifests++;
+      }
+      if (!readable) {
+        undecided.add(tenantId);
+        continue;
+      }
+      for (const id of refs) live.add(chunkKey(tenantId, id));
+    }
+    return { live, undecided, manifests };
+  }
+}
+
+class Tenant implements TenantStore {
+  constructor(
+    private readonly shared: Shared,
+    readonly tenantId: string,
+    private readonly keys: { chunkId: Buffer; chunkData: Buffer; manifest: Buffer },
+  ) {}
+
+  chunkId(data: Buffer): string {
+    return Blake3Hasher.newKeyed(this.keys.chunkId).update(data).digest('hex');
+  }
+
+  async put(data: Buffer, id?: string): Promise<PutResult> {
+    const computed = this.chunkId(data);
+    if (id !== undefined && id !== computed) throw invalidArgument('id', 'must be chunkId(data) of this tenant');
+    const key = chunkKey(this.tenantId, computed);
+    this.shared.gcProtected?.add(key);
+    await this.shared.deleting.get(key)?.catch(() => undefined);
+    if (await this.shared.backend.has(key)) return { id: computed, storedBytes: 0, isNew: false };
+    const sealed = seal(this.keys.chunkData, compressFrames(data, this.shared.zstdLevel), aad(this.tenantId, computed));
+    await this.shared.backend.put(key, sealed);
+    return { id: computed, storedBytes: sealed.length, isNew: true };
+  }
+
+  async get(id: string): Promise<Buffer> {
+    checkChunkId('id', id);
+    const sealed = await this.shared.backend.get(chunkKey(this.tenantId, id));
+    if (!sealed) throw corruptChunk(id, 'is missing');
+    let data: Buffer;
+    try {
+      data = decompress(unseal(this.keys.chunkData, sealed, aad(this.tenantId, id)));
+    } catch (err) {
+      throw corruptChunk(id, 'failed authentication or decompression', err);
+    }
+    if (this.chunkId(data) !== id) throw corruptChunk(id, 'does not hash to its id');
+    return data;
+  }
+
+  async has(id: string): Promise<boolean> {
+    checkChunkId('id', id);
+    return this.shared.backend.has(chunkKey(this.tenantId, id));
+  }
+
+  async putManifest(snapshotId: string, manifest: Manifest): Promise<{ storedBytes: number }> {
+    checkSegment('snapshotId', snapshotId);
+    if (!Array.isArray(manifest?.refs)) throw invalidArgument('manifest.refs', 'must be an array of chunk ids');
+    for (const ref of manifest.refs) checkChunkId('manifest.refs', ref);
+    let json: string;
+    try {
+      json = JSON.stringify({ refs: manifest.refs, body: manifest.body });
+    } catch (err) {
+      throw new SandglassError('invalid_argument', `manifest.body: must be serialisable as JSON (${(err as Error).message})`, {
+        details: { field: 'manifest.body', rule: 'must be serialisable as JSON' },
+      });
+    }
+    const missing = await this.#firstMissing([...new Set(manifest.refs)]);
+    if (missing !== undefined) throw corruptChunk(missing, `is missing, so manifest ${snapshotId} was not written`);
+    const sealed = seal(this.keys.manifest, compressFrames(Buffer.from(json), this.shared.zstdLevel), aad(this.tenantId, snapshotId));
+    await this.shared.backend.put(manifestKey(this.tenantId, snapshotId), sealed);
+    return { storedBytes: sealed.length };
+  }
+
+  async getManifest(snapshotId: string): Promise<Manifest> {
+    checkSegment('snapshotId', snapshotId);
+    const sealed = await this.shared.backend.get(manifestKey(this.tenantId, snapshotId));
+    if (!sealed) throw new SandglassError('snapshot_not_found', `No manifest ${snapshotId} exists for tenant ${this.tenantId}.`, { details: { snapshotId } });
+    return openManifest(this.keys.manifest, this.tenantId, snapshotId, sealed);
+  }
+
+  async listManifests(): Promise<string[]> {
+    const prefix = `manifests/${this.tenantId}/`;
+    const ids: string[] = [];
+    for await (const { key } of this.shared.backend.list(prefix)) {
+      const id = key.slice(prefix.length);
+      if (SEGMENT.test(id)) ids.push(id);
+    }
+    return ids.sort();
+  }
+
+  async deleteManifest(snapshotId: string): Promise<void> {
+    checkSegment('snapshotId', snapshotId);
+    await this.shared.backend.delete(manifestKey(this.tenantId, snapshotId));
+  }
+
+  lease(): CaptureLease {
+    const shared = this.shared;
+    const held = new Set<string>();
+    let released = false;
+    return {
+      add: (id) => {
+        checkChunkId('id', id);
+        if (released) throw new Error('CaptureLease.add after release: the chunk would not be protected from GC');
+        const key = chunkKey(this.tenantId, id);
+        shared.gcProtected?.add(key);
+        if (held.has(key)) return;
+        held.add(key);
+        shared.leased.set(key, (shared.leased.get(key) ?? 0) + 1);
+      },
+      release: () => {
+        if (released) return;
+        released = true;
+        for (const key of held) {
+          const count = (shared.leased.get(key) ?? 1) - 1;
+          if (count > 0) shared.leased.set(key, count);
+          else shared.leased.delete(key);
+        }
+      },
+    };
+  }
+
+  async #firstMissing(ids: string[]): Promise<string | undefined> {
+    let next = 0;
+    let missing: string | undefined;
+    const worker = async (): Promise<void> => {
+      while (missing === undefined && next < ids.length) {
+        const id = ids[next++]!;
+        if (!(await this.shared.backend.has(chunkKey(this.tenantId, id)))) missing ??= id;
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(REF_CHECKS_IN_FLIGHT, ids.length) }, worker));
+    return missing;
+  }
+}
+
+function openManifest(key: Buffer, tenantId: string, snapshotId: string, sealed: Buffer): Manifest {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(decompress(unseal(key, sealed, aad(tenantId, snapshotId))).toString('utf8'));
+  } catch (err) {
+    throw corruptManifest(snapshotId, 'failed authentication, decompression or parsing', err);
+  }
+  const { refs, body } = (parsed ?? {}) as Partial<Manifest>;
+  if (!Array.isArray(refs) || !refs.every((r) => typeof r === 'string' && CHUNK_ID.test(r))) {
+    throw corruptManifest(snapshotId, 'has no valid list of chunk ids');
+  }
+  return { refs, body };
+}
+
+/** Several zstd frames for big inputs: decompress reads concatenated frames back as one buffer. */
+function compressFrames(data: Buffer, level: number): Buffer {
+  if (data.length <= MAX_COMPRESS_BYTES) return compress(data, { compressionLevel: level });
+  const frames: Buffer[] = [];
+  for (let offset = 0; offset < data.length; offset += MAX_COMPRESS_BYTES) {
+    frames.push(compress(data.subarray(offset, offset + MAX_COMPRESS_BYTES), { compressionLevel: level }));
+  }
+  return Buffer.concat(frames);
+}
+
+/** Binds each sealed blob to its tenant and name, so a file copied over another's fails authentication. */
+function aad(tenantId: string, name: string): Buffer {
+  return Buffer.from(`${tenantId}|${name}`);
+}
+
+function chunkKey(tenantId: string, id: string): string {
+  return `chunks/${tenantId}/${id.slice(0, 2)}/${id}`;
+}
+
+function manifestKey(tenantId: string, snapshotId: string): string {
+  return `manifests/${tenantId}/${snapshotId}`;
+}
+
+/** The tenant of a well-formed chunk key; undefined for anything else under chunks/. */
+function chunkTenant(key: string): string | undefined {
+  const [root, tenantId, fanout, id, ...rest] = key.split('/');
+  if (root !== 'chunks' || tenantId === undefined || id === undefined || rest.length > 0) return undefined;
+  return SEGMENT.test(tenantId) && CHUNK_ID.test(id) && fanout === id.slice(0, 2) ? tenantId : undefined;
+}
+
+function checkChunkId(field: string, id: string): void {
+  if (typeof id !== 'string' || !CHUNK_ID.test(id)) throw invalidArgument(field, 'must be a chunk id: 64 lowercase hex characters');
+}
+
+function checkSegment(field: string, value: string): void {
+  if (typeof value !== 'string' || !SEGMENT.test(value)) {
+    throw invalidArgument(field, 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit');
+  }
+}
+
+function corruptChunk(id: string, problem: string, cause?: unknown): SandglassError {
+  return new SandglassError('snapshot_corrupt', `Chunk ${id} ${problem}; it was not used.`, { details: { chunk: id }, cause });
+}
+
+function corruptManifest(snapshotId: string, problem: string, cause?: unknown): SandglassError {
+  return new SandglassError('snapshot_corrupt', `Manifest ${snapshotId} ${problem}; it was not used.`, { details: { manifest: snapshotId }, cause });
+}

@@ -1,0 +1,149 @@
+// Chunk backend on a local filesystem: one file per key, replaced atomically and durably (temp, fsync, rename, fsync dir).
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
+import { basename, dirname, join, resolve } from 'node:path';
+import { SandglassError } from '@sandglass/core';
+import { checkKey, checkPrefix, type BackendEntry, type ChunkBackend } from './backend.js';
+
+const TEMP_PREFIX = '.tmp-';
+/** A temp file this old belongs to a writer that crashed: no put takes an hour between open and rename. */
+const STALE_TEMP_MS = 60 * 60 * 1000;
+
+export class LocalDiskBackend implements ChunkBackend {
+  readonly #root: string;
+
+  constructor(root: string) {
+    this.#root = resolve(root);
+  }
+
+  async put(key: string, data: Buffer): Promise<void> {
+    const path = this.#path(key);
+    const dir = dirname(path);
+    const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
+    try {
+      await ensureDir(dir);
+      const fh = await open(tmp, 'wx', 0o600);
+      try {
+        await fh.writeFile(data);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, path);
+      await fsyncDir(dir);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      const code = errorCode(err);
+      if (code === 'ENOSPC' || code === 'EDQUOT') {
+        throw new SandglassError('storage_full', `The chunk store at ${this.#root} has no room left (${code}); free space or thin retention.`, { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  async get(key: string): Promise<Buffer | undefined> {
+    try {
+      return await readFile(this.#path(key));
+    } catch (err) {
+      if (isMissing(err)) return undefined;
+      throw err;
+    }
+  }
+
+  async has(key: string): Promise<boolean> {
+    try {
+      return (await stat(this.#path(key))).isFile();
+    } catch (err) {
+      if (isMissing(err)) return false;
+      throw err;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    try {
+      await unlink(this.#path(key));
+    } catch (err) {
+      if (!isMissing(err)) throw err;
+    }
+  }
+
+  async *list(prefix: string): AsyncIterable<BackendEntry> {
+    checkPrefix(prefix);
+    const dirKey = prefix.slice(0, prefix.lastIndexOf('/') + 1);
+    yield* this.#walk(dirKey, prefix.slice(dirKey.length));
+  }
+
+  /** Depth-first, names sorted, so listings are stable; removes stale temp files on the way. */
+  async *#walk(dirKey: string, namePrefix: string): AsyncIterable<BackendEntry> {
+    const dir = join(this.#root, dirKey);
+    let entries;
+    try {
+      entries = await readdir(dir, { withFileTypes: true });
+    } catch (err) {
+      if (isMissing(err)) return;
+      throw err;
+    }
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of entries) {
+      if (entry.name.startsWith(TEMP_PREFIX)) {
+        await sweepIfStale(join(dir, entry.name));
+        continue;
+      }
+      if (entry.name.startsWith('.') || !entry.name.startsWith(namePrefix)) continue;
+      const key = dirKey + entry.name;
+      if (entry.isDirectory()) {
+        yield* this.#walk(`${key}/`, '');
+      } else if (entry.isFile()) {
+        // Stat per file rather than trusting the directory listing: the file may have been deleted since.
+        const info = await stat(join(dir, entry.name)).catch((err: unknown) => {
+          if (isMissing(err)) return undefined;
+          throw err;
+        });
+        if (info) yield { key, sizeBytes: info.size, mtimeMs: info.mtimeMs };
+      }
+    }
+  }
+
+  #path(key: string): string {
+    checkKey(key);
+    return join(this.#root, key);
+  }
+}
+
+/** Best effort: a temp file that cannot be removed now is tried again on the next listing, which must not fail for it. */
+async function sweepIfStale(path: string): Promise<void> {
+  try {
+    if (Date.now() - (await stat(path)).mtimeMs > STALE_TEMP_MS) await unlink(path);
+  } catch {
+    return;
+  }
+}
+
+/** mkdir -p that also makes the new directory entries durable, so a crash cannot lose a directory of written chunks. */
+async function ensureDir(dir: string): Promise<void> {
+  const created = await mkdir(dir, { recursive: true, mode: 0o700 });
+  if (created === undefined) return;
+  for (let p = dir; p !== dirname(created); ) {
+    p = dirname(p);
+    await fsyncDir(p);
+  }
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+function errorCode(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException | undefined)?.code;
+}
+
+/** ENOTDIR too: a key whose parent path is a file simply does not exist. */
+function isMissing(err: unknown): boolean {
+  const code = errorCode(err);
+  return code === 'ENOENT' || code === 'ENOTDIR';
+}
