@@ -1,1 +1,4 @@
-// @sandglass/snapshots
+// @sandglass/snapshots: the qcow2 layer reader and writer, the retention policy, and the per-node capture scheduler.
+export * from './qcow2.js';
+export * from './retention.js';
+export * from './scheduler.js';
