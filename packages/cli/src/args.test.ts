@@ -1,7 +1,7 @@
-// Argument parsing of the CLI: --env K=V, integers, cp endpoints, and how commander applies them.
+// Argument parsing of the CLI: --env K=V, integers, times, fork sources, cp endpoints, and how commander applies them.
 import { InvalidArgumentError } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { UsageError, collectEnv, collectMetadata, parseCpEndpoint, parseNonNegativeInt, parsePositiveInt, planCp } from './args.js';
+import { UsageError, collectEnv, collectMetadata, parseCpEndpoint, parseForkArg, parseNonNegativeInt, parsePositiveInt, parseTime, planCp } from './args.js';
 
 describe('--env K=V', () => {
   it('accumulates pairs and keeps everything after the first = as the value', () => {
@@ -28,6 +28,27 @@ describe('integers', () => {
     expect(parsePositiveInt('512')).toBe(512);
     for (const bad of ['-1', '1.5', 'abc', '', '1e3', '99999999999999999999']) expect(() => parseNonNegativeInt(bad)).toThrow(InvalidArgumentError);
     expect(() => parsePositiveInt('0')).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('times and fork sources', () => {
+  const sbx = 'sbx_abcdefghijklmnopqrst';
+  const snap = 'snap_abcdefghijklmnopqrst';
+
+  it('reads ISO 8601 with a zone exactly, and a zoneless time as local time', () => {
+    expect(parseTime('2025-06-01T12:00:30Z')).toBe('2025-06-01T12:00:30.000Z');
+    expect(parseTime('2025-06-01T14:00:30+02:00')).toBe('2025-06-01T12:00:30.000Z');
+    expect(parseTime('2025-06-01 14:00:30')).toBe(new Date(2025, 5, 1, 14, 0, 30).toISOString());
+    for (const bad of ['', '1', 'June 1', 'yesterday', '2025-13-45T00:00:00Z', '12:00']) expect(() => parseTime(bad), bad).toThrow(InvalidArgumentError);
+  });
+
+  it('takes a snapshot, a sandbox, or a sandbox at a time, made UTC', () => {
+    expect(parseForkArg(snap)).toBe(snap);
+    expect(parseForkArg(sbx)).toBe(sbx);
+    expect(parseForkArg(`${sbx}@2025-06-01T14:00:00+02:00`)).toBe(`${sbx}@2025-06-01T12:00:00.000Z`);
+    for (const bad of ['tpl_x', `${sbx}@`, `${sbx}@soon`, `${snap}@2025-06-01T12:00:00Z`, '@2025-06-01T12:00:00Z']) {
+      expect(() => parseForkArg(bad), bad).toThrow(InvalidArgumentError);
+    }
   });
 });
 

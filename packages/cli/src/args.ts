@@ -1,5 +1,6 @@
-// Pure argument parsing for the CLI: K=V pairs, integers, `cp` endpoints; errors here are usage errors (exit 2).
+// Pure argument parsing for the CLI: K=V pairs, integers, times, fork sources, `cp` endpoints; errors here are usage errors (exit 2).
 import { InvalidArgumentError } from 'commander';
+import { parseForkSource } from '@sandglass/sdk';
 
 /** A mistake in how the CLI was called, as opposed to a failure of the call itself. */
 export class UsageError extends Error {}
@@ -31,6 +32,31 @@ export function parsePositiveInt(value: string): number {
   const n = parseNonNegativeInt(value);
   if (n === 0) throw new InvalidArgumentError('must be a whole number >= 1');
   return n;
+}
+
+/**
+ * A point in time for --at and sbx_…@TIME: ISO 8601 with a zone, or a local "YYYY-MM-DD HH:MM:SS" as the tables print it.
+ * Returned as ISO 8601 UTC.
+ */
+export function parseTime(value: string): string {
+  const ms = Date.parse(value);
+  // Date.parse also reads "1" or "June": only a date-first form counts.
+  if (!/^\d{4}-\d\d-\d\d([T ]|$)/.test(value) || Number.isNaN(ms)) {
+    throw new InvalidArgumentError(`'${value}' is not a time; write 2025-06-01T12:00:00Z, or "2025-06-01 14:00:00" for local time`);
+  }
+  return new Date(ms).toISOString();
+}
+
+/** `snap_…`, `sbx_…` or `sbx_…@TIME` (TIME as parseTime reads it), with the time made ISO 8601 UTC. */
+export function parseForkArg(value: string): string {
+  const at = value.indexOf('@');
+  const normalized = at < 0 ? value : `${value.slice(0, at)}@${parseTime(value.slice(at + 1))}`;
+  try {
+    parseForkSource(normalized);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  return normalized;
 }
 
 export type CpEndpoint = { kind: 'remote'; sandboxId: string; path: string } | { kind: 'local'; path: string } | { kind: 'stdio' };

@@ -1,4 +1,4 @@
-// The sandglass binary end to end against a scripted control plane + gateway: byte-exact output, exit codes, stdin, errors.
+// The sandglass binary end to end against a scripted control plane + gateway: byte-exact output, exit codes, stdin, errors, time travel.
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -41,7 +41,44 @@ const frame = (fd: 1 | 2, offset: number, bytes: Buffer) => {
   return Buffer.concat([head, bytes]);
 };
 const command = { id: CMD, pid: 7, argv: [], pty: false, state: 'running', timedOut: false, outputBytes: 0, startedAt: '2025-01-01T00:00:00Z' };
-const sandbox = { id: SBX, tenantId: 't', template: 'base', state: 'running', memoryMib: 256, vcpus: 1, timeoutS: 300, metadata: {}, createdAt: '2025-01-01T00:00:00Z', expiresAt: '2025-01-01T00:05:00Z' };
+const sandbox = {
+  id: SBX,
+  tenantId: 't',
+  template: 'base',
+  state: 'running',
+  memoryMib: 256,
+  vcpus: 1,
+  timeoutS: 300,
+  metadata: {},
+  createdAt: '2025-01-01T00:00:00Z',
+  expiresAt: '2025-01-01T00:05:00Z',
+  snapshotIntervalS: 60,
+  sourceSnapshotId: null,
+  pausedAt: null,
+};
+const SNAP = 'snap_abcdefghijklmnopqrst';
+const FORKS = ['sbx_forkaaaaaaaaaaaaaaa', 'sbx_forkbbbbbbbbbbbbbbb'];
+const snapshot = (extra: Record<string, unknown> = {}) => ({
+  id: SNAP,
+  sandboxId: SBX,
+  parentId: null,
+  takenAt: '2025-06-01T12:00:00.000Z',
+  reason: 'rolling',
+  name: null,
+  pinned: false,
+  sizeAddedBytes: 4096,
+  memoryMib: 256,
+  vcpus: 1,
+  template: 'base',
+  ...extra,
+});
+/** JSON bodies the control plane received, by "METHOD /path". */
+const received = new Map<string, unknown[]>();
+const receive = async (route: string, req: IncomingMessage) => {
+  const text = (await body(req)).toString();
+  received.set(route, [...(received.get(route) ?? []), text === '' ? undefined : JSON.parse(text)]);
+};
+const grant = () => ({ gatewayUrl: url, token: 'sgat_r', expiresAt: new Date(Date.now() + 900_000).toISOString() });
 
 beforeAll(async () => {
   const server = createServer(async (req, res) => {
@@ -54,7 +91,34 @@ beforeAll(async () => {
       started.push(JSON.parse((await body(req)).toString()));
       return json(res, 201, command);
     }
-    if (route === 'POST /v1/sandboxes') return json(res, 201, { ...sandbox, access: { gatewayUrl: url, token: 'sgat_c', expiresAt: new Date(Date.now() + 900_000).toISOString() } });
+    if (route === 'POST /v1/sandboxes') {
+      await receive(route, req);
+      return json(res, 201, { ...sandbox, access: { gatewayUrl: url, token: 'sgat_c', expiresAt: new Date(Date.now() + 900_000).toISOString() } });
+    }
+    if (route === `GET /v1/sandboxes/${SBX}/snapshots`) {
+      const second = snapshot({ id: 'snap_secondsecondsecond', parentId: SNAP, reason: 'manual', name: 'v1', pinned: true, sizeAddedBytes: 3 * 1024 * 1024 });
+      return json(res, 200, { snapshots: [snapshot(), second] });
+    }
+    if (route === `POST /v1/sandboxes/${SBX}/snapshots`) {
+      await receive(route, req);
+      return json(res, 201, snapshot({ reason: 'manual' }));
+    }
+    if (route === `POST /v1/sandboxes/${SBX}/pause`) return json(res, 200, { sandbox: { ...sandbox, state: 'paused' }, snapshot: snapshot({ reason: 'pause' }) });
+    if (route === `POST /v1/sandboxes/${SBX}/resume`) {
+      await receive(route, req);
+      return json(res, 200, { ...sandbox, access: grant() });
+    }
+    if (route === 'POST /v1/forks') {
+      await receive(route, req);
+      const { count } = received.get(route)!.at(-1) as { count: number };
+      return json(res, 201, { snapshotId: SNAP, sandboxes: FORKS.slice(0, count).map((id) => ({ ...sandbox, id, sourceSnapshotId: SNAP, access: grant() })) });
+    }
+    if (FORKS.some((id) => route === `GET /v1/sandboxes/${id}`)) return json(res, 200, { ...sandbox, id: u.pathname.split('/').pop(), sourceSnapshotId: SNAP });
+    if (route === `DELETE /v1/snapshots/${SNAP}`) {
+      await receive(route, req);
+      return json(res, 204);
+    }
+    if (route.startsWith('DELETE /v1/snapshots/')) return json(res, 404, { error: { code: 'snapshot_not_found', message: 'no such snapshot', requestId: 'req_2' } });
     if (route === `DELETE /v1/sandboxes/${SBX}`) {
       deleted.push(SBX);
       return json(res, 204);
@@ -179,5 +243,74 @@ describe('sandglass errors and tables', () => {
     const text = r.stdout.toString();
     expect(text).toContain(SBX);
     expect(text).not.toMatch(/\u001b\[/);
+  });
+});
+
+describe('sandglass time travel', () => {
+  it('prints the timeline as a table, with names, pins, sizes and parents', async () => {
+    const r = await cli(['timeline', SBX]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const text = r.stdout.toString();
+    for (const header of ['ID', 'TAKEN AT', 'REASON', 'NAME', 'SIZE ADDED', 'PARENT']) expect(text).toContain(header);
+    const rows = text.split('\n').filter((l) => l.includes('snap_'));
+    expect(rows).toHaveLength(2);
+    expect(rows[0]).toMatch(/snap_abcdefghijklmnopqrst.*rolling.*4\.0 KiB/);
+    expect(rows[1]).toMatch(/snap_secondsecondsecond.*manual.*v1 \(pinned\).*3\.0 MiB.*snap_abcdefghijklmnopqrst/);
+    const asJson = await cli(['timeline', SBX, '--json']);
+    expect(JSON.parse(asJson.stdout.toString()).map((x: { id: string }) => x.id)).toEqual([SNAP, 'snap_secondsecondsecond']);
+  });
+
+  it('snapshots, pauses, resumes and deletes, printing ids', async () => {
+    received.clear();
+    const taken = await cli(['snapshot', SBX, '--name', 'v1']);
+    expect([taken.code, taken.stdout.toString()]).toEqual([0, `${SNAP}\n`]);
+    expect(received.get(`POST /v1/sandboxes/${SBX}/snapshots`)).toEqual([{ name: 'v1' }]);
+
+    const paused = await cli(['pause', SBX]);
+    expect([paused.code, paused.stdout.toString()]).toEqual([0, `${SNAP}\n`]);
+
+    const resumed = await cli(['resume', SBX, '--at', '2025-06-01 14:00:30']);
+    expect([resumed.code, resumed.stdout.toString()]).toEqual([0, `${SBX}\n`]);
+    expect(received.get(`POST /v1/sandboxes/${SBX}/resume`)).toEqual([{ at: new Date(2025, 5, 1, 14, 0, 30).toISOString() }]);
+
+    expect((await cli(['snapshot-rm', SNAP])).code).toBe(0);
+    expect(received.get(`DELETE /v1/snapshots/${SNAP}`)).toEqual([undefined]);
+    const missing = await cli(['snapshot-rm', 'snap_missingmissingmis']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toBe('error: snapshot_not_found: no such snapshot (request req_2)\n');
+  });
+
+  it('forks from a sandbox at a time and prints the new ids; --json leaves access out', async () => {
+    received.clear();
+    const r = await cli(['fork', `${SBX}@2025-06-01T14:00:00+02:00`, '--count', '2', '--timeout', '60']);
+    expect(r.stderr).toBe('');
+    expect([r.code, r.stdout.toString()]).toEqual([0, FORKS.map((id) => `${id}\n`).join('')]);
+    expect(received.get('POST /v1/forks')).toEqual([{ sandboxId: SBX, at: '2025-06-01T12:00:00.000Z', count: 2, timeoutS: 60 }]);
+
+    const asJson = await cli(['fork', SNAP, '--json']);
+    const forks = JSON.parse(asJson.stdout.toString());
+    expect(forks.map((f: { id: string; sourceSnapshotId: string }) => [f.id, f.sourceSnapshotId])).toEqual([[FORKS[0], SNAP]]);
+    expect(asJson.stdout.toString()).not.toContain('sgat_');
+    expect(received.get('POST /v1/forks')!.at(-1)).toEqual({ snapshotId: SNAP, count: 1 });
+  });
+
+  it('creates with a snapshot interval', async () => {
+    received.clear();
+    expect((await cli(['create', '--snapshot-interval', '15'])).code).toBe(0);
+    expect(received.get('POST /v1/sandboxes')).toEqual([{ template: 'base', snapshotIntervalS: 15 }]);
+  });
+
+  it.each([
+    ['resume with both --at and --snapshot', ['resume', SBX, '--at', '2025-06-01T12:00:00Z', '--snapshot', SNAP], /cannot be used with/],
+    ['resume at a time that is not one', ['resume', SBX, '--at', 'yesterday'], /not a time/],
+    ['fork from something that is no source', ['fork', 'tpl_base'], /not a fork source/],
+    ['fork with --count 0', ['fork', SNAP, '--count', '0'], /whole number >= 1/],
+  ])('refuses to %s as a usage error (exit 2), sending nothing', async (_what, args, message) => {
+    received.clear();
+    const r = await cli(args);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(received.size).toBe(0);
   });
 });

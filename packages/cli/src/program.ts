@@ -1,11 +1,11 @@
 // The `sandglass` command line: every command, its options, and the exit status it leaves.
 import { constants as osConstants } from 'node:os';
 import { Command, Option } from 'commander';
-import { Sandbox, SandglassError, type SandboxCreateOptions } from '@sandglass/sdk';
-import { collectEnv, collectMetadata, parseNonNegativeInt, parsePositiveInt, planCp } from './args.js';
+import { Sandbox, SandglassError, type SandboxCreateOptions, type SandboxInfo, type SandboxState } from '@sandglass/sdk';
+import { collectEnv, collectMetadata, parseForkArg, parseNonNegativeInt, parsePositiveInt, parseTime, planCp } from './args.js';
 import { copy } from './cp.js';
 import { attach, execStreaming, startExec, type ExecOptions } from './exec.js';
-import { printJson, printTable, shortTime } from './output.js';
+import { formatBytes, printJson, printTable, shortTime } from './output.js';
 import { shell } from './shell.js';
 
 /** What the actions leave for main: the exit status. */
@@ -19,6 +19,7 @@ interface CreateFlags {
   vcpus?: number;
   timeoutS?: number;
   metadata?: Record<string, string>;
+  snapshotInterval?: number;
 }
 
 interface ExecFlags {
@@ -35,7 +36,8 @@ function addCreateOptions(cmd: Command): Command {
     .option('--memory-mib <n>', 'guest memory in MiB', parsePositiveInt)
     .option('--vcpus <n>', 'virtual CPUs', parsePositiveInt)
     .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
-    .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata);
+    .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
+    .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt);
 }
 
 function addExecOptions(cmd: Command): Command {
@@ -53,6 +55,7 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   vcpus: f.vcpus,
   timeoutS: f.timeoutS,
   metadata: f.metadata,
+  snapshotIntervalS: f.snapshotInterval,
 });
 
 const execOptions = (f: ExecFlags): ExecOptions => ({
@@ -63,6 +66,11 @@ const execOptions = (f: ExecFlags): ExecOptions => ({
   // -i forces forwarding; otherwise exec decides by whether stdin is a pipe or file with data.
   stdin: f.interactive ? true : undefined,
 });
+
+const SANDBOX_STATES: SandboxState[] = ['starting', 'running', 'paused', 'ended', 'failed'];
+
+/** A sandbox without the access grant of the answers that start one: that is a credential and stays out of the output. */
+const withoutAccess = ({ access: _, ...info }: SandboxInfo): Omit<SandboxInfo, 'access'> => info;
 
 const signalExitCode = (signal: NodeJS.Signals) => 128 + osConstants.signals[signal];
 
@@ -128,9 +136,7 @@ export function buildProgram(state: RunState): Command {
       act(async (flags: CreateFlags & { json?: boolean }) => {
         const sbx = await Sandbox.create(createOptions(flags));
         if (!flags.json) return void process.stdout.write(`${sbx.id}\n`);
-        // The create response's access token is a credential: it stays out of the output.
-        const { access: _, ...info } = await sbx.getInfo();
-        printJson(info);
+        printJson(withoutAccess(await sbx.getInfo()));
       }),
     );
 
@@ -178,10 +184,10 @@ export function buildProgram(state: RunState): Command {
   program
     .command('ls')
     .description('list sandboxes')
-    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['starting', 'running', 'ended', 'failed']))
+    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(SANDBOX_STATES))
     .option('--json', 'print JSON')
     .action(
-      act(async (flags: { state?: 'starting' | 'running' | 'ended' | 'failed'; json?: boolean }) => {
+      act(async (flags: { state?: SandboxState; json?: boolean }) => {
         const sandboxes = await Sandbox.list({ state: flags.state });
         if (flags.json) return printJson(sandboxes);
         await printTable(
@@ -211,6 +217,88 @@ export function buildProgram(state: RunState): Command {
         const events = await (await Sandbox.connect(id)).events();
         if (flags.json) return printJson(events);
         for (const e of events) process.stdout.write(`${e.seq}\t${shortTime(e.at)}\t${e.type}\t${JSON.stringify(e.data)}\n`);
+      }),
+    );
+
+  program
+    .command('timeline')
+    .description("a sandbox's retained snapshots, oldest first")
+    .argument('<id>', 'sandbox id')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (id: string, flags: { json?: boolean }) => {
+        const snapshots = await (await Sandbox.connect(id)).timeline();
+        if (flags.json) return printJson(snapshots);
+        await printTable(
+          ['ID', 'TAKEN AT', 'REASON', 'NAME', 'SIZE ADDED', 'PARENT'],
+          snapshots.map((s) => [
+            s.id,
+            shortTime(s.takenAt),
+            s.reason,
+            [s.name, s.pinned ? '(pinned)' : null].filter((x) => x !== null).join(' '),
+            formatBytes(s.sizeAddedBytes),
+            s.parentId ?? '',
+          ]),
+        );
+      }),
+    );
+
+  program
+    .command('snapshot')
+    .description('take a snapshot of a running sandbox now and print its id')
+    .argument('<id>', 'sandbox id')
+    .option('--name <name>', 'name it (1–64 of A-Z a-z 0-9 . _ -); a named snapshot is pinned')
+    .option('--json', 'print the snapshot as JSON')
+    .action(
+      act(async (id: string, flags: { name?: string; json?: boolean }) => {
+        const snapshot = await (await Sandbox.connect(id)).snapshot({ name: flags.name });
+        if (flags.json) return printJson(snapshot);
+        process.stdout.write(`${snapshot.id}\n`);
+      }),
+    );
+
+  program
+    .command('snapshot-rm')
+    .description('delete a snapshot')
+    .argument('<snapshot-id>', 'snapshot id (snap_…)')
+    .action(act(async (id: string) => Sandbox.deleteSnapshot(id)));
+
+  program
+    .command('pause')
+    .description("snapshot a running sandbox and release its VM; prints the pause snapshot's id")
+    .argument('<id>', 'sandbox id')
+    .action(
+      act(async (id: string) => {
+        const snapshot = await (await Sandbox.connect(id)).pause();
+        process.stdout.write(`${snapshot.id}\n`);
+      }),
+    );
+
+  program
+    .command('resume')
+    .description('run a paused sandbox again from its latest snapshot, or one at or before --at, or --snapshot')
+    .argument('<id>', 'sandbox id')
+    .addOption(new Option('--at <time>', 'its latest snapshot at or before this time (ISO 8601, or local "YYYY-MM-DD HH:MM:SS")').argParser(parseTime).conflicts('snapshot'))
+    .option('--snapshot <snapshot-id>', 'this snapshot of the sandbox')
+    .action(
+      act(async (id: string, flags: { at?: string; snapshot?: string }) => {
+        const sbx = await Sandbox.resume(id, { at: flags.at, snapshotId: flags.snapshot });
+        process.stdout.write(`${sbx.id}\n`);
+      }),
+    );
+
+  program
+    .command('fork')
+    .description('start new sandboxes from a snapshot and print their ids')
+    .argument('<source>', 'snap_… (that snapshot), sbx_… (its latest snapshot) or sbx_…@TIME (its latest at or before TIME)', parseForkArg)
+    .option('--count <n>', 'how many sandboxes (1…16)', parsePositiveInt, 1)
+    .option('--timeout <s>', 'end each fork this many seconds after it starts (default 300)', parsePositiveInt)
+    .option('--json', 'print the new sandboxes as JSON')
+    .action(
+      act(async (source: string, flags: { count: number; timeout?: number; json?: boolean }) => {
+        const forks = await Sandbox.fork(source, { count: flags.count, timeoutS: flags.timeout });
+        if (!flags.json) return void process.stdout.write(forks.map((f) => `${f.id}\n`).join(''));
+        printJson((await Promise.all(forks.map((f) => f.getInfo()))).map(withoutAccess));
       }),
     );
 

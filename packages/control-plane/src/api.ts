@@ -1,5 +1,5 @@
 // Wire shapes of spec/control-plane.yaml as TypeScript, and the mapping from database rows to them.
-import type { ApiKeyRole, EndReason, SandboxRow, SandboxState, TemplateRow, TemplateStatus, TenantRow } from '@sandglass/db';
+import type { ApiKeyRole, EndReason, SandboxRow, SandboxState, SnapshotReason, SnapshotRow, TemplateRow, TemplateStatus, TenantRow } from '@sandglass/db';
 
 export interface Access {
   gatewayUrl: string;
@@ -22,7 +22,25 @@ export interface Sandbox {
   startedAt?: string;
   endedAt?: string;
   expiresAt: string;
+  snapshotIntervalS: number;
+  /** The snapshot a fork started from; null for a sandbox created from a template. */
+  sourceSnapshotId: string | null;
+  pausedAt: string | null;
   access?: Access;
+}
+
+export interface Snapshot {
+  id: string;
+  sandboxId: string;
+  parentId: string | null;
+  takenAt: string;
+  reason: SnapshotReason;
+  name: string | null;
+  pinned: boolean;
+  sizeAddedBytes: number;
+  memoryMib: number;
+  vcpus: number;
+  template: string;
 }
 
 export interface Template {
@@ -54,6 +72,33 @@ export interface CreateSandboxRequest {
   vcpus: number;
   timeoutS: number;
   metadata?: Record<string, string>;
+  snapshotIntervalS: number;
+}
+
+export interface ResumeSandboxRequest {
+  at?: string;
+  snapshotId?: string;
+}
+
+/** The body after validation: count and timeoutS are filled in. */
+export interface ForkRequest {
+  snapshotId?: string;
+  sandboxId?: string;
+  at?: string;
+  count: number;
+  timeoutS: number;
+  metadata?: Record<string, string>;
+}
+
+export interface ForkResponse {
+  snapshotId: string;
+  /** The forks that started, each with access. */
+  sandboxes: Sandbox[];
+}
+
+export interface PauseResponse {
+  sandbox: Sandbox;
+  snapshot: Snapshot;
 }
 
 export function toSandbox(row: SandboxRow): Sandbox {
@@ -72,6 +117,25 @@ export function toSandbox(row: SandboxRow): Sandbox {
     ...(row.started_at === null ? {} : { startedAt: row.started_at }),
     ...(row.ended_at === null ? {} : { endedAt: row.ended_at }),
     expiresAt: row.expires_at,
+    snapshotIntervalS: row.snapshot_interval_s,
+    sourceSnapshotId: row.source_snapshot_id,
+    pausedAt: row.paused_at,
+  };
+}
+
+export function toSnapshot(row: SnapshotRow): Snapshot {
+  return {
+    id: row.id,
+    sandboxId: row.sandbox_id,
+    parentId: row.parent_id,
+    takenAt: row.taken_at,
+    reason: row.reason,
+    name: row.name,
+    pinned: row.pinned === 1,
+    sizeAddedBytes: row.size_added_bytes,
+    memoryMib: row.memory_mib,
+    vcpus: row.vcpus,
+    template: row.template,
   };
 }
 

@@ -1,5 +1,6 @@
 // Placement and the node gateway's internal API as seen from the control plane: it only ever talks to gateways over HTTP.
 import { errorFromBody, SandglassError } from '@sandglass/core';
+import type { Snapshot } from './api.js';
 
 export interface GatewayEndpoint {
   id: string;
@@ -34,6 +35,7 @@ export interface GatewayCreateRequest {
   memoryMib: number;
   vcpus: number;
   timeoutS: number;
+  snapshotIntervalS: number;
 }
 
 export interface GatewayCreateReply {
@@ -43,11 +45,37 @@ export interface GatewayCreateReply {
   pid: number;
 }
 
+export interface GatewaySnapshotReply {
+  snapshot: Snapshot;
+}
+
+export interface GatewayResumeRequest {
+  snapshotId: string;
+  tenantId: string;
+  timeoutS: number;
+  snapshotIntervalS: number;
+}
+
+export interface GatewayForkRequest {
+  snapshotId: string;
+  tenantId: string;
+  sandboxes: { id: string; timeoutS: number; snapshotIntervalS: number }[];
+}
+
+/** Per requested fork, in request order: it runs, or why it did not start. */
+export type GatewayForkResult = GatewayCreateReply | { id: string; error: { code: string; message: string; details?: Record<string, unknown> } };
+
+export interface GatewayForkReply {
+  sandboxes: GatewayForkResult[];
+}
+
 export interface GatewayClientOptions {
-  /** Restoring a VM can take seconds under TCG; the default leaves ample room. */
+  /** For calls that restore or snapshot a VM (create, resume, fork, snapshot, pause): seconds under TCG; the default leaves ample room. */
   createTimeoutMs?: number;
   requestTimeoutMs?: number;
 }
+
+const sandboxPath = (id: string) => `/internal/v1/sandboxes/${encodeURIComponent(id)}`;
 
 /** Calls a gateway's internal API with the node secret; its errors come back as the same SandglassError. */
 export class GatewayClient {
@@ -66,11 +94,36 @@ export class GatewayClient {
   }
 
   async killSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<void> {
-    await this.#call(gateway, 'DELETE', `/internal/v1/sandboxes/${encodeURIComponent(sandboxId)}`, undefined, this.#requestTimeoutMs);
+    await this.#call(gateway, 'DELETE', sandboxPath(sandboxId), undefined, this.#requestTimeoutMs);
   }
 
   async setExpiry(gateway: GatewayEndpoint, sandboxId: string, expiresAt: string): Promise<void> {
-    await this.#call(gateway, 'POST', `/internal/v1/sandboxes/${encodeURIComponent(sandboxId)}/timeout`, { expiresAt }, this.#requestTimeoutMs);
+    await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/timeout`, { expiresAt }, this.#requestTimeoutMs);
+  }
+
+  async takeSnapshot(gateway: GatewayEndpoint, sandboxId: string, req: { name?: string }): Promise<GatewaySnapshotReply> {
+    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/snapshots`, req, this.#createTimeoutMs)) as GatewaySnapshotReply;
+  }
+
+  async pauseSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<GatewaySnapshotReply> {
+    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/pause`, undefined, this.#createTimeoutMs)) as GatewaySnapshotReply;
+  }
+
+  async resumeSandbox(gateway: GatewayEndpoint, sandboxId: string, req: GatewayResumeRequest): Promise<GatewayCreateReply> {
+    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/resume`, req, this.#createTimeoutMs)) as GatewayCreateReply;
+  }
+
+  async forkSandboxes(gateway: GatewayEndpoint, req: GatewayForkRequest): Promise<GatewayForkReply> {
+    return (await this.#call(gateway, 'POST', '/internal/v1/forks', req, this.#createTimeoutMs)) as GatewayForkReply;
+  }
+
+  async deleteSnapshot(gateway: GatewayEndpoint, snapshotId: string, tenantId: string): Promise<void> {
+    const path = `/internal/v1/snapshots/${encodeURIComponent(snapshotId)}?tenantId=${encodeURIComponent(tenantId)}`;
+    await this.#call(gateway, 'DELETE', path, undefined, this.#requestTimeoutMs);
+  }
+
+  async setSnapshotInterval(gateway: GatewayEndpoint, sandboxId: string, snapshotIntervalS: number): Promise<void> {
+    await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/snapshot-interval`, { snapshotIntervalS }, this.#requestTimeoutMs);
   }
 
   async #call(gateway: GatewayEndpoint, method: string, path: string, body: unknown, timeoutMs: number): Promise<unknown> {

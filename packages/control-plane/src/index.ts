@@ -9,6 +9,11 @@ export {
   type GatewayCreateRequest,
   type GatewayDirectory,
   type GatewayEndpoint,
+  type GatewayForkReply,
+  type GatewayForkRequest,
+  type GatewayForkResult,
+  type GatewayResumeRequest,
+  type GatewaySnapshotReply,
   type PlacementRequest,
 } from './gateways.js';
 export { authenticate, bootstrapLocal, createTenant, issueApiKey, generateApiKey, hashApiKey, DEFAULT_TENANT, type BootstrapOptions, type IssueKeyOptions, type Principal } from './keys.js';

@@ -1,10 +1,21 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
-import { newId, SandglassError, signAccessToken, type Clock } from '@sandglass/core';
-import { toIso, type SandboxRow, type SandboxState, type Schema } from '@sandglass/db';
+import { errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock } from '@sandglass/core';
+import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import type { EventLog, StoredEvent } from '@sandglass/events';
-import { toSandbox, type Access, type CreateSandboxRequest, type Sandbox } from './api.js';
-import type { GatewayClient, GatewayDirectory, GatewayEndpoint } from './gateways.js';
+import {
+  toSandbox,
+  toSnapshot,
+  type Access,
+  type CreateSandboxRequest,
+  type ForkRequest,
+  type ForkResponse,
+  type PauseResponse,
+  type ResumeSandboxRequest,
+  type Sandbox,
+  type Snapshot,
+} from './api.js';
+import type { GatewayClient, GatewayDirectory, GatewayEndpoint, GatewayForkReply } from './gateways.js';
 import type { Principal } from './keys.js';
 import { findTemplate } from './templates.js';
 
@@ -24,9 +35,16 @@ export interface SandboxServiceDeps {
 
 const isFinal = (state: SandboxState) => state === 'ended' || state === 'failed';
 
+/** Which snapshot a resume or fork starts from: one by id, the latest at or before a time, or (neither) the latest. */
+interface SnapshotChoice {
+  snapshotId?: string;
+  at?: string;
+}
+
 /**
- * The control plane appends only `sandbox.created`, `sandbox.killed` and `sandbox.extended` (and `sandbox.failed` when the
- * gateway could not); the gateway appends `sandbox.started`, `sandbox.failed`, `command.*` and `file.*` itself.
+ * The control plane appends only `sandbox.created`, `sandbox.killed`, `sandbox.extended` and `sandbox.configured` (and
+ * `sandbox.failed` when the gateway could not); the gateway appends `sandbox.started`, `sandbox.failed`,
+ * `sandbox.paused/resumed/forked`, `snapshot.*`, `command.*` and `file.*` itself.
  * No transaction is ever held across a gateway call: in the embedded deployment the gateway appends to the same database meanwhile.
  */
 export class SandboxService {
@@ -41,7 +59,7 @@ export class SandboxService {
 
     const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: req.memoryMib, vcpus: req.vcpus });
     const id = newId('sbx');
-    const spec = { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus, timeoutS: req.timeoutS };
+    const spec = { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS };
     await events.append(
       { type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data: { ...spec, metadata: req.metadata ?? {}, gatewayId: gateway.id, gatewayUrl: gateway.url } },
       { clock },
@@ -49,12 +67,7 @@ export class SandboxService {
     try {
       await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec });
     } catch (err) {
-      const cause = err instanceof SandglassError ? err : new SandglassError('internal', undefined, { cause: err });
-      // The gateway may already have recorded the failure itself; record it only where it did not.
-      if (!isFinal((await this.#row(id)).state)) {
-        await events.append({ type: 'sandbox.failed', tenantId: who.tenantId, sandboxId: id, data: { reason: cause.message, code: cause.code } }, { clock });
-      }
-      throw cause;
+      throw await this.#failUnlessFinal(who, [id], err);
     }
     const row = await this.#row(id);
     return { ...toSandbox(row), access: this.#access(row, gateway) };
@@ -90,7 +103,8 @@ export class SandboxService {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; its timeout can no longer change.`);
     const expiresAt = toIso(this.deps.clock.nowMs() + timeoutS * 1000);
-    await this.deps.gatewayClient.setExpiry(await this.#gatewayOf(row), id, expiresAt);
+    // A paused sandbox has no VM to expire: its timeout counts afresh from the resume.
+    if (row.state !== 'paused') await this.deps.gatewayClient.setExpiry(await this.#gatewayOf(row), id, expiresAt);
     await this.deps.events.append({ type: 'sandbox.extended', tenantId: who.tenantId, sandboxId: id, data: { timeoutS, expiresAt } }, { clock: this.deps.clock });
     return toSandbox(await this.#row(id));
   }
@@ -98,12 +112,141 @@ export class SandboxService {
   async access(who: Principal, id: string): Promise<Access> {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; there is nothing to connect to.`);
+    if (row.state === 'paused') throw new SandglassError('sandbox_not_running', `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume) to connect to it.`);
     return this.#access(row, await this.#gatewayOf(row));
   }
 
   async events(who: Principal, id: string, page: { afterSeq?: number; limit?: number }): Promise<StoredEvent[]> {
     await this.#own(who, id);
     return this.deps.events.list({ sandboxId: id, tenantId: who.tenantId, ...page });
+  }
+
+  /** Sets the rolling-snapshot interval: on the gateway when a VM runs, then in the log (a paused sandbox takes it along when resumed). */
+  async setSnapshotInterval(who: Principal, id: string, snapshotIntervalS: number): Promise<Sandbox> {
+    const row = await this.#own(who, id);
+    if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; it takes no more snapshots.`);
+    if (row.state !== 'paused') await this.deps.gatewayClient.setSnapshotInterval(await this.#gatewayOf(row), id, snapshotIntervalS);
+    await this.deps.events.append({ type: 'sandbox.configured', tenantId: who.tenantId, sandboxId: id, data: { snapshotIntervalS } }, { clock: this.deps.clock });
+    return toSandbox(await this.#row(id));
+  }
+
+  /** The sandbox's retained snapshots, oldest first; an ended sandbox keeps its timeline until retention thins it. */
+  async snapshots(who: Principal, id: string): Promise<Snapshot[]> {
+    await this.#own(who, id);
+    return (await this.#snapshotsOf(who, id).orderBy('taken_at').orderBy('id').execute()).map(toSnapshot);
+  }
+
+  async takeSnapshot(who: Principal, id: string, name?: string): Promise<Snapshot> {
+    const row = await this.#running(who, id, 'snapshot');
+    const reply = await this.deps.gatewayClient.takeSnapshot(await this.#gatewayOf(row), id, name === undefined ? {} : { name });
+    return reply.snapshot;
+  }
+
+  async getSnapshot(who: Principal, snapshotId: string): Promise<Snapshot> {
+    return toSnapshot(await this.#ownSnapshot(who, snapshotId));
+  }
+
+  /** The gateway deletes the manifest and records snapshot.deleted; forks already started from it keep running. */
+  async deleteSnapshot(who: Principal, snapshotId: string): Promise<void> {
+    const snap = await this.#ownSnapshot(who, snapshotId);
+    const sandbox = await this.#row(snap.sandbox_id);
+    await this.deps.gatewayClient.deleteSnapshot(await this.#gatewayFor(sandbox), snapshotId, who.tenantId);
+  }
+
+  /** Snapshots the sandbox (reason pause) and releases its VM; the gateway records snapshot.taken and sandbox.paused. */
+  async pause(who: Principal, id: string): Promise<PauseResponse> {
+    const row = await this.#running(who, id, 'pause');
+    const { snapshot } = await this.deps.gatewayClient.pauseSandbox(await this.#gatewayOf(row), id);
+    return { sandbox: toSandbox(await this.#row(id)), snapshot };
+  }
+
+  /** Runs a paused sandbox again under its id from one of its snapshots; the gateway records sandbox.resumed. */
+  async resume(who: Principal, id: string, req: ResumeSandboxRequest): Promise<Sandbox> {
+    if (req.at !== undefined && req.snapshotId !== undefined) throw invalidArgument('at', 'cannot be combined with snapshotId; give one of them, or neither for the latest snapshot');
+    const row = await this.#own(who, id);
+    if (row.state === 'running' || row.state === 'starting') {
+      throw new SandglassError('sandbox_running', `Sandbox ${id} is ${row.state}; pause it before resuming it, or fork it to run a copy from one of its snapshots.`);
+    }
+    if (isFinal(row.state)) {
+      throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state} and cannot be resumed; fork it (POST /v1/forks) to run a new sandbox from one of its snapshots.`);
+    }
+    const snap = await this.#choose(who, row, req);
+    const gateway = await this.#gatewayFor(row);
+    await this.deps.gatewayClient.resumeSandbox(gateway, id, {
+      snapshotId: snap.id,
+      tenantId: who.tenantId,
+      timeoutS: row.timeout_s,
+      snapshotIntervalS: row.snapshot_interval_s,
+    });
+    const resumed = await this.#row(id);
+    return { ...toSandbox(resumed), access: this.#access(resumed, gateway) };
+  }
+
+  /**
+   * Starts `count` new sandboxes from one snapshot: each is recorded as created here, then the gateway restores them all
+   * and records sandbox.started and sandbox.forked (or sandbox.failed) per fork. Answers the forks that started.
+   */
+  async fork(who: Principal, req: ForkRequest): Promise<ForkResponse> {
+    const { events, gateways, gatewayClient, clock } = this.deps;
+    if (req.snapshotId !== undefined && req.sandboxId !== undefined) throw invalidArgument('sandboxId', 'cannot be combined with snapshotId; give exactly one of them');
+    if (req.snapshotId === undefined && req.sandboxId === undefined) throw invalidArgument('snapshotId', 'is required unless sandboxId is given; give exactly one of them');
+    if (req.snapshotId !== undefined && req.at !== undefined) throw invalidArgument('at', 'only applies with sandboxId; a snapshotId already names one point in time');
+
+    let snap: SnapshotRow;
+    let source: SandboxRow;
+    if (req.snapshotId !== undefined) {
+      snap = await this.#ownSnapshot(who, req.snapshotId);
+      source = await this.#row(snap.sandbox_id);
+    } else {
+      source = await this.#own(who, req.sandboxId!);
+      snap = await this.#choose(who, source, { at: req.at });
+    }
+
+    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: snap.memory_mib, vcpus: snap.vcpus });
+    const ids = Array.from({ length: req.count }, () => newId('sbx'));
+    for (const id of ids) {
+      const data = {
+        template: snap.template,
+        memoryMib: snap.memory_mib,
+        vcpus: snap.vcpus,
+        timeoutS: req.timeoutS,
+        metadata: req.metadata ?? {},
+        gatewayId: gateway.id,
+        gatewayUrl: gateway.url,
+        snapshotIntervalS: source.snapshot_interval_s,
+        sourceSnapshotId: snap.id,
+      };
+      await events.append({ type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data }, { clock });
+    }
+
+    let reply: GatewayForkReply;
+    try {
+      reply = await gatewayClient.forkSandboxes(gateway, {
+        snapshotId: snap.id,
+        tenantId: who.tenantId,
+        sandboxes: ids.map((id) => ({ id, timeoutS: req.timeoutS, snapshotIntervalS: source.snapshot_interval_s })),
+      });
+    } catch (err) {
+      throw await this.#failUnlessFinal(who, ids, err);
+    }
+
+    const started: Sandbox[] = [];
+    let firstError: SandglassError | undefined;
+    for (const id of ids) {
+      const result = reply.sandboxes.find((r) => r.id === id);
+      if (result && !('error' in result)) {
+        const row = await this.#row(id);
+        started.push({ ...toSandbox(row), access: this.#access(row, gateway) });
+        continue;
+      }
+      const error = result
+        ? errorFromBody(500, { error: result.error })
+        : new SandglassError('internal', undefined, { cause: new Error(`gateway ${gateway.id} did not report fork ${id}`) });
+      firstError ??= error;
+      await this.#failUnlessFinal(who, [id], error);
+    }
+    if (started.length === 0) throw firstError!;
+    return { snapshotId: snap.id, sandboxes: started };
   }
 
   async #row(id: string): Promise<SandboxRow> {
@@ -117,11 +260,75 @@ export class SandboxService {
     return row;
   }
 
+  /** A sandbox a VM runs for right now: what snapshot and pause need. */
+  async #running(who: Principal, id: string, what: 'snapshot' | 'pause'): Promise<SandboxRow> {
+    const row = await this.#own(who, id);
+    if (row.state === 'running') return row;
+    const why =
+      row.state === 'paused'
+        ? `is already paused (its pause snapshot is in GET /v1/sandboxes/${id}/snapshots); resume it first`
+        : row.state === 'starting'
+          ? 'is still starting; retry once it runs'
+          : `has ${row.state}; fork it from one of its snapshots instead`;
+    throw new SandglassError('sandbox_not_running', `Cannot ${what} sandbox ${id}: it ${why}.`);
+  }
+
+  #snapshotsOf(who: Principal, sandboxId: string) {
+    return this.deps.db.selectFrom('snapshots').selectAll().where('sandbox_id', '=', sandboxId).where('tenant_id', '=', who.tenantId);
+  }
+
+  /** Another tenant's snapshot is indistinguishable from one that does not exist. */
+  async #ownSnapshot(who: Principal, snapshotId: string): Promise<SnapshotRow> {
+    const row = await this.deps.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).where('tenant_id', '=', who.tenantId).executeTakeFirst();
+    if (!row) throw new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant (retention may have thinned it, or it was deleted).`);
+    return row;
+  }
+
+  /** Resolves a SnapshotChoice among the sandbox's own snapshots. */
+  async #choose(who: Principal, sandbox: SandboxRow, choice: SnapshotChoice): Promise<SnapshotRow> {
+    const timeline = `GET /v1/sandboxes/${sandbox.id}/snapshots lists them`;
+    if (choice.snapshotId !== undefined) {
+      const snap = await this.#snapshotsOf(who, sandbox.id).where('id', '=', choice.snapshotId).executeTakeFirst();
+      if (!snap) throw new SandglassError('snapshot_not_found', `Sandbox ${sandbox.id} has no snapshot ${choice.snapshotId}; ${timeline}.`, { details: { field: 'snapshotId' } });
+      return snap;
+    }
+    let q = this.#snapshotsOf(who, sandbox.id);
+    // Stored times are toIso strings, whose text order is time order; `at` may carry any offset, so it is normalized first.
+    if (choice.at !== undefined) q = q.where('taken_at', '<=', toIso(fromIso(choice.at)));
+    const snap = await q.orderBy('taken_at', 'desc').orderBy('id', 'desc').executeTakeFirst();
+    if (snap) return snap;
+    if (choice.at === undefined) throw new SandglassError('snapshot_not_found', `Sandbox ${sandbox.id} has no snapshots left to start from.`);
+    const oldest = await this.#snapshotsOf(who, sandbox.id).select('taken_at').orderBy('taken_at').executeTakeFirst();
+    const retained = oldest ? `the oldest retained one was taken at ${oldest.taken_at}` : 'it has no snapshots left';
+    throw new SandglassError('snapshot_out_of_range', `Sandbox ${sandbox.id} has no snapshot taken at or before ${choice.at}: ${retained}; ${timeline}.`, {
+      details: { field: 'at', oldest: oldest?.taken_at ?? null },
+    });
+  }
+
+  /**
+   * Records sandbox.failed for each sandbox the gateway did not already end (it may have recorded the failure itself),
+   * and returns the error to throw.
+   */
+  async #failUnlessFinal(who: Principal, ids: string[], err: unknown): Promise<SandglassError> {
+    const cause = err instanceof SandglassError ? err : new SandglassError('internal', undefined, { cause: err });
+    for (const id of ids) {
+      if (isFinal((await this.#row(id)).state)) continue;
+      await this.deps.events.append({ type: 'sandbox.failed', tenantId: who.tenantId, sandboxId: id, data: { reason: cause.message, code: cause.code } }, { clock: this.deps.clock });
+    }
+    return cause;
+  }
+
   async #gatewayOf(row: SandboxRow): Promise<GatewayEndpoint> {
     const known = row.gateway_id === null ? undefined : await this.deps.gateways.get(row.gateway_id);
     if (known) return known;
     if (row.gateway_id !== null && row.gateway_url !== null) return { id: row.gateway_id, url: row.gateway_url };
     throw new SandglassError('gateway_unavailable', `The gateway that runs sandbox ${row.id} is not known any more.`);
+  }
+
+  /** The gateway the sandbox last ran on when the directory still knows it, else any with room for its shape: for work on stored snapshots. */
+  async #gatewayFor(row: SandboxRow): Promise<GatewayEndpoint> {
+    const known = row.gateway_id === null ? undefined : await this.deps.gateways.get(row.gateway_id);
+    return known ?? this.deps.gateways.pick({ tenantId: row.tenant_id, memoryMib: row.memory_mib, vcpus: row.vcpus });
   }
 
   #access(row: SandboxRow, gateway: GatewayEndpoint): Access {

@@ -1,19 +1,34 @@
-// The control plane over fastify's inject, with a tiny real HTTP server standing in for the gateway's internal API.
+// The control plane over fastify's inject, with a tiny real HTTP server standing in for the gateway's internal API; every response is held against the spec.
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLogger, ManualClock, verifyAccessToken } from '@sandglass/core';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { createLogger, derefSchema, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
 import { openDatabase, toIso, type Database } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
-import { bootstrapLocal, createControlPlane, hashApiKey, singleGateway, upsertTemplate, type ControlPlane, type GatewayDirectory } from './index.js';
+import {
+  bootstrapLocal,
+  CONTROL_PLANE_SPEC,
+  createControlPlane,
+  hashApiKey,
+  singleGateway,
+  toSnapshot,
+  upsertTemplate,
+  type ControlPlane,
+  type GatewayDirectory,
+  type Snapshot,
+} from './index.js';
 
 const SECRET = Buffer.alloc(32, 7);
 
 /** What the fake gateway does with the next create: run it (recording sandbox.started, as the embedded gateway does) or fail. */
 type GatewayMode = 'ok' | 'vm_failed' | 'vm_failed_recorded';
+/** What it does with a fork: start every one, fail the ones after the first (recording sandbox.failed), fail all that way, or answer 500 for the whole call. */
+type ForkMode = 'ok' | 'partial' | 'none' | 'down';
 
 interface SeenRequest {
   method: string;
@@ -26,6 +41,7 @@ let fakeGateway: Server;
 let gatewayUrl: string;
 let seen: SeenRequest[];
 let mode: GatewayMode;
+let forkMode: ForkMode;
 
 let database: Database;
 let events: EventLog;
@@ -33,6 +49,16 @@ let clock: ManualClock;
 let cp: ControlPlane;
 let home: string;
 let adminKey: string;
+
+/** The gateway's side of taking a snapshot: it records snapshot.taken, parented on the sandbox's latest snapshot. */
+async function recordSnapshot(sandboxId: string, reason: Snapshot['reason'], name: string | null = null): Promise<Snapshot> {
+  const sbx = await database.db.selectFrom('sandboxes').selectAll().where('id', '=', sandboxId).executeTakeFirstOrThrow();
+  const parent = await database.db.selectFrom('snapshots').select('id').where('sandbox_id', '=', sandboxId).orderBy('taken_at', 'desc').executeTakeFirst();
+  const snapshotId = newId('snap');
+  const data = { snapshotId, parentId: parent?.id ?? null, reason, name, pinned: name !== null, sizeAddedBytes: 4096, memoryMib: sbx.memory_mib, vcpus: sbx.vcpus, template: sbx.template };
+  await events.append({ type: 'snapshot.taken', tenantId: sbx.tenant_id, sandboxId, data }, { clock });
+  return toSnapshot(await database.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).executeTakeFirstOrThrow());
+}
 
 async function readBody(req: IncomingMessage): Promise<unknown> {
   let text = '';
@@ -62,6 +88,46 @@ beforeAll(async () => {
     }
     if (req.method === 'DELETE' && req.url?.startsWith('/internal/v1/sandboxes/')) return reply(204);
     if (req.method === 'POST' && req.url?.endsWith('/timeout')) return reply(204);
+    if (req.method === 'PUT' && req.url?.endsWith('/snapshot-interval')) return reply(204);
+    const url = new URL(req.url!, 'http://gw');
+    const [, sandboxId, action] = /^\/internal\/v1\/sandboxes\/([^/]+)\/(snapshots|pause|resume)$/.exec(url.pathname) ?? [];
+    if (req.method === 'POST' && action === 'snapshots') return reply(201, { snapshot: await recordSnapshot(sandboxId!, 'manual', (body as { name?: string }).name ?? null) });
+    if (req.method === 'POST' && action === 'pause') {
+      const snapshot = await recordSnapshot(sandboxId!, 'pause');
+      const sbx = await database.db.selectFrom('sandboxes').select('tenant_id').where('id', '=', sandboxId!).executeTakeFirstOrThrow();
+      await events.append({ type: 'sandbox.paused', tenantId: sbx.tenant_id, sandboxId, data: { snapshotId: snapshot.id } }, { clock });
+      return reply(200, { snapshot });
+    }
+    if (req.method === 'POST' && action === 'resume') {
+      const b = body as { snapshotId: string; tenantId: string };
+      await events.append({ type: 'sandbox.resumed', tenantId: b.tenantId, sandboxId, data: { snapshotId: b.snapshotId, pid: 4343 } }, { clock });
+      return reply(200, { id: sandboxId, state: 'running', startedAt: toIso(clock.nowMs()), pid: 4343 });
+    }
+    if (req.method === 'POST' && url.pathname === '/internal/v1/forks') {
+      if (forkMode === 'down') return reply(500, { error: { code: 'snapshot_corrupt', message: 'A chunk failed verification.', requestId: 'req_gw' } });
+      const b = body as { snapshotId: string; tenantId: string; sandboxes: { id: string }[] };
+      const source = await database.db.selectFrom('snapshots').select('sandbox_id').where('id', '=', b.snapshotId).executeTakeFirstOrThrow();
+      const sandboxes = [];
+      for (const [i, { id }] of b.sandboxes.entries()) {
+        if (forkMode === 'none' || (forkMode === 'partial' && i > 0)) {
+          await events.append({ type: 'sandbox.failed', tenantId: b.tenantId, sandboxId: id, data: { reason: 'no memory left' } }, { clock });
+          sandboxes.push({ id, error: { code: 'capacity_exhausted', message: `fork ${i} found no memory left` } });
+          continue;
+        }
+        await events.append({ type: 'sandbox.started', tenantId: b.tenantId, sandboxId: id, data: { pid: 5000 + i } }, { clock });
+        await events.append({ type: 'sandbox.forked', tenantId: b.tenantId, sandboxId: id, data: { snapshotId: b.snapshotId, sourceSandboxId: source.sandbox_id } }, { clock });
+        sandboxes.push({ id, tenantId: b.tenantId, state: 'running', pid: 5000 + i, startedAt: toIso(clock.nowMs()), expiresAt: toIso(clock.nowMs()) });
+      }
+      return reply(200, { sandboxes });
+    }
+    const snapshotDelete = /^\/internal\/v1\/snapshots\/([^/]+)$/.exec(url.pathname);
+    if (req.method === 'DELETE' && snapshotDelete) {
+      const tenantId = url.searchParams.get('tenantId')!;
+      const snap = await database.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotDelete[1]!).where('tenant_id', '=', tenantId).executeTakeFirst();
+      if (!snap) return reply(404, { error: { code: 'snapshot_not_found', message: 'no snapshot' } });
+      await events.append({ type: 'snapshot.deleted', tenantId, sandboxId: snap.sandbox_id, data: { snapshotId: snap.id, why: 'user' } }, { clock });
+      return reply(204);
+    }
     reply(404, { error: { code: 'not_found', message: 'no route' } });
   });
   await new Promise<void>((resolve) => fakeGateway.listen(0, '127.0.0.1', resolve));
@@ -77,6 +143,8 @@ async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test
 beforeEach(async () => {
   seen = [];
   mode = 'ok';
+  forkMode = 'ok';
+  violations = [];
   clock = new ManualClock(Date.UTC(2025, 5, 1, 12));
   database = await openDatabase({ url: 'sqlite::memory:' });
   events = new EventLog(database.db);
@@ -88,20 +156,43 @@ beforeEach(async () => {
   await start();
 });
 afterEach(async () => {
+  expect(violations, violations.join('\n')).toEqual([]);
   await cp.close();
   await database.close();
   rmSync(home, { recursive: true, force: true });
 });
 
+// Every answer of a route the spec declares must match it, as the integration suite checks against the real server.
+const spec = loadOpenApi(CONTROL_PLANE_SPEC);
+const ajv = addFormats.default(new Ajv2020({ strict: false, allErrors: true }));
+let violations: string[];
+
+function checkAgainstSpec(method: string, url: string, status: number, body: string): void {
+  const pathname = url.split('?')[0]!;
+  const template = Object.keys(spec.paths).find((t) => new RegExp(`^${t.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(pathname));
+  // An unknown route answers not_found, which no operation declares.
+  if (!template) return;
+  const where = `${method} ${pathname} → ${status}`;
+  const op = spec.paths[template]![method.toLowerCase()] as { responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }> } | undefined;
+  const declared = op?.responses[String(status)];
+  if (!declared) return void violations.push(`${where}: not in spec`);
+  const resolved = declared.$ref ? (spec as unknown as { components: { responses: Record<string, typeof declared> } }).components.responses[declared.$ref.split('/').pop()!]! : declared;
+  const schema = resolved.content?.['application/json']?.schema;
+  if (!schema) return void (body === '' || violations.push(`${where}: a body where the spec declares none`));
+  if (!ajv.validate(derefSchema(spec, schema) as object, JSON.parse(body))) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
+}
+
 type Method = 'GET' | 'POST' | 'DELETE';
-function call(method: Method, url: string, opts: { key?: string | null; json?: unknown; payload?: string | Buffer; headers?: Record<string, string> } = {}) {
+async function call(method: Method, url: string, opts: { key?: string | null; json?: unknown; payload?: string | Buffer; headers?: Record<string, string> } = {}) {
   const key = opts.key === undefined ? adminKey : opts.key;
-  return cp.app.inject({
+  const res = await cp.app.inject({
     method,
     url,
     headers: { ...(key === null ? {} : { authorization: `Bearer ${key}` }), ...opts.headers },
     ...(opts.json !== undefined ? { payload: opts.json as object } : opts.payload !== undefined ? { payload: opts.payload } : {}),
   });
+  checkAgainstSpec(method, url, res.statusCode, res.body);
+  return res;
 }
 
 async function createSandbox(key = adminKey, json: unknown = {}) {
@@ -209,7 +300,7 @@ describe('POST /v1/sandboxes', () => {
         method: 'POST',
         url: '/internal/v1/sandboxes',
         authorization: `Bearer ${SECRET.toString('hex')}`,
-        body: { id: sbx.id, tenantId: sbx.tenantId, template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 60 },
+        body: { id: sbx.id, tenantId: sbx.tenantId, template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 60, snapshotIntervalS: 60 },
       },
     ]);
     expect((await events.list({ sandboxId: sbx.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.started']);
@@ -528,5 +619,385 @@ describe('bootstrapLocal', () => {
     const keyFile = join(home, 'other-key');
     await import('node:fs').then((fs) => fs.writeFileSync(keyFile, 'hunter2\n'));
     await expect(bootstrapLocal({ db: database.db, events, keyFile, clock })).rejects.toThrow(/does not hold a Sandglass API key/);
+  });
+});
+
+/** A running sandbox with rolling snapshots the gateway took at 12:00:10, 12:00:20 and 12:00:30. */
+async function sandboxWithTimeline(key = adminKey, json: unknown = {}) {
+  const sbx = await createSandbox(key, json);
+  const snapshots: Snapshot[] = [];
+  for (let i = 0; i < 3; i++) {
+    clock.advance(10_000);
+    snapshots.push(await recordSnapshot(sbx.id, 'rolling'));
+  }
+  clock.advance(5_000);
+  seen = [];
+  return { sbx, snapshots };
+}
+
+const at = (s: number) => toIso(Date.UTC(2025, 5, 1, 12, 0, s));
+
+describe('snapshot interval', () => {
+  it('is 60 s by default, passed to the gateway and recorded, and changes through the gateway then the log', async () => {
+    const sbx = await createSandbox(adminKey, { snapshotIntervalS: 15 });
+    expect(seen[0]!.body).toMatchObject({ snapshotIntervalS: 15 });
+    expect((await events.list({ sandboxId: sbx.id }))[0]!.data).toMatchObject({ snapshotIntervalS: 15 });
+    expect(sbx).toMatchObject({ snapshotIntervalS: 15, sourceSnapshotId: null, pausedAt: null });
+    expect((await createSandbox()) as unknown).toMatchObject({ snapshotIntervalS: 60 });
+
+    seen = [];
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 300 } });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ id: sbx.id, snapshotIntervalS: 300 });
+    expect(seen).toMatchObject([{ method: 'PUT', url: `/internal/v1/sandboxes/${sbx.id}/snapshot-interval`, body: { snapshotIntervalS: 300 } }]);
+    expect((await events.list({ sandboxId: sbx.id })).at(-1)).toMatchObject({ type: 'sandbox.configured', data: { snapshotIntervalS: 300 } });
+  });
+
+  it.each([
+    ['4 s on create', 'POST', '/v1/sandboxes', { snapshotIntervalS: 4 }, 'snapshotIntervalS'],
+    ['over a day on create', 'POST', '/v1/sandboxes', { snapshotIntervalS: 86401 }, 'snapshotIntervalS'],
+    ['4 s', 'POST', '/v1/sandboxes/SBX/snapshot-interval', { snapshotIntervalS: 4 }, 'snapshotIntervalS'],
+    ['missing', 'POST', '/v1/sandboxes/SBX/snapshot-interval', {}, 'snapshotIntervalS'],
+    ['a fraction', 'POST', '/v1/sandboxes/SBX/snapshot-interval', { snapshotIntervalS: 7.5 }, 'snapshotIntervalS'],
+  ] as const)('rejects an interval %s, changing nothing', async (_what, method, url, json, field) => {
+    const sbx = await createSandbox();
+    const before = await state();
+    const res = await call(method, url.replace('SBX', sbx.id), { json });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    expect(res.json().error.message).toContain(field);
+    expect(await state()).toEqual(before);
+  });
+
+  it('records a paused sandbox’s new interval without a gateway call, and refuses an ended one', async () => {
+    const sbx = await createSandbox();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    seen = [];
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 30 } })).json().snapshotIntervalS).toBe(30);
+    expect(seen).toEqual([]);
+    const resumed = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(seen.at(-1)!.body).toMatchObject({ snapshotIntervalS: 30 });
+    expect(resumed.json().snapshotIntervalS).toBe(30);
+
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 30 } });
+    expect(res.json().error.code).toBe('sandbox_not_running');
+  });
+});
+
+describe('snapshots', () => {
+  it('lists the timeline oldest first, whatever order the snapshots were recorded in', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    // An event recorded later can carry an earlier time (another writer's clock): the order is takenAt, not insertion.
+    clock.advance(-30_000);
+    await recordSnapshot(sbx.id, 'manual', 'early');
+    clock.advance(30_000);
+    const res = await call('GET', `/v1/sandboxes/${sbx.id}/snapshots`);
+    expect(res.statusCode).toBe(200);
+    const timeline: Snapshot[] = res.json().snapshots;
+    expect(timeline.map((s) => s.takenAt)).toEqual([at(5), at(10), at(20), at(30)]);
+    expect(timeline.slice(1)).toEqual(snapshots);
+    expect(timeline[2]).toMatchObject({ sandboxId: sbx.id, parentId: snapshots[0]!.id, reason: 'rolling', name: null, pinned: false, sizeAddedBytes: 4096, memoryMib: 256, vcpus: 1, template: 'base' });
+    expect((await call('GET', `/v1/snapshots/${snapshots[1]!.id}`)).json()).toEqual(snapshots[1]);
+  });
+
+  it('takes a named (pinned) snapshot through the gateway', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`, { json: { name: 'before-migration_2.1' } });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(res.json()).toMatchObject({ sandboxId: sbx.id, reason: 'manual', name: 'before-migration_2.1', pinned: true, parentId: snapshots[2]!.id, takenAt: at(35) });
+    expect(seen).toMatchObject([{ method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/snapshots`, body: { name: 'before-migration_2.1' } }]);
+    const unnamed = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`);
+    expect(unnamed.json()).toMatchObject({ name: null, pinned: false });
+    expect(seen.at(-1)!.body).toEqual({});
+  });
+
+  it.each([
+    ['an empty name', { name: '' }, 'name'],
+    ['a name with a space', { name: 'a b' }, 'name'],
+    ['a name of 65 characters', { name: 'x'.repeat(65) }, 'name'],
+    ['an unknown field', { name: 'a', pin: true }, 'pin'],
+  ])('refuses %s, changing nothing', async (_what, json, field) => {
+    const sbx = await createSandbox();
+    const before = await state();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`, { json });
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    expect(await state()).toEqual(before);
+  });
+
+  it('snapshots only a running sandbox', async () => {
+    const sbx = await createSandbox();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    const paused = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`);
+    expect(paused.statusCode).toBe(409);
+    expect(paused.json().error).toMatchObject({ code: 'sandbox_not_running', message: expect.stringContaining('already paused') });
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`)).json().error.code).toBe('sandbox_not_running');
+  });
+
+  it('deletes through the gateway of the snapshot’s sandbox, with the tenant', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const res = await call('DELETE', `/v1/snapshots/${snapshots[1]!.id}`);
+    expect(res.statusCode, res.body).toBe(204);
+    expect(seen.map((r) => `${r.method} ${r.url}`)).toEqual([`DELETE /internal/v1/snapshots/${snapshots[1]!.id}?tenantId=${sbx.tenantId}`]);
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}/snapshots`)).json().snapshots.map((s: Snapshot) => s.id)).toEqual([snapshots[0]!.id, snapshots[2]!.id]);
+    const again = await call('GET', `/v1/snapshots/${snapshots[1]!.id}`);
+    expect(again.statusCode).toBe(404);
+    expect(again.json().error.code).toBe('snapshot_not_found');
+    expect((await call('DELETE', `/v1/snapshots/${snapshots[1]!.id}`)).json().error.code).toBe('snapshot_not_found');
+  });
+
+  it('keeps tenant B away from A’s snapshots, answering exactly as for unknown ids', async () => {
+    const b = await tenantB();
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const mine = await createSandbox(b.key);
+    await call('POST', `/v1/sandboxes/${mine.id}/pause`, { key: b.key });
+    const snap = snapshots[0]!.id;
+    const unknown = 'snap_aaaaaaaaaaaaaaaaaaaa';
+    const before = await state();
+    for (const [method, url, json] of [
+      ['GET', '/v1/snapshots/SNAP', undefined],
+      ['DELETE', '/v1/snapshots/SNAP', undefined],
+      ['POST', '/v1/forks', { snapshotId: 'SNAP' }],
+      ['POST', `/v1/sandboxes/${mine.id}/resume`, { snapshotId: 'SNAP' }],
+    ] as const) {
+      const withId = (id: string) => (json === undefined ? undefined : { snapshotId: id });
+      const theirs = await call(method, url.replace('SNAP', snap), { key: b.key, json: withId(snap) });
+      const none = await call(method, url.replace('SNAP', unknown), { key: b.key, json: withId(unknown) });
+      expect(theirs.statusCode, `${method} ${url}`).toBe(404);
+      expect(theirs.json().error.code).toBe('snapshot_not_found');
+      expect(theirs.json().error.message.replace(snap, 'ID')).toBe(none.json().error.message.replace(unknown, 'ID'));
+    }
+    for (const [method, url, json] of [
+      ['GET', `/v1/sandboxes/${sbx.id}/snapshots`, undefined],
+      ['POST', `/v1/sandboxes/${sbx.id}/snapshots`, undefined],
+      ['POST', `/v1/sandboxes/${sbx.id}/pause`, undefined],
+      ['POST', `/v1/sandboxes/${sbx.id}/resume`, undefined],
+      ['POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { snapshotIntervalS: 10 }],
+      ['POST', '/v1/forks', { sandboxId: sbx.id }],
+    ] as const) {
+      const res = await call(method, url, { key: b.key, json });
+      expect(res.statusCode, `${method} ${url}`).toBe(404);
+      expect(res.json().error.code).toBe('sandbox_not_found');
+    }
+    expect(await state()).toEqual(before);
+  });
+});
+
+describe('pause and resume', () => {
+  it('pauses a running sandbox into a pause snapshot, and refuses to pause it twice', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    expect(res.statusCode, res.body).toBe(200);
+    const { sandbox, snapshot } = res.json();
+    expect(sandbox).toMatchObject({ id: sbx.id, state: 'paused', pausedAt: at(35) });
+    expect(snapshot).toMatchObject({ sandboxId: sbx.id, reason: 'pause', parentId: snapshots[2]!.id, takenAt: at(35) });
+    expect(seen.map((r) => `${r.method} ${r.url}`)).toEqual([`POST /internal/v1/sandboxes/${sbx.id}/pause`]);
+
+    const before = await state();
+    const again = await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    expect(again.statusCode).toBe(409);
+    expect(again.json().error).toMatchObject({ code: 'sandbox_not_running', message: expect.stringContaining('already paused') });
+    expect(await state()).toEqual(before);
+  });
+
+  it('gives no access to a paused sandbox, and keeps a new timeout for its resume', async () => {
+    const sbx = await createSandbox();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    const access = await call('POST', `/v1/sandboxes/${sbx.id}/access`);
+    expect(access.statusCode).toBe(409);
+    expect(access.json().error).toMatchObject({ code: 'sandbox_not_running', message: expect.stringContaining('resume') });
+    seen = [];
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/timeout`, { json: { timeoutS: 3600 } })).json()).toMatchObject({ state: 'paused', timeoutS: 3600 });
+    expect(seen).toEqual([]);
+    clock.advance(60_000);
+    const resumed = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(resumed.json()).toMatchObject({ timeoutS: 3600, expiresAt: toIso(clock.nowMs() + 3_600_000) });
+    expect(seen.at(-1)!.body).toMatchObject({ timeoutS: 3600 });
+  });
+
+  it('refuses to pause an ended sandbox, and to resume a running one', async () => {
+    const sbx = await createSandbox();
+    const running = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(running.statusCode).toBe(409);
+    expect(running.json().error).toMatchObject({ code: 'sandbox_running', message: expect.stringContaining('pause it') });
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/pause`)).json().error.code).toBe('sandbox_not_running');
+    const ended = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(ended.json().error).toMatchObject({ code: 'sandbox_not_running', message: expect.stringContaining('fork') });
+  });
+
+  it('resumes from the latest snapshot by default, with fresh access and a fresh expiry', async () => {
+    const { sbx } = await sandboxWithTimeline();
+    const { snapshot } = (await call('POST', `/v1/sandboxes/${sbx.id}/pause`)).json();
+    clock.advance(60_000);
+    seen = [];
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(res.statusCode, res.body).toBe(200);
+    const resumed = res.json();
+    expect(resumed).toMatchObject({ id: sbx.id, state: 'running', pausedAt: null, expiresAt: toIso(clock.nowMs() + 300_000) });
+    expect(verifyAccessToken(resumed.access.token, SECRET, clock.nowMs()).sbx).toBe(sbx.id);
+    expect(seen).toMatchObject([
+      { method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/resume`, body: { snapshotId: snapshot.id, tenantId: sbx.tenantId, timeoutS: 300, snapshotIntervalS: 60 } },
+    ]);
+  });
+
+  it('resumes from the latest snapshot at or before `at`, or from a named snapshot', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    for (const [when, expected] of [
+      [at(20), snapshots[1]],
+      ['2025-06-01T14:00:25+02:00', snapshots[1]],
+      [at(29), snapshots[1]],
+      [at(10), snapshots[0]],
+    ] as const) {
+      seen = [];
+      expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { at: when } })).statusCode).toBe(200);
+      expect((seen[0]!.body as { snapshotId: string }).snapshotId, when).toBe(expected!.id);
+      await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    }
+    seen = [];
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { snapshotId: snapshots[0]!.id } })).statusCode).toBe(200);
+    expect(seen[0]!.body).toMatchObject({ snapshotId: snapshots[0]!.id });
+  });
+
+  it('answers snapshot_out_of_range, naming the oldest snapshot, for a time before it', async () => {
+    const { sbx } = await sandboxWithTimeline();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    const before = await state();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { at: at(9) } });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'snapshot_out_of_range', details: { field: 'at', oldest: at(10) }, message: expect.stringContaining(at(10)) });
+    expect(await state()).toEqual(before);
+  });
+
+  it('refuses a snapshot of another sandbox as snapshot_not_found', async () => {
+    const { sbx } = await sandboxWithTimeline();
+    const other = await sandboxWithTimeline();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    const before = await state();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { snapshotId: other.snapshots[0]!.id } });
+    expect(res.statusCode).toBe(404);
+    expect(res.json().error).toMatchObject({ code: 'snapshot_not_found', details: { field: 'snapshotId' } });
+    expect(await state()).toEqual(before);
+  });
+
+  it.each([
+    ['both at and snapshotId', { at: '2025-06-01T12:00:20Z', snapshotId: 'snap_x' }, 'at'],
+    ['a time that is not one', { at: 'yesterday' }, 'at'],
+    ['an unknown field', { when: '2025-06-01T12:00:20Z' }, 'when'],
+  ])('refuses a resume with %s, changing nothing', async (_what, json, field) => {
+    const { sbx } = await sandboxWithTimeline();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    const before = await state();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    expect(await state()).toEqual(before);
+  });
+});
+
+describe('POST /v1/forks', () => {
+  it('starts count forks from a snapshot, each recorded with its source, shape and interval', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline(adminKey, { memoryMib: 512, vcpus: 2, snapshotIntervalS: 20 });
+    const res = await call('POST', '/v1/forks', { json: { snapshotId: snapshots[1]!.id, count: 3, timeoutS: 600, metadata: { run: 'a' } } });
+    expect(res.statusCode, res.body).toBe(201);
+    const { snapshotId, sandboxes } = res.json();
+    expect(snapshotId).toBe(snapshots[1]!.id);
+    expect(sandboxes).toHaveLength(3);
+    expect(new Set(sandboxes.map((s: { id: string }) => s.id)).size).toBe(3);
+    for (const fork of sandboxes) {
+      expect(fork).toMatchObject({ state: 'running', template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 600, metadata: { run: 'a' }, snapshotIntervalS: 20, sourceSnapshotId: snapshotId });
+      expect(fork.id).not.toBe(sbx.id);
+      expect(verifyAccessToken(fork.access.token, SECRET, clock.nowMs()).sbx).toBe(fork.id);
+      expect((await events.list({ sandboxId: fork.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.started', 'sandbox.forked']);
+      expect((await events.list({ sandboxId: fork.id }))[0]!.data).toMatchObject({ sourceSnapshotId: snapshotId, snapshotIntervalS: 20, gatewayId: 'node_test' });
+    }
+    expect(seen).toEqual([
+      {
+        method: 'POST',
+        url: '/internal/v1/forks',
+        authorization: `Bearer ${SECRET.toString('hex')}`,
+        body: { snapshotId, tenantId: sbx.tenantId, sandboxes: sandboxes.map((s: { id: string }) => ({ id: s.id, timeoutS: 600, snapshotIntervalS: 20 })) },
+      },
+    ]);
+  });
+
+  it('forks a sandbox at a time, or at its latest snapshot; one fork and a timeout of 300 s by default', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const atTime = await call('POST', '/v1/forks', { json: { sandboxId: sbx.id, at: at(25) } });
+    expect(atTime.statusCode, atTime.body).toBe(201);
+    expect(atTime.json().snapshotId).toBe(snapshots[1]!.id);
+    expect(atTime.json().sandboxes).toHaveLength(1);
+    expect(atTime.json().sandboxes[0]).toMatchObject({ timeoutS: 300, metadata: {} });
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    // An ended sandbox still forks from its timeline.
+    expect((await call('POST', '/v1/forks', { json: { sandboxId: sbx.id } })).json().snapshotId).toBe(snapshots[2]!.id);
+    const early = await call('POST', '/v1/forks', { json: { sandboxId: sbx.id, at: at(1) } });
+    expect(early.json().error).toMatchObject({ code: 'snapshot_out_of_range', details: { field: 'at', oldest: at(10) } });
+  });
+
+  it('answers snapshot_not_found for a sandbox without snapshots', async () => {
+    const sbx = await createSandbox();
+    const res = await call('POST', '/v1/forks', { json: { sandboxId: sbx.id } });
+    expect(res.statusCode).toBe(404);
+    expect(res.json().error.code).toBe('snapshot_not_found');
+  });
+
+  it.each([
+    ['count 0', { snapshotId: 'S', count: 0 }, 'count'],
+    ['count 17', { snapshotId: 'S', count: 17 }, 'count'],
+    ['a fractional count', { snapshotId: 'S', count: 1.5 }, 'count'],
+    ['timeoutS 0', { snapshotId: 'S', timeoutS: 0 }, 'timeoutS'],
+    ['both snapshotId and sandboxId', { snapshotId: 'S', sandboxId: 'X' }, 'sandboxId'],
+    ['neither snapshotId nor sandboxId', { count: 2 }, 'snapshotId'],
+    ['at with snapshotId', { snapshotId: 'S', at: '2025-06-01T12:00:20Z' }, 'at'],
+    ['an unknown field', { snapshotId: 'S', copies: 2 }, 'copies'],
+    ['an empty body', {}, 'snapshotId'],
+  ])('refuses %s, changing nothing', async (_what, json, field) => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const body = JSON.parse(JSON.stringify(json).replace('"S"', JSON.stringify(snapshots[0]!.id)).replace('"X"', JSON.stringify(sbx.id)));
+    const before = await state();
+    const res = await call('POST', '/v1/forks', { json: body });
+    expect(res.statusCode, res.body).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    expect(res.json().error.message).toContain(field);
+    expect(await state()).toEqual(before);
+  });
+
+  it('answers the forks that started and leaves the others failed', async () => {
+    const { snapshots } = await sandboxWithTimeline();
+    forkMode = 'partial';
+    const res = await call('POST', '/v1/forks', { json: { snapshotId: snapshots[0]!.id, count: 3 } });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(res.json().sandboxes).toHaveLength(1);
+    const forks = await database.db.selectFrom('sandboxes').selectAll().where('source_snapshot_id', '=', snapshots[0]!.id).execute();
+    expect(forks.map((f) => f.state).sort()).toEqual(['failed', 'failed', 'running']);
+    for (const f of forks.filter((f) => f.state === 'failed')) {
+      // The gateway recorded these failures; the control plane does not add its own.
+      expect((await events.list({ sandboxId: f.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.failed']);
+    }
+  });
+
+  it('answers the first failure when no fork started', async () => {
+    const { snapshots } = await sandboxWithTimeline();
+    forkMode = 'none';
+    const res = await call('POST', '/v1/forks', { json: { snapshotId: snapshots[0]!.id, count: 2 } });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error).toMatchObject({ code: 'capacity_exhausted', message: 'fork 0 found no memory left' });
+  });
+
+  it('records every fork as failed when the gateway call fails as a whole, and returns its error', async () => {
+    const { snapshots } = await sandboxWithTimeline();
+    forkMode = 'down';
+    const res = await call('POST', '/v1/forks', { json: { snapshotId: snapshots[0]!.id, count: 2 } });
+    expect(res.statusCode).toBe(500);
+    expect(res.json().error).toMatchObject({ code: 'snapshot_corrupt', message: 'A chunk failed verification.' });
+    const forks = await database.db.selectFrom('sandboxes').selectAll().where('source_snapshot_id', '=', snapshots[0]!.id).execute();
+    expect(forks).toHaveLength(2);
+    expect(forks.map((f) => [f.state, f.failure_reason])).toEqual([
+      ['failed', 'A chunk failed verification.'],
+      ['failed', 'A chunk failed verification.'],
+    ]);
   });
 });

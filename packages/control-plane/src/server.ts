@@ -15,7 +15,7 @@ import {
 } from '@sandglass/core';
 import type { SandboxState, Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
-import { toTemplate, toTenant, type ApiKey, type CreateSandboxRequest } from './api.js';
+import { toTemplate, toTenant, type ApiKey, type CreateSandboxRequest, type ForkRequest, type ResumeSandboxRequest } from './api.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { authenticate, createTenant, issueApiKey, type Principal } from './keys.js';
 import { SandboxService } from './sandboxes.js';
@@ -104,6 +104,21 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('GET', '/v1/sandboxes/{id}/events', async (req) => ({
     events: await sandboxes.events(who(req), idOf(req), req.query as { afterSeq?: number; limit?: number }),
   }));
+  route('POST', '/v1/sandboxes/{id}/snapshot-interval', async (req) =>
+    sandboxes.setSnapshotInterval(who(req), idOf(req), (req.body as { snapshotIntervalS: number }).snapshotIntervalS),
+  );
+  route('GET', '/v1/sandboxes/{id}/snapshots', async (req) => ({ snapshots: await sandboxes.snapshots(who(req), idOf(req)) }));
+  route('POST', '/v1/sandboxes/{id}/snapshots', async (req, reply) =>
+    reply.code(201).send(await sandboxes.takeSnapshot(who(req), idOf(req), (req.body as { name?: string }).name)),
+  );
+  route('POST', '/v1/sandboxes/{id}/pause', async (req) => sandboxes.pause(who(req), idOf(req)));
+  route('POST', '/v1/sandboxes/{id}/resume', async (req) => sandboxes.resume(who(req), idOf(req), req.body as ResumeSandboxRequest));
+  route('GET', '/v1/snapshots/{id}', async (req) => sandboxes.getSnapshot(who(req), idOf(req)));
+  route('DELETE', '/v1/snapshots/{id}', async (req, reply) => {
+    await sandboxes.deleteSnapshot(who(req), idOf(req));
+    return reply.code(204).send();
+  });
+  route('POST', '/v1/forks', async (req, reply) => reply.code(201).send(await sandboxes.fork(who(req), req.body as ForkRequest)));
 
   route('POST', '/v1/tenants', async (req, reply) => {
     const by = admin(req);

@@ -1,5 +1,14 @@
 // @sandglass/sdk: the TypeScript client of Sandglass, shaped like E2B's JS SDK.
-export { Sandbox, type SandboxCreateOptions, type SandboxListOptions } from './sandbox.js';
+export {
+  Sandbox,
+  parseForkSource,
+  type ForkOptions,
+  type ForkSource,
+  type ResumeOptions,
+  type SandboxCreateOptions,
+  type SandboxListOptions,
+  type SnapshotOptions,
+} from './sandbox.js';
 export {
   Commands,
   CommandHandle,

@@ -3,10 +3,10 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
-import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
-import { Sandbox } from './sandbox.js';
+import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
+import { Sandbox, parseForkSource } from './sandbox.js';
 import { frame, readBody, sendJson, startTestServer, wireError, type TestServer } from './test-server.js';
-import type { Access, SandboxInfo } from './types.js';
+import type { Access, SandboxInfo, SnapshotInfo } from './types.js';
 
 const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const CMD = 'cmd_bbbbbbbbbbbbbbbbbbbb';
@@ -21,7 +21,22 @@ function access(token: string, lifetimeMs = 15 * 60_000): Access {
 
 function info(extra: Partial<SandboxInfo> = {}): SandboxInfo {
   const now = new Date().toISOString();
-  return { id: SBX, tenantId: 'ten_x', template: 'base', state: 'running', memoryMib: 256, vcpus: 1, timeoutS: 300, metadata: {}, createdAt: now, expiresAt: now, ...extra };
+  return {
+    id: SBX,
+    tenantId: 'ten_x',
+    template: 'base',
+    state: 'running',
+    memoryMib: 256,
+    vcpus: 1,
+    timeoutS: 300,
+    metadata: {},
+    createdAt: now,
+    expiresAt: now,
+    snapshotIntervalS: 60,
+    sourceSnapshotId: null,
+    pausedAt: null,
+    ...extra,
+  };
 }
 
 const command = { id: CMD, pid: 42, argv: ['x'], cwd: '/root', pty: false, state: 'running', timedOut: false, outputBytes: 0, startedAt: '' };
@@ -102,6 +117,137 @@ describe('Sandbox lifecycle', () => {
     expect((await sbx.setTimeout(900)).timeoutS).toBe(900);
     const events = await sbx.events();
     expect(events.map((e) => e.seq)).toEqual(Array.from({ length: 1002 }, (_, i) => i + 1));
+  });
+});
+
+const SNAP = 'snap_cccccccccccccccccccc';
+
+function snapshotInfo(extra: Partial<SnapshotInfo> = {}): SnapshotInfo {
+  return {
+    id: SNAP,
+    sandboxId: SBX,
+    parentId: null,
+    takenAt: '2025-06-01T12:00:00.000Z',
+    reason: 'rolling',
+    name: null,
+    pinned: false,
+    sizeAddedBytes: 4096,
+    memoryMib: 256,
+    vcpus: 1,
+    template: 'base',
+    ...extra,
+  };
+}
+
+/** Routes a JSON endpoint and keeps the bodies it received. */
+function capture(route: string, status: number, answer: (body: Record<string, unknown>) => unknown): Record<string, unknown>[] {
+  const bodies: Record<string, unknown>[] = [];
+  server.on(route, async (req, res) => {
+    const text = (await readBody(req)).toString();
+    const body = text === '' ? {} : (JSON.parse(text) as Record<string, unknown>);
+    bodies.push(body);
+    sendJson(res, status, answer(body));
+  });
+  return bodies;
+}
+
+describe('time travel', () => {
+  const cfg = () => ({ apiUrl: server.url, apiKey: 'sgk_test' });
+
+  it('creates with a snapshot interval and changes it', async () => {
+    const created = capture('POST /v1/sandboxes', 201, () => info({ snapshotIntervalS: 15, access: access('tok0') }));
+    const sbx = await Sandbox.create({ ...cfg(), snapshotIntervalS: 15 });
+    expect(created).toEqual([{ snapshotIntervalS: 15 }]);
+    const set = capture(`POST /v1/sandboxes/${SBX}/snapshot-interval`, 200, (b) => info({ snapshotIntervalS: b.snapshotIntervalS as number }));
+    expect((await sbx.setSnapshotInterval(600)).snapshotIntervalS).toBe(600);
+    expect(set).toEqual([{ snapshotIntervalS: 600 }]);
+  });
+
+  it('takes named snapshots, pauses, and lists the timeline', async () => {
+    const sbx = await create();
+    const taken = capture(`POST /v1/sandboxes/${SBX}/snapshots`, 201, (b) => snapshotInfo({ reason: 'manual', name: (b.name as string) ?? null, pinned: b.name !== undefined }));
+    expect(await sbx.snapshot({ name: 'v1' })).toMatchObject({ name: 'v1', pinned: true, reason: 'manual' });
+    expect(await sbx.snapshot()).toMatchObject({ name: null, pinned: false });
+    expect(taken).toEqual([{ name: 'v1' }, {}]);
+
+    server.on(`POST /v1/sandboxes/${SBX}/pause`, (_req, res) => sendJson(res, 200, { sandbox: info({ state: 'paused' }), snapshot: snapshotInfo({ reason: 'pause' }) }));
+    expect(await sbx.pause()).toEqual(snapshotInfo({ reason: 'pause' }));
+
+    const timeline = [snapshotInfo(), snapshotInfo({ id: 'snap_dddddddddddddddddddd', parentId: SNAP, takenAt: '2025-06-01T12:01:00.000Z' })];
+    server.on(`GET /v1/sandboxes/${SBX}/snapshots`, (_req, res) => sendJson(res, 200, { snapshots: timeline }));
+    expect(await sbx.timeline()).toEqual(timeline);
+    expect(server.requests.filter((r) => !r.path.endsWith('/access')).every((r) => r.auth === 'Bearer sgk_test')).toBe(true);
+  });
+
+  it('resumes by id with a Date, a string time or a snapshot id, and uses the access grant of the answer', async () => {
+    const resumed = capture(`POST /v1/sandboxes/${SBX}/resume`, 200, () => info({ access: access('tok_resumed') }));
+    const sbx = await Sandbox.resume(SBX, { ...cfg(), at: new Date(Date.UTC(2025, 5, 1, 12, 0, 30)) });
+    await Sandbox.resume(SBX, { ...cfg(), at: '2025-06-01T12:00:00Z' });
+    await Sandbox.resume(SBX, { ...cfg(), snapshotId: SNAP });
+    await Sandbox.resume(SBX, cfg());
+    expect(resumed).toEqual([{ at: '2025-06-01T12:00:30.000Z' }, { at: '2025-06-01T12:00:00.000Z' }, { snapshotId: SNAP }, {}]);
+    await expect(Sandbox.resume(SBX, { ...cfg(), at: 'soon' })).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'at' } });
+    expect(resumed).toHaveLength(4);
+
+    server.on(`GET /v1/sandboxes/${SBX}/commands`, (_req, res) => sendJson(res, 200, { commands: [] }));
+    await sbx.commands.list();
+    expect(server.requests.at(-1)!.auth).toBe('Bearer tok_resumed');
+    expect(accessIssued).toBe(0);
+  });
+
+  it('reports a resume before the oldest snapshot as InvalidArgumentError with the details', async () => {
+    server.on(`POST /v1/sandboxes/${SBX}/resume`, (_req, res) =>
+      sendJson(res, 400, { error: { code: 'snapshot_out_of_range', message: 'too early', requestId: 'req_1', details: { field: 'at', oldest: '2025-06-01T12:00:10.000Z' } } }),
+    );
+    const err = await Sandbox.resume(SBX, { ...cfg(), at: '2025-01-01T00:00:00Z' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err).toMatchObject({ code: 'snapshot_out_of_range', details: { field: 'at', oldest: '2025-06-01T12:00:10.000Z' } });
+  });
+
+  it('forks from a snapshot, a sandbox, a sandbox at a time, or a handle; each fork has its own access', async () => {
+    const forks = ['sbx_eeeeeeeeeeeeeeeeeeee', 'sbx_ffffffffffffffffffff'];
+    const bodies = capture('POST /v1/forks', 201, (b) => ({
+      snapshotId: SNAP,
+      sandboxes: forks.slice(0, (b.count as number | undefined) ?? 1).map((id, i) => info({ id, sourceSnapshotId: SNAP, access: access(`tok_fork${i}`) })),
+    }));
+    const two = await Sandbox.fork(SNAP, { ...cfg(), count: 2, timeoutS: 60, metadata: { run: '1' } });
+    expect(two.map((s) => s.id)).toEqual(forks);
+    await Sandbox.fork(SBX, cfg());
+    await Sandbox.fork(`${SBX}@2025-06-01T12:00:30Z`, cfg());
+    const handle = await create();
+    await Sandbox.fork(handle, { count: 2 });
+    expect(bodies).toEqual([
+      { snapshotId: SNAP, count: 2, timeoutS: 60, metadata: { run: '1' } },
+      { sandboxId: SBX },
+      { sandboxId: SBX, at: '2025-06-01T12:00:30.000Z' },
+      { sandboxId: SBX, count: 2 },
+    ]);
+
+    for (const id of forks) server.on(`GET /v1/sandboxes/${id}/commands`, (_req, res) => sendJson(res, 200, { commands: [] }));
+    await two[1]!.commands.list();
+    expect(server.requests.at(-1)).toMatchObject({ path: `/v1/sandboxes/${forks[1]}/commands`, auth: 'Bearer tok_fork1' });
+  });
+
+  it('parses fork sources, refusing anything else before any request', async () => {
+    expect(parseForkSource(SNAP)).toEqual({ snapshotId: SNAP });
+    expect(parseForkSource(SBX)).toEqual({ sandboxId: SBX });
+    expect(parseForkSource(`${SBX}@2025-06-01T14:00:00+02:00`)).toEqual({ sandboxId: SBX, at: '2025-06-01T12:00:00.000Z' });
+    for (const bad of ['', 'tpl_x', `${SBX}@`, `${SBX}@yesterday`, `snap_x@2025-06-01T12:00:00Z`, ` ${SBX}`]) {
+      expect(() => parseForkSource(bad), bad).toThrow(InvalidArgumentError);
+    }
+    const before = server.requests.length;
+    await expect(Sandbox.fork('nope', cfg())).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'from' } });
+    expect(server.requests.length).toBe(before);
+  });
+
+  it('deletes a snapshot by id, and maps snapshot_not_found', async () => {
+    server.on(`DELETE /v1/snapshots/${SNAP}`, (_req, res) => sendJson(res, 204, undefined));
+    await Sandbox.deleteSnapshot(SNAP, cfg());
+    expect(server.requests.at(-1)).toMatchObject({ method: 'DELETE', path: `/v1/snapshots/${SNAP}`, auth: 'Bearer sgk_test' });
+    server.on('DELETE /v1/snapshots/snap_gone', (_req, res) => wireError(res, 404, 'snapshot_not_found', 'no snapshot snap_gone'));
+    const err = await Sandbox.deleteSnapshot('snap_gone', cfg()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect(err).toMatchObject({ code: 'snapshot_not_found', status: 404 });
   });
 });
 

@@ -2,10 +2,10 @@
 import { ControlPlane, DataPlane } from './client.js';
 import { Commands } from './commands.js';
 import type { ConnectionConfig } from './config.js';
-import { NotFoundError } from './errors.js';
+import { InvalidArgumentError, NotFoundError } from './errors.js';
 import { Files } from './files.js';
 import { Pty } from './pty.js';
-import type { SandboxEvent, SandboxInfo, SandboxState, TemplateInfo } from './types.js';
+import type { SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
 
 export interface SandboxCreateOptions extends ConnectionConfig {
   /** Template name or id; default "base". */
@@ -15,10 +15,52 @@ export interface SandboxCreateOptions extends ConnectionConfig {
   /** The sandbox is killed this long after creation unless extended with setTimeout. */
   timeoutS?: number;
   metadata?: Record<string, string>;
+  /** Seconds between rolling snapshots (5…86400); default 60. */
+  snapshotIntervalS?: number;
 }
 
 export interface SandboxListOptions extends ConnectionConfig {
   state?: SandboxState;
+}
+
+export interface SnapshotOptions {
+  /** 1–64 of [A-Za-z0-9._-]; a named snapshot is pinned (retention never thins it). */
+  name?: string;
+}
+
+export interface ResumeOptions extends ConnectionConfig {
+  /** Resume from the latest snapshot taken at or before this time (a string without a zone is local time). */
+  at?: Date | string;
+  /** Resume from this snapshot of the sandbox. Neither option: its latest snapshot. */
+  snapshotId?: string;
+}
+
+export interface ForkOptions extends ConnectionConfig {
+  /** How many sandboxes to start from the snapshot (1…16); default 1. */
+  count?: number;
+  /** Each fork is killed this long after it starts; default 300. */
+  timeoutS?: number;
+  metadata?: Record<string, string>;
+}
+
+/** Where a fork starts: a snapshot, a sandbox's latest snapshot, or its latest snapshot at or before a time. */
+export type ForkSource = { snapshotId: string } | { sandboxId: string; at?: string };
+
+/** A time as the API takes it (ISO 8601 UTC); a string without a zone is local time, as `new Date(s)` reads it. */
+function isoTime(at: Date | string): string {
+  const ms = at instanceof Date ? at.getTime() : Date.parse(at);
+  if (Number.isNaN(ms)) throw new InvalidArgumentError('invalid_argument', `at: '${String(at)}' is not a time; give a Date or an ISO 8601 string such as 2025-06-01T12:00:00Z`, { details: { field: 'at' } });
+  return new Date(ms).toISOString();
+}
+
+/** Reads `snap_…`, `sbx_…` or `sbx_…@<time>`; anything else is an InvalidArgumentError. */
+export function parseForkSource(from: string): ForkSource {
+  if (/^snap_[A-Za-z0-9]+$/.test(from)) return { snapshotId: from };
+  const m = /^(sbx_[A-Za-z0-9]+)(?:@(.+))?$/s.exec(from);
+  if (m) return m[2] === undefined ? { sandboxId: m[1]! } : { sandboxId: m[1]!, at: isoTime(m[2]) };
+  throw new InvalidArgumentError('invalid_argument', `'${from}' is not a fork source: give a snapshot id (snap_…), a sandbox id (sbx_…) or sbx_…@<ISO time>`, {
+    details: { field: 'from' },
+  });
 }
 
 // The largest page the control plane serves.
@@ -43,10 +85,38 @@ export class Sandbox {
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const { template, memoryMib, vcpus, timeoutS, metadata, ...config } = opts;
+    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    const info = await cp.json<SandboxInfo>('POST', '/v1/sandboxes', { json: { template, memoryMib, vcpus, timeoutS, metadata } });
+    const info = await cp.json<SandboxInfo>('POST', '/v1/sandboxes', { json: { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS } });
     return new Sandbox(cp, info);
+  }
+
+  /** Runs a paused sandbox again, under the same id, from one of its snapshots; answers once it runs. */
+  static async resume(id: string, opts: ResumeOptions = {}): Promise<Sandbox> {
+    const { at, snapshotId, ...config } = opts;
+    const cp = await ControlPlane.open(config);
+    const json = { at: at === undefined ? undefined : isoTime(at), snapshotId };
+    return new Sandbox(cp, await cp.json<SandboxInfo>('POST', `${sandboxPath(id)}/resume`, { json }));
+  }
+
+  /**
+   * Starts new sandboxes from a snapshot: `from` is a snapshot id, a sandbox (id or handle; its latest snapshot) or
+   * `sbx_…@<ISO time>` (its latest snapshot at or before then). Answers the forks that started; fails when none did.
+   */
+  static async fork(from: string | Sandbox, opts: ForkOptions = {}): Promise<Sandbox[]> {
+    const { count, timeoutS, metadata, ...config } = opts;
+    const source: ForkSource = from instanceof Sandbox ? { sandboxId: from.id } : parseForkSource(from);
+    // A handle's own connection serves unless the caller names another.
+    const sameConnection = from instanceof Sandbox && config.apiUrl === undefined && config.apiKey === undefined && config.requestTimeoutMs === undefined;
+    const cp = sameConnection ? from.controlPlane : await ControlPlane.open(config);
+    const { sandboxes } = await cp.json<{ snapshotId: string; sandboxes: SandboxInfo[] }>('POST', '/v1/forks', { json: { ...source, count, timeoutS, metadata } });
+    return sandboxes.map((info) => new Sandbox(cp, info));
+  }
+
+  /** Deletes a snapshot, pinned or not; sandboxes already forked from it keep running. */
+  static async deleteSnapshot(id: string, config?: ConnectionConfig): Promise<void> {
+    const cp = await ControlPlane.open(config);
+    await cp.request('DELETE', `/v1/snapshots/${encodeURIComponent(id)}`);
   }
 
   /** A handle on an existing sandbox; fails with sandbox_not_found when there is none with this id. */
@@ -90,6 +160,26 @@ export class Sandbox {
   /** Moves the expiry to now + timeoutS. */
   setTimeout(timeoutS: number): Promise<SandboxInfo> {
     return this.controlPlane.json<SandboxInfo>('POST', `${sandboxPath(this.id)}/timeout`, { json: { timeoutS } });
+  }
+
+  /** Takes a snapshot now; with a name it is pinned. */
+  snapshot(opts: SnapshotOptions = {}): Promise<SnapshotInfo> {
+    return this.controlPlane.json<SnapshotInfo>('POST', `${sandboxPath(this.id)}/snapshots`, { json: { name: opts.name } });
+  }
+
+  /** Snapshots the sandbox and releases its VM; `Sandbox.resume(id)` brings it back. Answers the pause snapshot. */
+  async pause(): Promise<SnapshotInfo> {
+    return (await this.controlPlane.json<{ sandbox: SandboxInfo; snapshot: SnapshotInfo }>('POST', `${sandboxPath(this.id)}/pause`)).snapshot;
+  }
+
+  /** The retained snapshots of this sandbox, oldest first. */
+  async timeline(): Promise<SnapshotInfo[]> {
+    return (await this.controlPlane.json<{ snapshots: SnapshotInfo[] }>('GET', `${sandboxPath(this.id)}/snapshots`)).snapshots;
+  }
+
+  /** Sets the seconds between rolling snapshots (5…86400). */
+  setSnapshotInterval(snapshotIntervalS: number): Promise<SandboxInfo> {
+    return this.controlPlane.json<SandboxInfo>('POST', `${sandboxPath(this.id)}/snapshot-interval`, { json: { snapshotIntervalS } });
   }
 
   /** The sandbox's events in log order; `afterSeq` resumes after an event already seen. Pages through them all. */

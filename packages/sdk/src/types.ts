@@ -8,7 +8,7 @@ export interface Access {
   expiresAt: string;
 }
 
-export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
+export type SandboxState = 'starting' | 'running' | 'paused' | 'ended' | 'failed';
 
 export interface SandboxInfo {
   id: string;
@@ -25,8 +25,34 @@ export interface SandboxInfo {
   startedAt?: string;
   endedAt?: string;
   expiresAt: string;
-  /** Only in the create response. */
+  /** Seconds between the rolling snapshots the gateway takes while the sandbox runs. */
+  snapshotIntervalS: number;
+  /** The snapshot a fork started from; null for a sandbox created from a template. */
+  sourceSnapshotId: string | null;
+  /** ISO 8601; null unless the state is paused. */
+  pausedAt: string | null;
+  /** Only in the answers that start a sandbox: create, resume, fork. */
   access?: Access;
+}
+
+/** One retained point of a sandbox's timeline; resume or fork from it. */
+export interface SnapshotInfo {
+  /** `snap_…` */
+  id: string;
+  sandboxId: string;
+  /** The snapshot it is a delta of; null for the first of a chain. */
+  parentId: string | null;
+  /** ISO 8601. */
+  takenAt: string;
+  reason: 'rolling' | 'manual' | 'pause';
+  name: string | null;
+  /** Retention never thins a pinned snapshot (a named one is always pinned). */
+  pinned: boolean;
+  /** Bytes this snapshot added to the store. */
+  sizeAddedBytes: number;
+  memoryMib: number;
+  vcpus: number;
+  template: string;
 }
 
 export interface TemplateInfo {
