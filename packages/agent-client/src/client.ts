@@ -92,6 +92,8 @@ export class AgentClient extends EventEmitter {
   private readonly readable: Readable;
   private readonly writable: Writable;
   private decoder = new FrameDecoder();
+  /** Frames held back while quiesced (see quiesce). */
+  private held: Buffer[] | undefined;
   /** Set from hello until the agent's resync marker arrives: bytes before it are stale and dropped. */
   private resync: { marker: Buffer; carry: Buffer } | undefined;
   private readonly pending = new Map<number, PendingCall>();
@@ -139,7 +141,7 @@ export class AgentClient extends EventEmitter {
         }, timeoutMs);
       }
       this.pending.set(id, entry);
-      this.writable.write(encodeJsonFrame(FrameType.call, id, { method, params }));
+      this.write(encodeJsonFrame(FrameType.call, id, { method, params }));
     });
   }
 
@@ -260,7 +262,7 @@ export class AgentClient extends EventEmitter {
     const streamId = this.allocId('stream');
     const granter = this.granter(streamId, windowBytes);
     const stream = new FileReadStream(granter, () => {
-      if (this.streams.delete(streamId) && !this.closedError) this.writable.write(encodeFrame(FrameType.end, streamId));
+      if (this.streams.delete(streamId) && !this.closedError) this.write(encodeFrame(FrameType.end, streamId));
     });
     this.streams.set(streamId, { data: (p) => stream.onData(p), end: (err) => stream.onEnd(err) });
     try {
@@ -302,7 +304,7 @@ export class AgentClient extends EventEmitter {
       this.writeWaiters.delete(streamId);
       if (!this.closedError) {
         const error: ErrorInfo = { code: 'io', message: `host source failed: ${(err as Error).message}` };
-        this.writable.write(encodeJsonFrame(FrameType.end, streamId, { error }));
+        this.write(encodeJsonFrame(FrameType.end, streamId, { error }));
       }
       throw err;
     }
@@ -404,7 +406,7 @@ export class AgentClient extends EventEmitter {
       const payload = Buffer.allocUnsafe(4);
       payload.writeUInt32BE(ungrantedBytes);
       ungrantedBytes = 0;
-      this.writable.write(encodeFrame(FrameType.window, streamId, payload));
+      this.write(encodeFrame(FrameType.window, streamId, payload));
     };
     return {
       consumed: (bytes) => {
@@ -414,9 +416,49 @@ export class AgentClient extends EventEmitter {
     };
   }
 
+  /** Every frame goes out here: held back while the channel is quiesced for a snapshot, in order. */
+  private write(frame: Buffer): boolean {
+    if (this.held) {
+      this.held.push(frame);
+      return true;
+    }
+    return this.writable.write(frame);
+  }
+
+  /**
+   * Brings the host→agent direction to a frame boundary for a live snapshot: later frames are held back, and a ping
+   * round trip proves the agent has read everything sent before it. Restoring such a snapshot, the agent's reader
+   * is between frames. Call the returned function to release the held frames (always, also when the snapshot fails).
+   */
+  async quiesce(opts?: CallOptions): Promise<() => void> {
+    if (this.held) throw new AgentError('busy', 'the agent channel is already quiesced');
+    this.held = [];
+    const release = () => {
+      const frames = this.held ?? [];
+      this.held = undefined;
+      for (const f of frames) if (!this.closedError) this.writable.write(f);
+    };
+    const id = this.allocId('call');
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const entry: PendingCall = { method: 'ping', resolve: () => resolve(), reject };
+        entry.timer = setTimeout(() => {
+          this.pending.delete(id);
+          reject(new AgentError('agent_timeout', `agent did not answer the quiesce ping within ${opts?.timeoutMs ?? this.callTimeoutMs} ms`));
+        }, opts?.timeoutMs ?? this.callTimeoutMs);
+        this.pending.set(id, entry);
+        this.writable.write(encodeJsonFrame(FrameType.call, id, { method: 'ping', params: {} }));
+      });
+    } catch (err) {
+      release();
+      throw err;
+    }
+    return release;
+  }
+
   private async sendFrame(frame: Buffer): Promise<void> {
     if (this.closedError) throw this.closedError;
-    if (this.writable.write(frame)) return;
+    if (this.write(frame)) return;
     await new Promise<void>((resolve, reject) => {
       const onDrain = () => {
         this.off('close', onClose);

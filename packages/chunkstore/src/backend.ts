@@ -8,6 +8,13 @@ import { invalidArgument } from '@sandglass/core';
 export interface ChunkBackend {
   /** Atomic and durable once it resolves; a full store throws SandglassError('storage_full') and leaves nothing behind. */
   put(key: string, data: Buffer): Promise<void>;
+  /**
+   * Stages a put: the data is written but neither durable nor visible (get/has/list do not see it) until `flush`.
+   * Lets a capture write many chunks and pay for durability once instead of once per chunk.
+   */
+  stage(key: string, data: Buffer): Promise<void>;
+  /** Makes every staged put durable, then visible, and durable again as visible; a crash before leaves none of them. */
+  flush(): Promise<void>;
   get(key: string): Promise<Buffer | undefined>;
   has(key: string): Promise<boolean>;
   /** A missing key is fine. */

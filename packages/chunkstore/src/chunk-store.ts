@@ -45,8 +45,11 @@ export interface TenantStore {
   readonly tenantId: string;
   /** Keyed BLAKE3 (64 hex chars): the same data has unrelated ids in different tenants. */
   chunkId(data: Buffer): string;
-  /** Writes the chunk unless it is already stored; a given id must be chunkId(data). */
+  /** Writes the chunk unless it is already stored; a given id must be chunkId(data). Durable and visible on return. */
   put(data: Buffer, id?: string): Promise<PutResult>;
+  /** Like put, but durable and visible only after the next flush (putManifest flushes first). */
+  stage(data: Buffer, id?: string): Promise<PutResult>;
+  flush(): Promise<void>;
   /** Verified read: a missing, unauthentic or mismatching chunk throws snapshot_corrupt naming it. */
   get(id: string): Promise<Buffer>;
   has(id: string): Promise<boolean>;
@@ -83,6 +86,8 @@ interface Shared {
   gcProtected: Set<string> | undefined;
   /** Deletes the running GC has issued: a put of the same chunk waits for its delete, then finds it gone and writes it. */
   deleting: Map<string, Promise<void>>;
+  /** Chunk keys staged but not yet flushed: a second put of one in the meantime is a duplicate, not a new write. */
+  staged: Set<string>;
 }
 
 /** Use one ChunkStore per backend in a process: leases and GC coordinate through it. */
@@ -100,6 +105,7 @@ export class ChunkStore {
       leased: new Map(),
       gcProtected: undefined,
       deleting: new Map(),
+      staged: new Set(),
     };
   }
 
@@ -232,15 +238,39 @@ class Tenant implements TenantStore {
     return Blake3Hasher.newKeyed(this.keys.chunkId).update(data).digest('hex');
   }
 
+  /** Durable and visible when it resolves. */
   async put(data: Buffer, id?: string): Promise<PutResult> {
+    const r = await this.stage(data, id);
+    if (r.isNew) await this.flush();
+    return r;
+  }
+
+  async flush(): Promise<void> {
+    const keys = [...this.shared.staged];
+    await this.shared.backend.flush();
+    for (const k of keys) this.shared.staged.delete(k);
+  }
+
+  /**
+   * Writes the chunk unless stored, but durable and visible only at the next flush (putManifest flushes first):
+   * a capture staging hundreds of chunks pays for durability once.
+   */
+  async stage(data: Buffer, id?: string): Promise<PutResult> {
     const computed = this.chunkId(data);
     if (id !== undefined && id !== computed) throw invalidArgument('id', 'must be chunkId(data) of this tenant');
     const key = chunkKey(this.tenantId, computed);
     this.shared.gcProtected?.add(key);
     await this.shared.deleting.get(key)?.catch(() => undefined);
-    if (await this.shared.backend.has(key)) return { id: computed, storedBytes: 0, isNew: false };
+    if (this.shared.staged.has(key) || (await this.shared.backend.has(key))) return { id: computed, storedBytes: 0, isNew: false };
     const sealed = seal(this.keys.chunkData, compressFrames(data, this.shared.zstdLevel), aad(this.tenantId, computed));
-    await this.shared.backend.put(key, sealed);
+    // Staged: durable and visible at the next flush, which putManifest does before it commits.
+    this.shared.staged.add(key);
+    try {
+      await this.shared.backend.stage(key, sealed);
+    } catch (err) {
+      this.shared.staged.delete(key);
+      throw err;
+    }
     return { id: computed, storedBytes: sealed.length, isNew: true };
   }
 
@@ -275,6 +305,7 @@ class Tenant implements TenantStore {
         details: { field: 'manifest.body', rule: 'must be serialisable as JSON' },
       });
     }
+    await this.flush();
     const missing = await this.#firstMissing([...new Set(manifest.refs)]);
     if (missing !== undefined) throw corruptChunk(missing, `is missing, so manifest ${snapshotId} was not written`);
     const sealed = seal(this.keys.manifest, compressFrames(Buffer.from(json), this.shared.zstdLevel), aad(this.tenantId, snapshotId));

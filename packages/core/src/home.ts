@@ -18,6 +18,10 @@ export interface HomeLayout {
   adminKeyFile: string;
   /** Where a running `sandglass up` writes its URLs, for the CLI and SDK to find it. */
   serverFile: string;
+  /** The local chunk store: encrypted snapshot chunks and manifests. */
+  store: string;
+  /** The local keyring: master key and wrapped per-tenant data keys (mode 0700). */
+  keys: string;
 }
 
 export function homeLayout(root = sandglassHome()): HomeLayout {
@@ -28,5 +32,7 @@ export function homeLayout(root = sandglassHome()): HomeLayout {
     database: join(root, 'sandglass.db'),
     adminKeyFile: join(root, 'admin-key'),
     serverFile: join(root, 'server.json'),
+    store: join(root, 'store'),
+    keys: join(root, 'keys'),
   };
 }

@@ -4,12 +4,18 @@ import { totalmem } from 'node:os';
 import { SandglassError, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
 import { detectAccel, type Accel } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
+import type { ChunkStore } from '@sandglass/chunkstore';
+import type { RetentionPolicy } from '@sandglass/snapshots';
 import { Sandbox, sandboxDir, type HealthPolicy } from './sandbox.js';
-import { TemplateStore, vmConfig, type TemplateProgress, type TemplateSnapshot } from './templates.js';
+import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateSnapshot } from './templates.js';
 import { WarmPool } from './pool.js';
+import { RamFiles } from './ram.js';
+import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
 import type { GatewayEvents } from './events.js';
 
 export const DEFAULT_WARM_POOL = 2;
+/** Fork restores in flight at once: each is CPU-bound under TCG, more only queue for the same cores. */
+const FORK_CONCURRENCY = 4;
 
 function killStaleVms(runDir: string, log: Logger): void {
   const marker = `path=${runDir}/`;
@@ -52,6 +58,23 @@ export interface GatewayOptions {
   health?: HealthPolicy;
   /** Restores of the base template kept running and warmed for instant creates; 0 turns the pool off. */
   warmPoolSize?: number;
+  /** Where snapshots are stored (chunks and manifests), and what retention reads the committed ones from. */
+  store: ChunkStore;
+  snapshotIndex: SnapshotIndex;
+  retention: RetentionPolicy;
+  /** Captures running at once on this node. */
+  captureConcurrency?: number;
+  /** Where guest RAM files live (tmpfs); default /dev/shm. */
+  shmRoot?: string;
+}
+
+/** Restoring a snapshot into a sandbox: a resume keeps the sandbox's id, a fork gets a new one. */
+export interface RestoreRequest {
+  id: string;
+  tenantId: string;
+  snapshotId: string;
+  timeoutS: number;
+  snapshotIntervalS?: number;
 }
 
 export interface CreateSandboxRequest {
@@ -61,6 +84,7 @@ export interface CreateSandboxRequest {
   memoryMib: number;
   vcpus: number;
   timeoutS: number;
+  snapshotIntervalS?: number;
 }
 
 /** The templates this node knows by name; each is the guest image booted with the request's VM shape. */
@@ -73,12 +97,27 @@ export class Gateway {
   private readonly budgetMib: number;
   private baseStatus: { status: 'building' | 'ready' | 'failed'; key?: string; error?: string } = { status: 'building' };
   private pool?: WarmPool;
+  readonly ram: RamFiles;
+  readonly snapshots: SnapshotManager;
 
   constructor(readonly opts: GatewayOptions) {
     this.accel = opts.accel ?? detectAccel();
     this.templates = new TemplateStore(opts.home.artifacts, opts.image, opts.kernelArgs, opts.logger);
     this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
+    this.ram = new RamFiles(opts.home.root, opts.shmRoot);
     this.cleanStaleRunDirs();
+    this.snapshots = new SnapshotManager({
+      store: opts.store,
+      ram: this.ram,
+      events: opts.events,
+      index: opts.snapshotIndex,
+      templateByKey: (key) => this.templates.byKey(key),
+      accel: this.accel,
+      clock: opts.clock,
+      logger: opts.logger,
+      concurrency: opts.captureConcurrency,
+      retention: opts.retention,
+    });
   }
 
   /**
@@ -92,13 +131,15 @@ export class Gateway {
     } catch {
       // No run directory yet.
     }
+    // RAM files of those VMs and half-written captures go; template and snapshot images are still good caches.
+    this.ram.removeStale((name) => name.endsWith('.img'));
   }
 
   async ensureBaseTemplate(onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
     try {
       const t = await this.templates.ensure(BASE_TEMPLATE.name, vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, this.accel), onProgress);
       this.baseStatus = { status: 'ready', key: t.key };
-      this.pool ??= new WarmPool(t, this.opts.warmPoolSize ?? DEFAULT_WARM_POOL, (id) => sandboxDir(this.opts.home.run, id), this.opts.logger);
+      this.pool ??= new WarmPool(t, this.opts.warmPoolSize ?? DEFAULT_WARM_POOL, (id) => sandboxDir(this.opts.home.run, id), this.ram, this.opts.logger);
       this.pool.refill();
       return t;
     } catch (err) {
@@ -131,20 +172,10 @@ export class Gateway {
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
     const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel));
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
-    const sbx = new Sandbox(
-      req.id,
-      req.tenantId,
-      template,
-      warm?.dir ?? sandboxDir(this.opts.home.run, req.id),
-      req.timeoutS,
-      this.opts.events,
-      this.opts.clock,
-      this.opts.logger,
-      (s) => this.sandboxes.delete(s.id),
-      this.opts.health,
-    );
+    const sbx = this.newSandbox(req.id, req.tenantId, template, warm?.dir ?? sandboxDir(this.opts.home.run, req.id), req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);
-    const { restoreMs, pooled } = await sbx.start(warm);
+    const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
+    this.snapshots.track(sbx);
     await this.opts.events.append({
       type: 'sandbox.started',
       tenantId: req.tenantId,
@@ -153,6 +184,132 @@ export class Gateway {
       data: { pid: sbx.pid ?? null, vmId: warm?.id ?? req.id, restoreMs: Math.round(restoreMs * 10) / 10, pooled, template: template.key, accel: this.accel },
     });
     return sbx;
+  }
+
+  private newSandbox(id: string, tenantId: string, template: TemplateSnapshot, dir: string, timeoutS: number, snapshotIntervalS?: number): Sandbox {
+    return new Sandbox(
+      id,
+      tenantId,
+      template,
+      dir,
+      timeoutS,
+      this.opts.events,
+      this.opts.clock,
+      this.opts.logger,
+      (s) => {
+        this.sandboxes.delete(s.id);
+        void this.snapshots.untrack(s.id);
+      },
+      this.ram,
+      snapshotIntervalS ?? DEFAULT_SNAPSHOT_INTERVAL_S,
+      this.opts.health,
+    );
+  }
+
+  /**
+   * Brings a snapshot back as a running sandbox: `resume` (same id, its commands and streams continue) or a fork
+   * (new id). RAM, devices and disk are exactly the snapshot's; the agent then re-seeds entropy and sets the clock.
+   */
+  async restoreSandbox(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
+    if (this.sandboxes.has(req.id)) {
+      throw new SandglassError(kind === 'resume' ? 'sandbox_running' : 'conflict', `Sandbox ${req.id} is already running on this node.`);
+    }
+    const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
+    if (kind === 'resume' && m.sandboxId !== req.id) {
+      throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, { details: { field: 'snapshotId' } });
+    }
+    if (this.committedMib() + m.vm.memoryMib > this.budgetMib) {
+      throw new SandglassError('capacity_exhausted', `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${m.vm.memoryMib} MiB asked.`);
+    }
+    const dir = sandboxDir(this.opts.home.run, req.id);
+    const template = this.templates.byKey(m.vm.templateKey);
+    if (!template) throw new SandglassError('template_not_found', `Snapshot ${req.snapshotId} needs template ${m.vm.template}, which this node does not have.`);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS);
+    this.sandboxes.set(req.id, sbx);
+    const t0 = performance.now();
+    let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
+    try {
+      prepared = await this.snapshots.prepareRestore(m, dir);
+    } catch (err) {
+      this.sandboxes.delete(req.id);
+      rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
+    sbx.adoptCommands(prepared.commands);
+    sbx.captureBase = prepared.base;
+    const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
+    this.snapshots.track(sbx);
+    const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
+    if (kind === 'resume') {
+      await this.opts.events.append({ type: 'sandbox.resumed', tenantId: req.tenantId, sandboxId: req.id, data: { snapshotId: req.snapshotId, pid: sbx.pid ?? null, ...timing } });
+    } else {
+      await this.opts.events.append({ type: 'sandbox.started', tenantId: req.tenantId, sandboxId: req.id, data: { pid: sbx.pid ?? null, vmId: req.id, pooled: false, template: template.key, accel: this.accel, ...timing } });
+      await this.opts.events.append({ type: 'sandbox.forked', tenantId: req.tenantId, sandboxId: req.id, data: { snapshotId: req.snapshotId, sourceSandboxId: sourceSandboxId ?? m.sandboxId } });
+    }
+    return sbx;
+  }
+
+  async snapshotSandbox(id: string, name: string | null): Promise<SnapshotInfo> {
+    const sbx = this.get(id);
+    sbx.requireRunning();
+    return this.snapshots.snapshotNow(sbx, 'manual', name);
+  }
+
+  /** Snapshots the sandbox and releases its VM: a paused sandbox holds no RAM or CPU, only its snapshots. */
+  async pauseSandbox(id: string): Promise<SnapshotInfo> {
+    const sbx = this.get(id);
+    sbx.requireRunning();
+    // No rolling capture may land after the pause snapshot: stop the schedule (waiting out one in flight) first.
+    await this.snapshots.untrack(id);
+    let snap: SnapshotInfo;
+    try {
+      snap = await this.snapshots.captureNow(sbx, 'pause');
+    } catch (err) {
+      if (sbx.state === 'running') this.snapshots.track(sbx);
+      throw err;
+    }
+    await sbx.end('paused');
+    await this.opts.events.append({ type: 'sandbox.paused', tenantId: sbx.tenantId, sandboxId: id, data: { snapshotId: snap.id } });
+    return snap;
+  }
+
+  /**
+   * Starts forks of one snapshot, a few restores at a time (each is CPU-bound under TCG). Every fork that fails is
+   * recorded as failed and reported in place; the others run.
+   */
+  async forkSandboxes(
+    snapshotId: string,
+    tenantId: string,
+    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
+  ): Promise<Array<Record<string, unknown>>> {
+    const m = await this.snapshots.manifest(tenantId, snapshotId);
+    const results: Array<Record<string, unknown>> = new Array(forks.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < forks.length) {
+        const i = next++;
+        const f = forks[i]!;
+        try {
+          const sbx = await this.restoreSandbox({ id: f.id, tenantId, snapshotId, timeoutS: f.timeoutS, snapshotIntervalS: f.snapshotIntervalS }, 'fork', m.sandboxId);
+          results[i] = { id: sbx.id, state: sbx.state, startedAt: sbx.startedAt, pid: sbx.pid ?? null };
+        } catch (err) {
+          const e = err instanceof SandglassError ? err : new SandglassError('internal', (err as Error).message);
+          await this.opts.events.append({ type: 'sandbox.failed', tenantId, sandboxId: f.id, data: { reason: e.message, code: e.code } });
+          results[i] = { id: f.id, error: { code: e.code, message: e.message } };
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(FORK_CONCURRENCY, forks.length) }, worker));
+    return results;
+  }
+
+  async deleteSnapshot(tenantId: string, snapshotId: string): Promise<void> {
+    const m = await this.snapshots.manifest(tenantId, snapshotId);
+    await this.snapshots.delete(tenantId, m.sandboxId, snapshotId, 'user');
+  }
+
+  setSnapshotInterval(id: string, intervalS: number): void {
+    this.snapshots.setInterval(this.get(id), intervalS);
   }
 
   /** Warmed restores ready to hand out. */
@@ -173,6 +330,7 @@ export class Gateway {
 
   /** Stops every VM cleanly and records why. */
   async shutdown(): Promise<void> {
+    await this.snapshots.stop();
     await this.pool?.close();
     await Promise.all([...this.sandboxes.values()].map((s) => s.end('shutdown')));
   }

@@ -3,8 +3,9 @@ import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import type { Logger } from '@sandglass/core';
 import { runToExit } from './agent-link.js';
-import { restoreTemplate, type Restored } from './restore.js';
-import type { TemplateSnapshot } from './templates.js';
+import { restoreSnapshot, type Restored } from './restore.js';
+import { templateSource, type TemplateSnapshot } from './templates.js';
+import type { RamFiles } from './ram.js';
 
 export interface Warm extends Restored {
   id: string;
@@ -33,6 +34,7 @@ export class WarmPool {
     private readonly template: TemplateSnapshot,
     private readonly size: number,
     private readonly runDir: (id: string) => string,
+    private readonly ram: RamFiles,
     private readonly log: Logger,
   ) {}
 
@@ -69,7 +71,7 @@ export class WarmPool {
     const id = `pool_${randomBytes(8).toString('hex')}`;
     const dir = this.runDir(id);
     try {
-      const r = await restoreTemplate(this.template, id, dir);
+      const r = await restoreSnapshot(await templateSource(this.template, this.ram), id, dir, this.ram);
       for (const argv of WARMUP) await runToExit(r.agent, argv, { timeoutMs: 60_000 });
       const w: Warm = { ...r, id, dir, template: this.template };
       // A pooled VM that dies is simply dropped; nobody owns it yet.
@@ -78,6 +80,7 @@ export class WarmPool {
         if (i >= 0) {
           this.ready.splice(i, 1);
           rmSync(dir, { recursive: true, force: true });
+          this.ram.remove(r.vm.memPath);
           this.refill();
         }
       });
@@ -96,6 +99,7 @@ export class WarmPool {
     await w.agent.close();
     await w.vm.stop(1000);
     rmSync(w.dir, { recursive: true, force: true });
+    this.ram.remove(w.vm.memPath);
   }
 
   async close(): Promise<void> {

@@ -1,28 +1,52 @@
-// Restoring a template snapshot into a running VM with its agent linked: the one path both sandboxes and the warm pool use.
+// Restoring a snapshot into a running VM with its agent linked: the one path creates, the warm pool, resumes and forks use.
 import type { Socket } from 'node:net';
-import { restoreVm, resumeVm, type Vm } from '@sandglass/vmm';
+import { restoreVm, resumeVm, createOverlay, prepareVmDir, type Vm, type VmConfig } from '@sandglass/vmm';
 import type { AgentClient } from '@sandglass/agent-client';
 import { connectAgent, openAgentSocket } from './agent-link.js';
-import type { TemplateSnapshot } from './templates.js';
+import type { RamFiles } from './ram.js';
 
 export interface Restored {
   vm: Vm;
   agent: AgentClient;
 }
 
+/** What a restore starts from. A template and a captured snapshot are the same thing to this function. */
+export interface RestoreSource {
+  config: VmConfig;
+  statePath: string;
+  /** RAM image copied (sparsely) into the VM's own RAM file. */
+  memImage: string;
+  /** A new overlay over a frozen layer (templates), or an overlay already written for this VM (snapshots). */
+  disk: { backing: string } | { prepared: string };
+}
+
 /**
- * Restores `template` into a new VM named `id` in `dir`, connects the agent channel before the snapshot loads,
- * resumes, and waits for `hello`. `check` runs between steps so a caller can abandon a restore midway.
- * On failure the VM (if any) is killed; the caller cleans `dir`.
+ * Restores `source` into a new VM named `id` in `dir`, resumes it and waits for the agent's hello. `check` runs
+ * between steps so a caller can abandon a restore midway. On failure the VM and its RAM file are removed; the
+ * caller cleans `dir`.
  */
-export async function restoreTemplate(template: TemplateSnapshot, id: string, dir: string, check: () => void = () => {}): Promise<Restored> {
+export async function restoreSnapshot(source: RestoreSource, id: string, dir: string, ram: RamFiles, check: () => void = () => {}): Promise<Restored> {
   let socket: Socket | undefined;
   let vm: Vm | undefined;
+  const memPath = await ram.createFrom(id, source.memImage);
   try {
+    let diskPath: string;
+    if ('backing' in source.disk) {
+      diskPath = prepareVmDir(dir).disk;
+      await createOverlay(diskPath, source.disk.backing, 'qcow2');
+    } else {
+      diskPath = source.disk.prepared;
+    }
     vm = await restoreVm({
       id,
       dir,
-      snapshot: template,
+      config: source.config,
+      memPath,
+      statePath: source.statePath,
+      diskPath,
+      // Connected before the load: the port's migrated "host connected" state stays true, so the agent never sees a
+      // hangup. Snapshots are taken with the host→agent direction quiesced (the agent's reader between frames), and
+      // hello's resync marker drops any tail of agent output written before the snapshot.
       beforeLoad: async (v) => {
         socket = await openAgentSocket(v, 10_000);
       },
@@ -38,6 +62,7 @@ export async function restoreTemplate(template: TemplateSnapshot, id: string, di
       vm.kill();
       await vm.exited;
     }
+    ram.remove(memPath);
     throw err;
   }
 }

@@ -5,7 +5,8 @@ import { newId, SandglassError, type Clock, type Logger } from '@sandglass/core'
 import type { Vm } from '@sandglass/vmm';
 import type { AgentClient } from '@sandglass/agent-client';
 import { mapAgentError } from './agent-link.js';
-import { restoreTemplate, type Restored } from './restore.js';
+import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
+import type { RamFiles } from './ram.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 
@@ -34,7 +35,19 @@ export interface StartCommand {
   timeoutMs?: number;
 }
 
-export type SandboxState = 'starting' | 'running' | 'ended' | 'failed';
+export type SandboxState = 'starting' | 'running' | 'paused' | 'ended' | 'failed';
+
+/** What the node remembers between a sandbox's snapshots: the last one, so the next stores only what changed. */
+export interface CaptureBase {
+  snapshotId: string;
+  memory: string[];
+  disk: Map<number, string>;
+  /**
+   * The sandbox's lowest private disk layer once a capture has read it in this VM: later captures read only the
+   * layers above it and merge them into it. Unset until then (first capture after a create or restore reads all).
+   */
+  baseLayer?: string;
+}
 
 export interface HealthPolicy {
   intervalMs: number;
@@ -60,6 +73,8 @@ export class Sandbox {
   private healthTimer?: NodeJS.Timeout;
   private commandTimers = new Map<string, NodeJS.Timeout>();
   private ending?: Promise<void>;
+  /** Set after each committed snapshot; restored sandboxes start from the snapshot they were restored from. */
+  captureBase?: CaptureBase;
 
   constructor(
     readonly id: string,
@@ -71,6 +86,8 @@ export class Sandbox {
     private readonly clock: Clock,
     private readonly log: Logger,
     private readonly onGone: (sbx: Sandbox) => void,
+    private readonly ram: RamFiles,
+    public snapshotIntervalS: number,
     private readonly health: HealthPolicy = DEFAULT_HEALTH,
   ) {
     this.startedAt = new Date(clock.nowMs()).toISOString();
@@ -78,14 +95,15 @@ export class Sandbox {
   }
 
   /**
-   * Brings the sandbox up from its template: either a warmed restore handed over by the pool, or a restore made
-   * now. Either way the agent then re-seeds the guest's entropy and sets its clock, so no two sandboxes share
-   * random state.
+   * Brings the sandbox up: either a warmed template restore handed over by the pool, or a restore of `source`
+   * (its template, or a snapshot for a resume or fork) made now. Either way the agent then re-seeds the guest's
+   * entropy and sets its clock, so no two sandboxes share random state.
    */
-  async start(warm?: Restored): Promise<{ restoreMs: number; pooled: boolean }> {
+  async start(from: { warm: Restored } | { source: () => Promise<RestoreSource> }): Promise<{ restoreMs: number; pooled: boolean }> {
     const t0 = performance.now();
+    const warm = 'warm' in from ? from.warm : undefined;
     try {
-      const { vm, agent } = warm ?? (await restoreTemplate(this.template, this.id, this.dir, () => this.abortIfEnded()));
+      const { vm, agent } = warm ?? (await restoreSnapshot(await (from as { source: () => Promise<RestoreSource> }).source(), this.id, this.dir, this.ram, () => this.abortIfEnded()));
       this.vm = vm;
       this.agent = agent;
       vm.exited.then((exit) => {
@@ -97,6 +115,7 @@ export class Sandbox {
       await agent.sync();
       this.abortIfEnded();
       agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
+      if (this.commands.size > 0) await this.reconcileCommands(agent);
       agent.on('close', () => {
         if (this.state !== 'running') return;
         // When QEMU died, its exit (with the guest's shutdown reason) explains more than the closed socket: give it a moment to win.
@@ -124,6 +143,25 @@ export class Sandbox {
     this.healthTimer = setInterval(() => void this.checkHealth(), this.health.intervalMs);
     this.healthTimer.unref();
     return { restoreMs: performance.now() - t0, pooled: warm !== undefined };
+  }
+
+  /** Commands the sandbox had when its snapshot was taken: a resumed sandbox's command ids keep working. */
+  adoptCommands(records: CommandRecord[]): void {
+    for (const r of records) this.commands.set(r.id, { ...r });
+  }
+
+  /** Exit statuses the agent raised while no host listened (before the snapshot's restore) are read back here. */
+  private async reconcileCommands(agent: AgentClient): Promise<void> {
+    const known = new Map((await agent.procList()).map((p) => [p.id, p]));
+    for (const rec of this.commands.values()) {
+      const p = known.get(rec.id);
+      if (rec.state !== 'running') continue;
+      if (!p) {
+        rec.state = 'exited';
+        continue;
+      }
+      if (p.exited) this.onAgentEvent({ event: 'proc.exit', id: p.id, exitCode: p.exitCode, signal: p.signal, outputBytes: p.outputBytes });
+    }
   }
 
   get pid(): number | undefined {
@@ -246,15 +284,18 @@ export class Sandbox {
     });
   }
 
-  /** Ends the sandbox and frees its VM; records why when the node itself decided (timeout, shutdown). */
-  async end(reason: 'timeout' | 'shutdown' | 'killed'): Promise<void> {
+  /**
+   * Ends the sandbox and frees its VM; records why when the node itself decided (timeout, shutdown). `paused`
+   * releases the VM after a pause snapshot: the caller records sandbox.paused.
+   */
+  async end(reason: 'timeout' | 'shutdown' | 'killed' | 'paused'): Promise<void> {
     if (this.ending) return this.ending;
     this.ending = (async () => {
-      if (this.state === 'failed' || this.state === 'ended') return;
-      this.state = 'ended';
+      if (this.state === 'failed' || this.state === 'ended' || this.state === 'paused') return;
+      this.state = reason === 'paused' ? 'paused' : 'ended';
       await this.release();
       // A kill comes from the control plane, which records it; timeouts and shutdowns are the node's own doing.
-      if (reason !== 'killed') await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
+      if (reason === 'timeout' || reason === 'shutdown') await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
       this.onGone(this);
     })();
     return this.ending;
@@ -282,7 +323,10 @@ export class Sandbox {
     for (const t of this.commandTimers.values()) clearTimeout(t);
     this.commandTimers.clear();
     void this.agent?.close();
-    if (this.vm) await this.vm.stop(1000);
+    if (this.vm) {
+      await this.vm.stop(1000);
+      this.ram.remove(this.vm.memPath);
+    }
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

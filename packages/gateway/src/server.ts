@@ -274,6 +274,35 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
   });
   app.get('/internal/v1/templates', { schema: schema('get', '/internal/v1/templates') }, async () => ({ templates: gw.listTemplates() }));
 
+  // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
+  app.post('/internal/v1/sandboxes/:id/snapshots', { schema: schema('post', '/internal/v1/sandboxes/{id}/snapshots') }, async (req, reply) => {
+    const name = (req.body as { name?: string } | undefined)?.name ?? null;
+    return reply.status(201).send({ snapshot: await gw.snapshotSandbox((req.params as Params).id, name) });
+  });
+  app.post('/internal/v1/sandboxes/:id/pause', { schema: schema('post', '/internal/v1/sandboxes/{id}/pause') }, async (req) => ({
+    snapshot: await gw.pauseSandbox((req.params as Params).id),
+  }));
+  app.post('/internal/v1/sandboxes/:id/resume', { schema: schema('post', '/internal/v1/sandboxes/{id}/resume') }, async (req) => {
+    const body = req.body as { snapshotId: string; tenantId: string; timeoutS: number; snapshotIntervalS?: number };
+    return sandboxView(await gw.restoreSandbox({ id: (req.params as Params).id, ...body }, 'resume'));
+  });
+  app.post('/internal/v1/forks', { schema: schema('post', '/internal/v1/forks') }, async (req) => {
+    const body = req.body as { snapshotId: string; tenantId: string; sandboxes: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }> };
+    return { sandboxes: await gw.forkSandboxes(body.snapshotId, body.tenantId, body.sandboxes) };
+  });
+  app.delete('/internal/v1/snapshots/:id', { schema: schema('delete', '/internal/v1/snapshots/{id}') }, async (req, reply) => {
+    await gw.deleteSnapshot((req.query as { tenantId: string }).tenantId, (req.params as { id: string }).id);
+    return reply.status(204).send();
+  });
+  app.put('/internal/v1/sandboxes/:id/snapshot-interval', { schema: schema('put', '/internal/v1/sandboxes/{id}/snapshot-interval') }, async (req, reply) => {
+    gw.setSnapshotInterval((req.params as Params).id, (req.body as { snapshotIntervalS: number }).snapshotIntervalS);
+    return reply.status(204).send();
+  });
+  app.post('/internal/v1/maintenance', { schema: schema('post', '/internal/v1/maintenance') }, async (req) => {
+    const graceMs = (req.body as { gcGraceMs?: number } | undefined)?.gcGraceMs;
+    return gw.snapshots.maintain({ graceMs });
+  });
+
   return app;
 }
 

@@ -6,9 +6,11 @@ import { SandglassError, type Logger } from '@sandglass/core';
 import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
 import { connectAgent, runToExit } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
+import type { RamFiles } from './ram.js';
+import type { RestoreSource } from './restore.js';
 
 // Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
-const TEMPLATE_RECIPE = 2;
+const TEMPLATE_RECIPE = 3;
 
 export interface TemplateSnapshot extends SnapshotFiles {
   key: string;
@@ -53,6 +55,15 @@ export class TemplateStore {
     this.inflight.set(key, promise);
     promise.catch(() => this.inflight.delete(key));
     return promise;
+  }
+
+  /** A template built earlier on this node, by key (what a snapshot's manifest names). */
+  byKey(key: string): TemplateSnapshot | undefined {
+    if (!/^[0-9a-f]{16}$/.test(key)) return undefined;
+    const dir = join(this.artifactsDir, `template-${key}`);
+    if (!existsSync(join(dir, 'template.json'))) return undefined;
+    const meta = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as TemplateSnapshot;
+    return this.load(meta.name, key);
   }
 
   private load(name: string, key: string): TemplateSnapshot | undefined {
@@ -100,6 +111,11 @@ export class TemplateStore {
       throw new SandglassError('vm_failed', `building template ${name} failed: ${(err as Error).message}\n--- console ---\n${tail}`, { cause: err });
     }
   }
+}
+
+/** A template as a restore source: its RAM copied to tmpfs once, a fresh overlay over its frozen disk per VM. */
+export async function templateSource(t: TemplateSnapshot, ram: RamFiles): Promise<RestoreSource> {
+  return { config: t.config, statePath: t.statePath, memImage: await ram.templateImage(t.key, t.memPath), disk: { backing: t.diskPath } };
 }
 
 /** Cold-boots the guest image with guest RAM in `dir/mem.raw`: how a template starts, and the benchmark's baseline. */

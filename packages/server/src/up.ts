@@ -6,6 +6,9 @@ import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, DEFAULT_WARM_POOL, createGatewayServer, type HealthPolicy } from '@sandglass/gateway';
+import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
+import { LocalKeyring } from '@sandglass/kms';
+import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
 import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway } from '@sandglass/control-plane';
 import { reconcileNode } from './reconcile.js';
 import { grantVmTraverse } from './host-access.js';
@@ -59,7 +62,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const gatewayPort = opts.gatewayPort ?? port + 1;
   const log = createLogger('sandglass');
   const clock = systemClock;
-  for (const d of [layout.root, layout.artifacts, layout.run]) mkdirSync(d, { recursive: true, mode: 0o700 });
+  for (const d of [layout.root, layout.artifacts, layout.run, layout.store, layout.keys]) mkdirSync(d, { recursive: true, mode: 0o700 });
   chmodSync(layout.root, 0o700);
   grantVmTraverse(layout.root);
   for (const d of [layout.artifacts, layout.run]) grantVmTraverse(d);
@@ -71,6 +74,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
   const secret = nodeSecret(layout);
+  const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys: new LocalKeyring({ dir: layout.keys }), clock });
+  const retention = process.env.SANDGLASS_RETENTION ? parseRetention(JSON.parse(process.env.SANDGLASS_RETENTION)) : DEFAULT_RETENTION;
   const gateway = new Gateway({
     home: layout,
     image,
@@ -81,6 +86,20 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     logger: log,
     health: healthFromEnv(),
     warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
+    store,
+    retention,
+    captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
+    snapshotIndex: {
+      all: async () =>
+        (
+          await db
+            .selectFrom('snapshots')
+            .innerJoin('sandboxes', 'sandboxes.id', 'snapshots.sandbox_id')
+            .select(['snapshots.id', 'snapshots.tenant_id', 'snapshots.sandbox_id', 'snapshots.taken_at', 'snapshots.pinned', 'sandboxes.state'])
+            .orderBy('snapshots.taken_at', 'asc')
+            .execute()
+        ).map((r) => ({ id: r.id, tenantId: r.tenant_id, sandboxId: r.sandbox_id, takenAt: r.taken_at, pinned: r.pinned === 1, sandboxState: r.state })),
+    },
   });
   await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'building', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });
   const tpl = await gateway.ensureBaseTemplate((p) => progress.update(p));
@@ -91,8 +110,14 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   await gatewayApp.listen({ port: gatewayPort, host });
   const gatewayUrl = `http://${host}:${gatewayPort}`;
 
-  // VMs of a previous run died with its process: record that their sandboxes are gone.
+  // VMs of a previous run died with its process: their sandboxes go back to their last snapshot (paused), or fail.
   await reconcileNode(db, events, { liveIds: new Set(gateway.sandboxes.keys()), clock });
+  // Retention and GC: thin old snapshots, then sweep chunks no manifest references.
+  const maintenanceMs = intFromEnv('SANDGLASS_MAINTENANCE_INTERVAL_S', 600, 1, 86_400) * 1000;
+  const maintenance = setInterval(() => {
+    gateway.snapshots.maintain().catch((err: unknown) => log.warn({ err: (err as Error).message }, 'snapshot maintenance failed'));
+  }, maintenanceMs);
+  maintenance.unref();
 
   await bootstrapLocal({ db, events, keyFile: layout.adminKeyFile, clock });
   const cp = await createControlPlane({
@@ -115,6 +140,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     stop: () =>
       (stopping ??= (async () => {
         rmSync(layout.serverFile, { force: true });
+        clearInterval(maintenance);
         await cp.close();
         await gateway.shutdown();
         await gatewayApp.close();

@@ -2,3 +2,6 @@
 export * from './qcow2.js';
 export * from './retention.js';
 export * from './scheduler.js';
+export * from './manifest.js';
+export * from './capture.js';
+export * from './materialize.js';

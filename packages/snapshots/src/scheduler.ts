@@ -90,8 +90,9 @@ export class CaptureScheduler {
   }
 
   /**
-   * Schedules `task` every `intervalMs` (jittered). The first wait also gets a random offset in [0, intervalMs), so
-   * sandboxes added together (a node restarting) spread their captures over a whole interval instead of firing at once.
+   * Schedules `task` every `intervalMs` (jittered). The first wait is uniform in [0, intervalMs): a sandbox gets its
+   * first snapshot within one interval, and sandboxes added together (a node restarting) spread their captures over
+   * a whole interval instead of firing at once.
    */
   add(key: string, intervalMs: number, task: () => Promise<void>, hooks: CaptureHooks = {}): void {
     if (this.stopped) throw new SandglassError('conflict', 'the capture scheduler is stopped');
@@ -100,7 +101,7 @@ export class CaptureScheduler {
     positiveInteger(intervalMs, 'intervalMs');
     const entry: Entry = { key, intervalMs, task, hooks, waitStartedMs: 0, dueAtMs: 0, retrying: false, failures: 0, queued: 0, removed: false };
     this.entries.set(key, entry);
-    this.arm(entry, Math.floor(this.uniform() * intervalMs) + this.jittered(intervalMs), false);
+    this.arm(entry, Math.floor(this.uniform() * intervalMs), false);
   }
 
   /** Changes a key's interval; a wait already under way is stretched or shrunk in proportion, keeping its jitter. */

@@ -1,6 +1,6 @@
 // The QEMU `microvm` driver: cold boot, save a snapshot (RAM stays in its file, device state to a stream), restore.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { chownSync, closeSync, createWriteStream, fsyncSync, mkdirSync, openSync, readFileSync, chmodSync, existsSync } from 'node:fs';
+import { chownSync, closeSync, createWriteStream, fsyncSync, mkdirSync, openSync, readFileSync, chmodSync, existsSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -57,10 +57,17 @@ export interface SnapshotFiles {
   config: VmConfig;
 }
 
+/**
+ * What a restore starts from, all prepared by the caller: the VM's own RAM file (mapped shared, so the VM's live
+ * snapshots read it directly), the device-state stream, and the VM's own qcow2 disk overlay.
+ */
 export interface RestoreSpec {
   id: string;
   dir: string;
-  snapshot: SnapshotFiles;
+  config: VmConfig;
+  memPath: string;
+  statePath: string;
+  diskPath: string;
   /**
    * Runs once QEMU is up and before the snapshot is loaded. Connecting the agent's socket here means the
    * migrated "host connected" state of the virtio-serial port stays true, so the guest agent never sees a hangup.
@@ -82,25 +89,26 @@ const TCG_TB_MIB = 32;
 // QEMU itself (device emulation, TCG cache, page tables) on top of guest RAM.
 const VMM_OVERHEAD_MIB = 192;
 
-function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: string, share: boolean): string[] {
+function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: string, diskPath: string): string[] {
   return [
     '-name', `sandglass-${id}`,
     '-M', 'microvm,pic=off,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
     ...(config.accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', `tcg,tb-size=${TCG_TB_MIB}`, '-cpu', 'max']),
     '-smp', String(config.vcpus),
     '-m', `${config.memoryMib}M`,
-    '-object', `memory-backend-file,id=mem,size=${config.memoryMib}M,mem-path=${memPath},share=${share ? 'on' : 'off'}`,
+    '-object', `memory-backend-file,id=mem,size=${config.memoryMib}M,mem-path=${memPath},share=on`,
     '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
     '-sandbox', SANDBOX_ARGS,
     '-chardev', `socket,id=qmp,path=${paths.qmpSocket},server=on,wait=off`,
     '-mon', 'chardev=qmp,mode=control',
     '-chardev', `file,id=console,path=${paths.consoleLog}`,
     '-serial', 'chardev:console',
-    '-drive', `id=root,file=${paths.disk},format=qcow2,if=none,discard=unmap`,
+    '-drive', `id=root,file=${diskPath},format=qcow2,if=none,discard=unmap`,
     '-device', 'virtio-blk-device,drive=root',
     '-device', 'virtio-serial-device',
     '-chardev', `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
-    '-device', 'virtserialport,chardev=agent,name=agent',
+    // Named so QMP can address the port (query its state, VSERPORT_CHANGE events).
+    '-device', 'virtserialport,id=agentport,chardev=agent,name=agent',
   ];
 }
 
@@ -128,6 +136,28 @@ export function chownToVm(path: string): void {
   }
 }
 
+export interface LiveCapture {
+  /** The disk layer that was active until the capture: frozen now, holding the writes since the previous capture. */
+  frozenLayer: string;
+  stateBytes: number;
+  freezeMs: number;
+  stateMs: number;
+  copyMs: number;
+  /** From `stop` to `cont` answered: how long the guest did not run. */
+  pausedMs: number;
+}
+
+/** Copies a file keeping its holes (GNU cp seeks over them): guest RAM files are mostly untouched pages. */
+export async function copySparse(from: string, to: string): Promise<void> {
+  try {
+    await execFileP('cp', ['--sparse=always', '--reflink=never', from, to]);
+  } catch (err) {
+    const stderr = String((err as { stderr?: string }).stderr ?? err);
+    if (/No space left/.test(stderr)) throw new SandglassError('storage_full', `copying guest memory failed: ${stderr.trim()}`, { cause: err });
+    throw new SandglassError('internal', `copying guest memory failed: ${stderr.trim()}`, { cause: err });
+  }
+}
+
 export class Vm {
   readonly paths: VmPaths;
   readonly exited: Promise<ExitInfo>;
@@ -143,6 +173,8 @@ export class Vm {
     readonly child: ChildProcess,
     readonly cgroup: Cgroup,
     dir: string,
+    /** The file that holds guest RAM (mapped shared by QEMU). */
+    readonly memPath: string,
   ) {
     this.paths = vmPaths(dir);
     child.stderr?.setEncoding('utf8');
@@ -210,8 +242,68 @@ export class Vm {
    * the stream is small and the pause is short. The VM is left stopped.
    */
   async saveSnapshot(statePath: string): Promise<{ pausedMs: number; stateBytes: number }> {
+    const t0 = performance.now();
+    await this.requireQmp().execute('stop');
+    const stateBytes = await this.#migrateDeviceState(statePath);
+    return { pausedMs: performance.now() - t0, stateBytes };
+  }
+
+  /**
+   * A live snapshot of a running VM, consistent across RAM, devices and disk. While the guest is stopped: the disk's
+   * active qcow2 layer is frozen (new writes go to `newLayerPath`), device state is migrated to `statePath`, and the
+   * RAM file is copied sparsely to `memCopyPath` (tmpfs to tmpfs; holes stay holes). Then the guest continues; the
+   * caller reads the frozen layer and the copy at leisure. The pause is the stop, the freeze, the ~60 KB device
+   * stream and the copy of the guest's touched memory. If anything fails the guest is continued and the error thrown.
+   */
+  async captureLive(opts: { statePath: string; memCopyPath: string; newLayerPath: string }): Promise<LiveCapture> {
+    const qmp = this.requireQmp();
+    const [frozenLayer] = await this.diskChain();
+    const t0 = performance.now();
+    await qmp.execute('stop');
+    let capture: LiveCapture;
+    try {
+      await qmp.execute('blockdev-snapshot-sync', { device: 'root', 'snapshot-file': opts.newLayerPath, format: 'qcow2', mode: 'absolute-paths' });
+      const tFrozen = performance.now();
+      const stateBytes = await this.#migrateDeviceState(opts.statePath);
+      const tState = performance.now();
+      await copySparse(this.memPath, opts.memCopyPath);
+      capture = { frozenLayer: frozenLayer!, stateBytes, freezeMs: tFrozen - t0, stateMs: tState - tFrozen, copyMs: performance.now() - tState, pausedMs: 0 };
+    } finally {
+      await qmp.execute('cont').catch(() => {});
+    }
+    capture.pausedMs = performance.now() - t0;
+    return capture;
+  }
+
+  /** The files of the root disk's backing chain, the active (writable) layer first. */
+  async diskChain(): Promise<string[]> {
+    interface Image { filename: string; 'backing-image'?: Image }
+    const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: Image } }>>('query-block');
+    const root = blocks.find((b) => b.device === 'root');
+    if (!root?.inserted) throw new SandglassError('vm_failed', `VM ${this.id} has no root disk`);
+    const chain: string[] = [];
+    for (let img: Image | undefined = root.inserted.image; img; img = img['backing-image']) chain.push(img.filename);
+    return chain;
+  }
+
+  /**
+   * Merges the disk layer `top` into the layer below it, `base`, while the guest runs (QEMU block-commit of an
+   * intermediate layer), so the chain never grows past template ← base ← active however many snapshots are taken.
+   */
+  async commitLayer(top: string, base: string, timeoutMs = 120_000): Promise<void> {
+    const qmp = this.requireQmp();
+    const jobId = `commit-${Date.now().toString(36)}`;
+    const done = qmp.waitForEvent('BLOCK_JOB_COMPLETED', (d) => d.device === jobId, timeoutMs);
+    await qmp.execute('block-commit', { 'job-id': jobId, device: 'root', top, base });
+    const ev = await done;
+    if (ev.data?.error) throw new SandglassError('vm_failed', `merging disk layer ${top} failed: ${String(ev.data.error)}`);
+  }
+
+  /** Streams the device state (RAM excluded: it is in the shared file) to `statePath`; the VM must be stopped. */
+  async #migrateDeviceState(statePath: string): Promise<number> {
     const qmp = this.requireQmp();
     const migSock = join(this.paths.dir, 'migrate.sock');
+    rmSync(migSock, { force: true });
     const out = createWriteStream(statePath, { mode: 0o600 });
     let received = 0;
     const server = createServer((conn) => {
@@ -225,9 +317,7 @@ export class Vm {
       out.once('finish', resolve);
       out.once('error', reject);
     });
-    const t0 = performance.now();
     try {
-      await qmp.execute('stop');
       await qmp.execute('migrate-set-capabilities', {
         capabilities: [
           { capability: 'x-ignore-shared', state: true },
@@ -244,11 +334,12 @@ export class Vm {
       await streamDone;
     } finally {
       server.close();
+      out.destroy();
     }
     const fd = openSync(statePath, 'r');
     fsyncSync(fd);
     closeSync(fd);
-    return { pausedMs: performance.now() - t0, stateBytes: received };
+    return received;
   }
 
   requireQmp(): QmpClient {
@@ -257,7 +348,7 @@ export class Vm {
   }
 }
 
-function spawnQemu(id: string, dir: string, config: VmConfig, args: string[], extraFds: number[] = []): Vm {
+function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, args: string[], extraFds: number[] = []): Vm {
   const who = vmIdentity();
   const cgroup = createCgroup(id, { memoryBytes: (config.memoryMib + VMM_OVERHEAD_MIB) * 1024 * 1024, cpus: config.vcpus });
   const child = spawn('qemu-system-x86_64', args, {
@@ -273,7 +364,7 @@ function spawnQemu(id: string, dir: string, config: VmConfig, args: string[], ex
       // The process died at once; the exit handler reports why.
     }
   }
-  return new Vm(id, config, child, cgroup, dir);
+  return new Vm(id, config, child, cgroup, dir, memPath);
 }
 
 async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
@@ -292,29 +383,27 @@ export async function bootVm(spec: BootSpec): Promise<Vm> {
   const paths = prepareVmDir(spec.dir);
   if (!existsSync(paths.disk)) await createOverlay(paths.disk, spec.rootfsPath, 'raw');
   const args = [
-    ...machineArgs(spec.id, paths, spec.config, spec.memPath, true),
+    ...machineArgs(spec.id, paths, spec.config, spec.memPath, paths.disk),
     '-kernel', spec.kernelPath,
     '-initrd', spec.initrdPath,
     '-append', spec.append,
   ];
-  const vm = spawnQemu(spec.id, spec.dir, spec.config, args);
+  const vm = spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args);
   await attachQmp(vm, 10_000);
   return vm;
 }
 
 /**
- * Restores a snapshot into a new VM: a fresh qcow2 overlay over the snapshot's frozen disk layer, guest RAM
- * mapped privately (copy-on-write) from the snapshot's RAM file, device state read from its stream.
- * The VM is left paused: the caller connects the agent first, then calls `resume`.
+ * Restores a snapshot into a new VM from files the caller prepared (see RestoreSpec): device state is read from its
+ * stream, RAM is already in the VM's own file. The VM is left paused: the caller links the agent, then calls `resume`.
  */
 export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
   const paths = prepareVmDir(spec.dir);
-  await createOverlay(paths.disk, spec.snapshot.diskPath, 'qcow2');
-  const stateFd = openSync(spec.snapshot.statePath, 'r');
+  const stateFd = openSync(spec.statePath, 'r');
   let vm: Vm;
   try {
-    const args = [...machineArgs(spec.id, paths, spec.snapshot.config, spec.snapshot.memPath, false), '-incoming', 'defer'];
-    vm = spawnQemu(spec.id, spec.dir, spec.snapshot.config, args, [stateFd]);
+    const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath), '-incoming', 'defer'];
+    vm = spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, [stateFd]);
   } finally {
     closeSync(stateFd);
   }

@@ -1,0 +1,55 @@
+// Guest RAM files on tmpfs: every VM maps its own file shared, so a live snapshot reads guest memory straight from it.
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { chownToVm, copySparse } from '@sandglass/vmm';
+
+/**
+ * One directory per Sandglass home under /dev/shm. Guest RAM is RAM either way; on tmpfs it is never written back
+ * to disk, and a sparse copy of it (tmpfs to tmpfs, holes skipped) is what a live snapshot costs the guest.
+ */
+export class RamFiles {
+  readonly root: string;
+
+  constructor(homeRoot: string, shmRoot = '/dev/shm') {
+    const tag = createHash('sha256').update(homeRoot).digest('hex').slice(0, 12);
+    this.root = join(shmRoot, `sandglass-${tag}`);
+    mkdirSync(this.root, { recursive: true, mode: 0o711 });
+  }
+
+  /** The RAM file of VM `vmId`. */
+  pathFor(vmId: string): string {
+    return join(this.root, `${vmId}.mem`);
+  }
+
+  /** Makes VM `vmId`'s RAM file a sparse copy of `image`, owned by the VM user. */
+  async createFrom(vmId: string, image: string): Promise<string> {
+    const path = this.pathFor(vmId);
+    rmSync(path, { force: true });
+    await copySparse(image, path);
+    chownToVm(path);
+    return path;
+  }
+
+  /**
+   * A tmpfs copy of a template's RAM file, made once per process: restores then copy tmpfs to tmpfs.
+   * Written under a temporary name and renamed, so a crash never leaves a half copy that looks whole.
+   */
+  async templateImage(key: string, artifactMem: string): Promise<string> {
+    const path = join(this.root, `template-${key}.img`);
+    if (existsSync(path)) return path;
+    const tmp = `${path}.tmp-${process.pid}`;
+    await copySparse(artifactMem, tmp);
+    renameSync(tmp, path);
+    return path;
+  }
+
+  remove(path: string): void {
+    rmSync(path, { force: true });
+  }
+
+  /** Drops RAM files of VMs a previous gateway left behind (their QEMUs were killed first). */
+  removeStale(keep: (name: string) => boolean = () => false): void {
+    for (const name of readdirSync(this.root)) if (!keep(name)) rmSync(join(this.root, name), { force: true, recursive: true });
+  }
+}

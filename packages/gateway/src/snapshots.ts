@@ -1,0 +1,389 @@
+// The node's time machine: rolling live snapshots of running sandboxes into the chunk store, restores for resume and fork, retention and GC.
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
+import { join } from 'node:path';
+import { newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
+import type { ChunkStore } from '@sandglass/chunkstore';
+import {
+  CaptureScheduler,
+  chunkDiskLayers,
+  chunkMemory,
+  chunkState,
+  manifestRefs,
+  materializeDisk,
+  materializeMemory,
+  materializeState,
+  parseManifestBody,
+  retainedSinceMs,
+  thin,
+  MEMORY_CHUNK_BYTES,
+  type ManifestBody,
+  type RetentionPolicy,
+  type SnapshotReason,
+} from '@sandglass/snapshots';
+import { chownToVm, prepareVmDir, type Accel } from '@sandglass/vmm';
+import type { GatewayEvents } from './events.js';
+import { failpoint } from './failpoints.js';
+import type { RamFiles } from './ram.js';
+import type { RestoreSource } from './restore.js';
+import type { CaptureBase, CommandRecord, Sandbox } from './sandbox.js';
+import type { TemplateSnapshot } from './templates.js';
+
+export const MIN_SNAPSHOT_INTERVAL_S = 5;
+export const DEFAULT_SNAPSHOT_INTERVAL_S = 60;
+
+/** A committed snapshot as the APIs show it. */
+export interface SnapshotInfo {
+  id: string;
+  sandboxId: string;
+  parentId: string | null;
+  takenAt: string;
+  reason: SnapshotReason;
+  name: string | null;
+  pinned: boolean;
+  sizeAddedBytes: number;
+  memoryMib: number;
+  vcpus: number;
+  template: string;
+}
+
+/** What retention needs to know about the snapshots on record (read from the shared database by the deployment). */
+export interface SnapshotIndex {
+  /** Every committed snapshot with its sandbox's state. */
+  all(): Promise<Array<{ id: string; tenantId: string; sandboxId: string; takenAt: string; pinned: boolean; sandboxState: string }>>;
+}
+
+export interface SnapshotManagerOptions {
+  store: ChunkStore;
+  ram: RamFiles;
+  events: GatewayEvents;
+  index: SnapshotIndex;
+  /** Finds a template snapshot by key: the frozen disk a snapshot's delta sits on. */
+  templateByKey: (key: string) => TemplateSnapshot | undefined;
+  accel: Accel;
+  clock: Clock;
+  random?: Random;
+  logger: Logger;
+  /** Captures running at once on this node. */
+  concurrency?: number;
+  retention: RetentionPolicy;
+  /** Bytes of restored RAM images kept on tmpfs for fast forks and resumes. */
+  imageCacheBytes?: number;
+  /** Unreferenced chunks younger than this survive GC (a capture in another process may be about to commit them). */
+  gcGraceMs?: number;
+}
+
+interface Pending {
+  reason: SnapshotReason;
+  name: string | null;
+  resolve(info: SnapshotInfo): void;
+  reject(err: unknown): void;
+}
+
+/**
+ * Capture is a short stop of the guest (freeze the disk's active qcow2 layer, migrate ~60 KB of device state, sparse
+ * copy of the RAM file tmpfs to tmpfs) followed, with the guest running again, by chunking the copies: keyed BLAKE3
+ * per 64 KiB, compared with the parent snapshot's ids at the same address, only new chunks compressed, encrypted
+ * and written. The manifest goes last; it is the commit point. A capture that fails leaves the sandbox running and
+ * its leased chunks to GC.
+ */
+export class SnapshotManager {
+  readonly scheduler: CaptureScheduler;
+  private readonly pending = new Map<string, Pending[]>();
+  private readonly random: Random;
+  private readonly imageCacheBytes: number;
+
+  constructor(private readonly opts: SnapshotManagerOptions) {
+    this.random = opts.random ?? systemRandom;
+    this.imageCacheBytes = opts.imageCacheBytes ?? 2 * 1024 ** 3;
+    this.scheduler = new CaptureScheduler({ clock: opts.clock, random: this.random, concurrency: opts.concurrency ?? 2 });
+  }
+
+  /** Starts rolling snapshots of a running sandbox. */
+  track(sbx: Sandbox): void {
+    this.scheduler.add(sbx.id, sbx.snapshotIntervalS * 1000, () => this.runCapture(sbx), {
+      onFailure: (err, attempt, willRetry) => {
+        const e = err instanceof SandglassError ? err : new SandglassError('snapshot_failed', String((err as Error)?.message ?? err));
+        this.opts.logger.warn({ sandboxId: sbx.id, code: e.code, err: e.message, attempt, willRetry }, 'snapshot failed');
+      },
+    });
+  }
+
+  async untrack(id: string): Promise<void> {
+    await this.scheduler.remove(id);
+    for (const p of this.pending.get(id) ?? []) p.reject(new SandglassError('sandbox_not_running', `Sandbox ${id} stopped before its snapshot was taken.`));
+    this.pending.delete(id);
+  }
+
+  setInterval(sbx: Sandbox, intervalS: number): void {
+    sbx.snapshotIntervalS = intervalS;
+    this.scheduler.setInterval(sbx.id, intervalS * 1000);
+  }
+
+  /** Takes a snapshot now (through the scheduler, so never two of one sandbox at once) and returns it once committed. */
+  snapshotNow(sbx: Sandbox, reason: 'manual' | 'pause', name: string | null = null): Promise<SnapshotInfo> {
+    return new Promise<SnapshotInfo>((resolve, reject) => {
+      const list = this.pending.get(sbx.id) ?? [];
+      list.push({ reason, name, resolve, reject });
+      this.pending.set(sbx.id, list);
+      this.scheduler.runNow(sbx.id).catch(() => {
+        // The run's own request was settled by runCapture; a cancelled run leaves it pending, rejected by untrack.
+      });
+    });
+  }
+
+  /** Captures outside the schedule; the caller has untracked the sandbox (a pause). */
+  captureNow(sbx: Sandbox, reason: SnapshotReason): Promise<SnapshotInfo> {
+    return this.capture(sbx, reason, null);
+  }
+
+  private async runCapture(sbx: Sandbox): Promise<void> {
+    const req = this.pending.get(sbx.id)?.shift();
+    try {
+      const info = await this.capture(sbx, req?.reason ?? 'rolling', req?.name ?? null);
+      req?.resolve(info);
+    } catch (err) {
+      req?.reject(err);
+      throw err;
+    }
+  }
+
+  private async capture(sbx: Sandbox, reason: SnapshotReason, name: string | null): Promise<SnapshotInfo> {
+    const vm = sbx.vm;
+    if (sbx.state !== 'running' || !vm) throw new SandglassError('sandbox_not_running', `Sandbox ${sbx.id} is ${sbx.state}.`);
+    const { ram, events, clock } = this.opts;
+    const id = newId('snap', this.random.bytes);
+    const memCopy = join(ram.root, `${id}.capture`);
+    const statePath = join(sbx.dir, `${id}.state`);
+    const newLayer = join(sbx.dir, `layer-${id}.qcow2`);
+    const tenant = await this.opts.store.tenant(sbx.tenantId);
+    const lease = tenant.lease();
+    const takenAt = new Date(clock.nowMs()).toISOString();
+    try {
+      // The agent's reader must be between frames when the guest stops: restoring, the host starts a fresh frame.
+      const release = await sbx.requireRunning().quiesce({ timeoutMs: 15_000 });
+      let cap: Awaited<ReturnType<typeof vm.captureLive>>;
+      try {
+        cap = await vm.captureLive({ statePath, memCopyPath: memCopy, newLayerPath: newLayer });
+      } finally {
+        release();
+      }
+      failpoint('capture.after_pause');
+      const layers = (await vm.diskChain()).slice(1);
+      const below = layers.indexOf(sbx.template.diskPath);
+      if (below < 0) throw new SandglassError('internal', `sandbox ${sbx.id}'s disk does not sit on its template's frozen layer`);
+      // Private layers of this sandbox, oldest first.
+      const own = layers.slice(0, below).reverse();
+      const base = sbx.captureBase;
+      const incremental = base?.baseLayer !== undefined && own[0] === base.baseLayer;
+      failpoint('capture.chunks');
+      const memory = await chunkMemory(tenant, lease, memCopy, sbx.template.config.memoryMib * 1024 * 1024, base?.memory);
+      const disk = await chunkDiskLayers(tenant, lease, incremental ? own.slice(1) : own, incremental ? base!.disk : new Map());
+      const state = await chunkState(tenant, lease, readFileSync(statePath));
+      failpoint('capture.after_chunks');
+      const body: ManifestBody = {
+        version: 1,
+        snapshotId: id,
+        sandboxId: sbx.id,
+        tenantId: sbx.tenantId,
+        parentId: base?.snapshotId ?? null,
+        takenAt,
+        reason,
+        name,
+        pinned: name !== null,
+        vm: { memoryMib: sbx.template.config.memoryMib, vcpus: sbx.template.config.vcpus, template: sbx.template.name, templateKey: sbx.template.key },
+        memory: { chunkBytes: MEMORY_CHUNK_BYTES, sizeBytes: sbx.template.config.memoryMib * 1024 * 1024, chunks: memory.chunks },
+        disk: { base: sbx.template.key, sizeBytes: disk.sizeBytes, clusterBytes: disk.clusterBytes, clusters: [...disk.clusters.entries()] },
+        state: { sizeBytes: cap.stateBytes, chunks: state.chunks },
+        agent: { commands: [...sbx.commands.values()] },
+        stats: {
+          pausedMs: Math.round(cap.pausedMs * 10) / 10,
+          newChunks: memory.newChunks + disk.newChunks + state.newChunks,
+          storedBytes: memory.storedBytes + disk.storedBytes + state.storedBytes,
+          memoryChunks: memory.chunks.filter((c) => c !== '').length,
+          diskClusters: disk.clusters.size,
+        },
+      };
+      const committed = await tenant.putManifest(id, { refs: manifestRefs(body), body });
+      lease.release();
+      failpoint('capture.after_manifest');
+      const info: SnapshotInfo = {
+        id,
+        sandboxId: sbx.id,
+        parentId: body.parentId,
+        takenAt,
+        reason,
+        name,
+        pinned: body.pinned,
+        sizeAddedBytes: body.stats.storedBytes + committed.storedBytes,
+        memoryMib: body.vm.memoryMib,
+        vcpus: body.vm.vcpus,
+        template: body.vm.template,
+      };
+      await events.append({
+        type: 'snapshot.taken',
+        tenantId: sbx.tenantId,
+        sandboxId: sbx.id,
+        data: {
+          snapshotId: id,
+          parentId: info.parentId,
+          reason,
+          name,
+          pinned: info.pinned,
+          sizeAddedBytes: info.sizeAddedBytes,
+          memoryMib: info.memoryMib,
+          vcpus: info.vcpus,
+          template: info.template,
+          pausedMs: body.stats.pausedMs,
+          copyMs: Math.round(cap.copyMs),
+          stateMs: Math.round(cap.stateMs),
+          newChunks: body.stats.newChunks,
+        },
+      });
+      sbx.captureBase = { snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] };
+      // The copy is exactly this snapshot's RAM: keep it as the node's image of it for forks and resumes.
+      renameSync(memCopy, this.imagePath(id));
+      this.trimImageCache();
+      await this.mergeLayers(sbx, own);
+      return info;
+    } catch (err) {
+      lease.release();
+      rmSync(memCopy, { force: true });
+      const e = err instanceof SandglassError ? err : new SandglassError('snapshot_failed', `snapshot of ${sbx.id} failed: ${(err as Error).message}`, { cause: err });
+      await Promise.resolve(
+        events.append({ type: 'snapshot.failed', tenantId: sbx.tenantId, sandboxId: sbx.id, data: { reason: e.message, code: e.code, snapshotId: id } }),
+      ).catch(() => {});
+      throw e;
+    } finally {
+      rmSync(statePath, { force: true });
+    }
+  }
+
+  /** Folds the layers read by a capture into the lowest one, so the chain stays template ← base ← active. */
+  private async mergeLayers(sbx: Sandbox, own: string[]): Promise<void> {
+    if (own.length < 2 || !sbx.vm) return;
+    try {
+      await sbx.vm.commitLayer(own[own.length - 1]!, own[0]!);
+      for (const layer of own.slice(1)) rmSync(layer, { force: true });
+    } catch (err) {
+      // Harmless: the layers stay in the chain and the next capture reads and merges them again.
+      this.opts.logger.warn({ sandboxId: sbx.id, err: (err as Error).message }, 'merging disk layers failed');
+    }
+  }
+
+  /** Reads and verifies a tenant's manifest; another tenant's snapshot is indistinguishable from a missing one. */
+  async manifest(tenantId: string, snapshotId: string): Promise<ManifestBody> {
+    const tenant = await this.opts.store.tenant(tenantId);
+    let body: unknown;
+    try {
+      ({ body } = await tenant.getManifest(snapshotId));
+    } catch (err) {
+      if (err instanceof SandglassError && (err.code === 'snapshot_not_found' || err.code === 'invalid_argument')) {
+        throw new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant.`, { details: { field: 'snapshotId' } });
+      }
+      throw err;
+    }
+    let m: ManifestBody;
+    try {
+      m = parseManifestBody(body);
+    } catch (err) {
+      throw new SandglassError('snapshot_corrupt', `Manifest of ${snapshotId} is malformed: ${(err as Error).message}`, { details: { manifest: snapshotId } });
+    }
+    if (m.tenantId !== tenantId) throw new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant.`);
+    return m;
+  }
+
+  /**
+   * Prepares a restore of `m` into VM `vmId`: the RAM image (from the node's cache or rebuilt from verified chunks),
+   * the device state and a disk overlay over the template's frozen layer. Returns the source and the capture base
+   * the restored sandbox continues from.
+   */
+  async prepareRestore(m: ManifestBody, dir: string): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; template: TemplateSnapshot }> {
+    const template = this.opts.templateByKey(m.vm.templateKey);
+    if (!template) {
+      throw new SandglassError('template_not_found', `Snapshot ${m.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node no longer has.`);
+    }
+    const tenant = await this.opts.store.tenant(m.tenantId);
+    const image = this.imagePath(m.snapshotId);
+    if (existsSync(image)) {
+      const now = new Date();
+      utimesSync(image, now, now);
+    } else {
+      await materializeMemory(tenant, m, image);
+      this.trimImageCache();
+    }
+    const paths = prepareVmDir(dir);
+    const statePath = join(dir, 'state.bin');
+    await materializeState(tenant, m, statePath);
+    await materializeDisk(tenant, m, paths.disk, template.diskPath);
+    chownToVm(paths.disk);
+    return {
+      source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel }, statePath, memImage: image, disk: { prepared: paths.disk } },
+      base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
+      commands: m.agent.commands as CommandRecord[],
+      template,
+    };
+  }
+
+  /** Deletes a snapshot: the record first (so it is never offered again), then its manifest; GC frees its chunks. */
+  async delete(tenantId: string, sandboxId: string, snapshotId: string, why: 'user' | 'retention'): Promise<void> {
+    await this.opts.events.append({ type: 'snapshot.deleted', tenantId, sandboxId, data: { snapshotId, why } });
+    await (await this.opts.store.tenant(tenantId)).deleteManifest(snapshotId);
+    rmSync(this.imagePath(snapshotId), { force: true });
+  }
+
+  /**
+   * Thins every sandbox's history by the retention policy (pinned snapshots stay), then collects chunks no manifest
+   * references. A sandbox that still exists keeps its newest snapshot whatever its age, so it can always be resumed.
+   */
+  async maintain(opts: { graceMs?: number } = {}): Promise<{ deleted: number; gc: Awaited<ReturnType<ChunkStore['gc']>> }> {
+    const now = this.opts.clock.nowMs();
+    const bySandbox = new Map<string, Awaited<ReturnType<SnapshotIndex['all']>>>();
+    for (const s of await this.opts.index.all()) {
+      const list = bySandbox.get(s.sandboxId) ?? [];
+      list.push(s);
+      bySandbox.set(s.sandboxId, list);
+    }
+    let deleted = 0;
+    const since = retainedSinceMs(now, this.opts.retention);
+    for (const list of bySandbox.values()) {
+      const { drop, keep } = thin(list.map((s) => ({ id: s.id, takenAtMs: Date.parse(s.takenAt), pinned: s.pinned })), now, this.opts.retention);
+      const gone = new Set(drop);
+      // An ended sandbox has nothing to resume: its last snapshot ages out like the others.
+      const ended = list[0]!.sandboxState === 'ended' || list[0]!.sandboxState === 'failed';
+      if (ended) for (const s of list) if (keep.includes(s.id) && !s.pinned && Date.parse(s.takenAt) < since) gone.add(s.id);
+      for (const s of list) {
+        if (!gone.has(s.id)) continue;
+        await this.delete(s.tenantId, s.sandboxId, s.id, 'retention');
+        deleted++;
+      }
+    }
+    const gc = await this.opts.store.gc({ graceMs: opts.graceMs ?? this.opts.gcGraceMs ?? 15 * 60_000 });
+    await this.opts.events.append({ type: 'gc.completed', tenantId: 'system', data: { thinned: deleted, ...gc } });
+    return { deleted, gc };
+  }
+
+  private imagePath(snapshotId: string): string {
+    return join(this.opts.ram.root, `snap-${snapshotId}.img`);
+  }
+
+  /** Keeps the RAM image cache under its budget, least recently used first. */
+  private trimImageCache(): void {
+    const images = readdirSync(this.opts.ram.root)
+      .filter((n) => n.startsWith('snap-') && n.endsWith('.img'))
+      .map((n) => {
+        const p = join(this.opts.ram.root, n);
+        const st = statSync(p);
+        return { p, bytes: st.blocks * 512, used: st.mtimeMs };
+      })
+      .sort((a, b) => b.used - a.used);
+    let total = 0;
+    for (const img of images) {
+      total += img.bytes;
+      if (total > this.imageCacheBytes) rmSync(img.p, { force: true });
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.scheduler.stop();
+  }
+}
