@@ -60,6 +60,8 @@ export interface RecordedBody {
   /** The whole body's size; data holds at most the recording cap. */
   sizeBytes: number;
   truncated: boolean;
+  /** Why data is empty although the body was not: a compressed body of an exchange that used secrets cannot be redacted. */
+  omitted?: string;
 }
 
 /** One allowed exchange as the upstream saw it, every secret value (and its encodings) replaced by «redacted». */

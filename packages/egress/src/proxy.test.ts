@@ -507,6 +507,11 @@ describe('secrets', () => {
     expect(ex.requestBody).toMatchObject({ encoding: 'utf8', data: 'body-«redacted»', sizeBytes: `body-${PH}`.length });
     expect(ex.responseBody.data).toContain('"x-api-key":"');
     expect(JSON.stringify(ex)).not.toContain(VALUE);
+    // A compressed echo cannot be searched for the value, so its body is not recorded.
+    expect((await viaTunnel(t.agent(), api('/echo?gzip'), { headers: { 'x-api-key': PH } })).status).toBe(200);
+    await waitFor(() => t.events.filter((e) => e.type === 'egress.exchange').length === 2, 'the second record');
+    const gz = t.events.filter((e) => e.type === 'egress.exchange')[1]!.data as Extract<EgressEvent, { type: 'egress.exchange' }>['data'];
+    expect(gz.responseBody).toMatchObject({ data: '', omitted: expect.stringContaining('compressed') });
     await t.close();
   });
 });

@@ -915,7 +915,7 @@ export class EgressProxy {
         this.#report(ex);
         if (resCapture) {
           const reqBody = prep.recordBody ?? reqCapture?.buffer ?? Buffer.alloc(0);
-          this.#record(sb, ex, dest, prep, { buffer: reqBody, size: prep.recordBody?.length ?? reqCapture?.size ?? 0 }, status, outHeaders, resCapture);
+          this.#record(sb, ex, dest, prep, { buffer: reqBody, size: prep.recordBody?.length ?? reqCapture?.size ?? 0 }, status, outHeaders, resCapture, encoded && prep.sensitive.length > 0);
         }
       });
       res.once('close', () => {
@@ -927,7 +927,7 @@ export class EgressProxy {
     });
   }
 
-  #record(sb: Sandbox, ex: Ex, dest: Dest, prep: Prepared, reqBody: { buffer: Buffer; size: number }, status: number, resHeaders: HeaderPairs, resBody: Capture): void {
+  #record(sb: Sandbox, ex: Ex, dest: Dest, prep: Prepared, reqBody: { buffer: Buffer; size: number }, status: number, resHeaders: HeaderPairs, resBody: Capture, unredactable: boolean): void {
     const cap = this.#recordBytes!;
     const redactor = prep.redactor;
     const r = (s: string) => (redactor ? redactor.text(s) : s);
@@ -945,7 +945,9 @@ export class EgressProxy {
         requestBody: recordedBody(reqBody.buffer, reqBody.size, cap, redactor),
         status,
         responseHeaders: resHeaders.map(([k, v]) => [k, r(v)]),
-        responseBody: recordedBody(resBody.buffer, resBody.size, cap, redactor),
+        responseBody: unredactable
+          ? { encoding: 'utf8', data: '', sizeBytes: resBody.size, truncated: false, omitted: 'compressed body of an exchange that used secrets' }
+          : recordedBody(resBody.buffer, resBody.size, cap, redactor),
         startedAtMs: ex.startedAtMs,
         durationMs: Math.max(0, this.#clock.nowMs() - ex.startedAtMs),
       },

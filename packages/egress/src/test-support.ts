@@ -7,6 +7,7 @@ import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
+import { gzipSync } from 'node:zlib';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 
@@ -66,7 +67,7 @@ export interface Upstream {
 }
 
 /**
- * Routes: /echo (JSON of what arrived), /bytes?n=N[&chunked] (N bytes, streamed), /hang (never answers), anything else: echo.
+ * Routes: /echo[?gzip] (JSON of what arrived), /bytes?n=N[&chunked] (N bytes, streamed), /hang (never answers), else: echo.
  * Upgrades answer 101 and echo bytes back.
  */
 function handler(seen: Seen[]): http.RequestListener {
@@ -105,8 +106,9 @@ function handler(seen: Seen[]): http.RequestListener {
         return pump();
       }
       const body = JSON.stringify({ method: req.method, url: req.url, headers: req.headers, bodyBytes: bytes, bodySha256: entry.bodySha256, body: entry.body });
-      res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes', 'x-echo-auth': String(req.headers.authorization ?? '') });
-      res.end(body);
+      const gzip = url.searchParams.has('gzip');
+      res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes', 'x-echo-auth': String(req.headers.authorization ?? ''), ...(gzip ? { 'content-encoding': 'gzip' } : {}) });
+      res.end(gzip ? gzipSync(body) : body);
     });
   };
 }
