@@ -15,6 +15,8 @@ export interface ChunkBackend {
   stage(key: string, data: Buffer): Promise<void>;
   /** Makes every staged put durable, then visible, and durable again as visible; a crash before leaves none of them. */
   flush(): Promise<void>;
+  /** Deletes writes that never completed (a crashed writer's staged data) older than graceMs; GC calls it. */
+  sweepAbandoned(graceMs: number): Promise<{ files: number; bytes: number }>;
   get(key: string): Promise<Buffer | undefined>;
   has(key: string): Promise<boolean>;
   /** A missing key is fine. */

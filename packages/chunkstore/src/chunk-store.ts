@@ -65,6 +65,8 @@ export interface GcResult {
   manifests: number;
   liveChunks: number;
   deletedChunks: number;
+  /** Chunk writes a crashed or failed capture staged and never published, removed. */
+  abandonedWrites: number;
   freedBytes: number;
   /** Unreferenced chunks younger than the grace period: possibly a capture in flight elsewhere. */
   keptYoung: number;
@@ -162,11 +164,13 @@ export class ChunkStore {
         deletedChunks++;
         freedBytes += entry.sizeBytes;
       }
+      const abandoned = await shared.backend.sweepAbandoned(opts.graceMs);
       return {
         manifests,
         liveChunks,
         deletedChunks,
-        freedBytes,
+        abandonedWrites: abandoned.files,
+        freedBytes: freedBytes + abandoned.bytes,
         keptYoung,
         undecidedTenants: [...undecided].sort(),
         durationMs: this.#clock.nowMs() - startMs,

@@ -16,6 +16,8 @@ export class LocalDiskBackend implements ChunkBackend {
   readonly #root: string;
   /** Staged puts: written under temp names, not yet synced or renamed into place. */
   #staged: Array<{ tmp: string; path: string }> = [];
+  /** Temp files this process is writing or has staged: never abandoned, whatever their age. */
+  #inFlight = new Set<string>();
   #flushing: Promise<void> = Promise.resolve();
 
   constructor(root: string) {
@@ -26,10 +28,12 @@ export class LocalDiskBackend implements ChunkBackend {
     const path = this.#path(key);
     const dir = dirname(path);
     const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
+    this.#inFlight.add(tmp);
     try {
       await ensureDir(dir);
       await writeFile(tmp, data, { mode: 0o600, flag: 'wx' });
     } catch (err) {
+      this.#inFlight.delete(tmp);
       await rm(tmp, { force: true });
       throw storageError(err, this.#root);
     }
@@ -44,9 +48,13 @@ export class LocalDiskBackend implements ChunkBackend {
     const run = this.#flushing.then(async () => {
       const batch = this.#staged.splice(0);
       if (batch.length === 0) return;
-      await syncFs(this.#root);
-      for (const { tmp, path } of batch) await rename(tmp, path);
-      await syncFs(this.#root);
+      try {
+        await syncFs(this.#root);
+        for (const { tmp, path } of batch) await rename(tmp, path);
+        await syncFs(this.#root);
+      } finally {
+        for (const { tmp } of batch) this.#inFlight.delete(tmp);
+      }
     });
     this.#flushing = run.catch(() => undefined);
     return run;
@@ -56,6 +64,7 @@ export class LocalDiskBackend implements ChunkBackend {
     const path = this.#path(key);
     const dir = dirname(path);
     const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
+    this.#inFlight.add(tmp);
     try {
       await ensureDir(dir);
       const fh = await open(tmp, 'wx', 0o600);
@@ -70,7 +79,41 @@ export class LocalDiskBackend implements ChunkBackend {
     } catch (err) {
       await rm(tmp, { force: true });
       throw storageError(err, this.#root);
+    } finally {
+      this.#inFlight.delete(tmp);
     }
+  }
+
+  /**
+   * Removes temp files of writes that will never finish: left by a crashed process (a capture killed before its
+   * flush) or by one that failed. Files this process is still writing are kept, and so is anything younger than
+   * graceMs (another process sharing the store may be writing it).
+   */
+  async sweepAbandoned(graceMs: number): Promise<{ files: number; bytes: number }> {
+    let files = 0;
+    let bytes = 0;
+    const walk = async (dir: string): Promise<void> => {
+      let entries;
+      try {
+        entries = await readdir(dir, { withFileTypes: true });
+      } catch (err) {
+        if (isMissing(err)) return;
+        throw err;
+      }
+      for (const e of entries) {
+        const p = join(dir, e.name);
+        if (e.isDirectory()) await walk(p);
+        else if (e.name.startsWith(TEMP_PREFIX) && !this.#inFlight.has(p)) {
+          const info = await stat(p).catch(() => undefined);
+          if (!info || Date.now() - info.mtimeMs < graceMs) continue;
+          await unlink(p).catch(() => undefined);
+          files++;
+          bytes += info.size;
+        }
+      }
+    };
+    await walk(this.#root);
+    return { files, bytes };
   }
 
   async get(key: string): Promise<Buffer | undefined> {

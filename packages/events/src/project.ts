@@ -87,7 +87,8 @@ export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; deleteI
         tenant_id: e.tenantId,
         sandbox_id: e.sandboxId!,
         parent_id: d.parentId ?? null,
-        taken_at: e.at,
+        // The moment the guest was captured, not when the capture was committed (seconds later).
+        taken_at: d.takenAt ?? e.at,
         reason: d.reason,
         name: d.name ?? null,
         pinned: d.pinned ? 1 : 0,

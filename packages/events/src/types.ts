@@ -17,6 +17,8 @@ export interface SandboxCreatedData {
 
 export interface SnapshotTakenData {
   snapshotId: string;
+  /** When the guest was stopped for the capture (the event's own time is when it was committed). */
+  takenAt?: string;
   parentId: string | null;
   reason: 'rolling' | 'manual' | 'pause';
   name: string | null;

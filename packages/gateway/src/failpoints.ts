@@ -14,7 +14,7 @@ const configured = new Map(
     .map((s) => {
       const [name, spec = 'error'] = s.split('=');
       const [action, nth = '1'] = spec.split('@');
-      return [name!, { action: action!, nth: Number(nth), passes: 0 }] as const;
+      return [name!, { action: action!, nth: Number(nth), passes: 0 }] as [string, { action: string; nth: number; passes: number }];
     }),
 );
 

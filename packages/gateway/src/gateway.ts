@@ -295,7 +295,7 @@ export class Gateway {
         } catch (err) {
           const e = err instanceof SandglassError ? err : new SandglassError('internal', (err as Error).message);
           await this.opts.events.append({ type: 'sandbox.failed', tenantId, sandboxId: f.id, data: { reason: e.message, code: e.code } });
-          results[i] = { id: f.id, error: { code: e.code, message: e.message } };
+          results[i] = { id: f.id, error: { code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) } };
         }
       }
     };

@@ -225,6 +225,7 @@ export class SnapshotManager {
         sandboxId: sbx.id,
         data: {
           snapshotId: id,
+          takenAt,
           parentId: info.parentId,
           reason,
           name,

@@ -1,0 +1,122 @@
+// Snapshot faults on a server of its own: kill -9 in the middle of a capture, a full store, a flipped byte in a chunk.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Sandbox, SandglassError } from '@sandglass/sdk';
+import { home as sharedHome } from './helpers.js';
+
+const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
+// A home of its own (database, chunk store, keys) that reuses the suite's built artifacts.
+const home = mkdtempSync(join(tmpdir(), 'sg-faults-'));
+symlinkSync(join(sharedHome, 'artifacts'), join(home, 'artifacts'));
+const port = Number(process.env.SANDGLASS_TEST_PORT ?? 17070) + 20;
+let child: ChildProcess | undefined;
+
+async function up(failpoints = ''): Promise<{ apiUrl: string; apiKey: string; gatewayUrl: string; nodeSecret: string }> {
+  rmSync(join(home, 'server.json'), { force: true });
+  child = spawn(bin, ['up', '--port', String(port)], {
+    env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_WARM_POOL: '0', SANDGLASS_LOG_LEVEL: 'warn', SANDGLASS_FAILPOINTS: failpoints },
+    stdio: 'ignore',
+  });
+  const until = Date.now() + 120_000;
+  while (!existsSync(join(home, 'server.json'))) {
+    if (Date.now() > until || child.exitCode !== null) throw new Error('the fault-test server did not come up');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    apiUrl: `http://127.0.0.1:${port}`,
+    apiKey: readFileSync(join(home, 'admin-key'), 'utf8').trim(),
+    gatewayUrl: `http://127.0.0.1:${port + 1}`,
+    nodeSecret: readFileSync(join(home, 'node-secret'), 'utf8').trim(),
+  };
+}
+
+async function down(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const gone = new Promise((r) => child!.once('exit', r));
+  child.kill(signal);
+  await gone;
+}
+
+function chunkFiles(): string[] {
+  const out: string[] = [];
+  const walk = (dir: string) => {
+    if (!existsSync(dir)) return;
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (!name.startsWith('.')) out.push(p);
+    }
+  };
+  walk(join(home, 'store', 'chunks'));
+  return out;
+}
+
+afterAll(async () => {
+  await down();
+  rmSync(home, { recursive: true, force: true });
+});
+
+describe('snapshot faults', () => {
+  it('survives kill -9 mid-capture, reports a full store cleanly, and refuses a corrupt chunk', async () => {
+    // 1. The second capture's chunks are written, its manifest is not: the process dies right there.
+    let s = await up('capture.after_chunks=kill@2');
+    const cfg = { apiUrl: s.apiUrl, apiKey: s.apiKey };
+    const sbx = await Sandbox.create({ ...cfg, snapshotIntervalS: 86400, timeoutS: 1800 });
+    await sbx.files.write('/root/state', 'before');
+    const first = await sbx.snapshot({ name: 'good' });
+    await sbx.commands.run('head -c 8000000 /dev/urandom > /root/noise && sync');
+    const dying = await sbx.snapshot().catch((e: unknown) => e);
+    expect(dying).toBeInstanceOf(SandglassError);
+    await new Promise<void>((r) => (child!.exitCode !== null || child!.signalCode !== null ? r() : child!.once('exit', () => r())));
+    expect(child!.signalCode).toBe('SIGKILL');
+
+    // 2. Restarted: the partial snapshot does not exist; the sandbox is back at its last good snapshot, paused.
+    s = await up('capture.chunks=enospc@1');
+    const cfg2 = { apiUrl: s.apiUrl, apiKey: s.apiKey };
+    const again = await Sandbox.connect(sbx.id, cfg2);
+    expect((await again.getInfo()).state).toBe('paused');
+    const timeline = await again.timeline();
+    expect(timeline.map((t) => t.id)).toEqual([first.id]);
+    // Every earlier snapshot restores.
+    const resumed = await Sandbox.resume(sbx.id, cfg2);
+    expect(await resumed.files.read('/root/state')).toBe('before');
+    expect((await resumed.commands.run('test -e /root/noise && echo yes || echo no')).stdout.trim()).toBe('no');
+
+    // 3. The store is full during a capture: a clean failure, recorded, and the sandbox keeps running.
+    const full = await resumed.snapshot().catch((e: unknown) => e);
+    expect((full as SandglassError).code).toBe('storage_full');
+    const events = await resumed.events();
+    expect(events.some((e) => e.type === 'snapshot.failed' && (e.data as { code: string }).code === 'storage_full')).toBe(true);
+    expect((await resumed.commands.run('echo still here')).stdout).toBe('still here\n');
+    const later = await resumed.snapshot();
+    expect(later.parentId).toBe(first.id);
+
+    // 4. GC removes the orphaned chunks of the crashed capture and keeps everything committed.
+    const gc = await fetch(`${s.gatewayUrl}/internal/v1/maintenance`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${s.nodeSecret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ gcGraceMs: 0 }),
+    }).then((r) => r.json() as Promise<{ gc: { abandonedWrites: number; deletedChunks: number } }>);
+    // The crashed capture had staged its chunks (written, never synced or published): GC removes them.
+    expect(gc.gc.abandonedWrites).toBeGreaterThan(0);
+    const [fork] = await Sandbox.fork(first.id, cfg2);
+    expect(await fork!.files.read('/root/state')).toBe('before');
+    await fork!.kill();
+
+    // 5. One flipped byte in every stored chunk: restoring refuses with snapshot_corrupt naming a chunk.
+    await resumed.kill();
+    for (const f of chunkFiles()) {
+      const b = readFileSync(f);
+      const at = b.length >> 1;
+      b.writeUInt8(b.readUInt8(at) ^ 0x01, at);
+      writeFileSync(f, b);
+    }
+    const corrupt = await Sandbox.fork(later.id, cfg2).catch((e: unknown) => e);
+    expect((corrupt as SandglassError).code).toBe('snapshot_corrupt');
+    expect(JSON.stringify((corrupt as SandglassError).details ?? {})).toMatch(/[0-9a-f]{64}/);
+  });
+});
