@@ -3,6 +3,7 @@ import { mkdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
+import { cpus } from 'node:os';
 import { Readable } from 'node:stream';
 import Table from 'cli-table3';
 import { homeLayout } from '@sandglass/core';
@@ -72,12 +73,160 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
   return [performance.now() - t0, v];
 }
 
+function printRows(): string {
+  const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });
+  for (const r of rows) table.push([r.what, r.n, r.p50, r.p95, r.other]);
+  const header = `accel ${detectAccel()}, ${qemuVersion()}, ${process.platform} ${cpus().length} cores`;
+  console.log(header);
+  console.log(table.toString());
+  return header;
+}
+
+interface TakenData {
+  pausedMs: number;
+  sizeAddedBytes: number;
+  snapshotId: string;
+}
+
+/** The snapshot.taken events of a sandbox, oldest first. */
+async function taken(s: Sandbox): Promise<TakenData[]> {
+  return (await s.events()).filter((e) => e.type === 'snapshot.taken').map((e) => e.data as unknown as TakenData);
+}
+
+/**
+ * Phase 3, time travel: the guest's pause per live snapshot, bytes stored per snapshot (idle, and writing 10 MiB/min),
+ * resume and fork latency next to create-from-template measured in the same run, and 16 concurrent forks.
+ */
+async function snapshotPhase(): Promise<void> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+  const cleanup: Sandbox[] = [];
+  try {
+    const sizes = [256, 1024];
+    // Bytes per snapshot over real minutes: idle and writing sandboxes of both sizes side by side, one snapshot a minute.
+    const gapMs = quick ? 15_000 : 60_000;
+    const rounds = quick ? 2 : 4;
+    const subjects: Array<{ label: string; memoryMib: number; sbx: Sandbox }> = [];
+    for (const memoryMib of sizes) {
+      for (const busy of [false, true]) {
+        const sbx = await Sandbox.create({ ...config, memoryMib, timeoutS: 3600, snapshotIntervalS: 86400 });
+        cleanup.push(sbx);
+        if (busy) {
+          // 10 MiB of fresh random data per minute into files (the disk) through the page cache (memory).
+          await sbx.commands.run(
+            'nohup bash -c \'i=0; while true; do head -c 10485760 /dev/urandom > /root/w$((i % 3)); i=$((i+1)); sleep 60; done\' >/dev/null 2>&1 &',
+          );
+        }
+        subjects.push({ label: `${memoryMib} MiB guest, ${busy ? 'writing 10 MiB/min' : 'idle'}`, memoryMib, sbx });
+      }
+    }
+    for (const s of subjects) await s.sbx.snapshot();
+    for (let r = 0; r < rounds; r++) {
+      await new Promise((res) => setTimeout(res, gapMs));
+      for (const s of subjects) await s.sbx.snapshot();
+    }
+    for (const s of subjects) {
+      const t = (await taken(s.sbx)).slice(1);
+      const bytes = t.map((x) => x.sizeAddedBytes);
+      const ramBytes = s.memoryMib * 1024 * 1024;
+      rows.push({
+        what: `bytes stored per snapshot, ${s.label} (every ${gapMs / 1000} s)`,
+        n: bytes.length,
+        p50: mb(pct(bytes, 50)),
+        p95: mb(pct(bytes, 95)),
+        other: `${((pct(bytes, 50) / ramBytes) * 100).toFixed(2)}% of guest RAM (p50)`,
+      });
+    }
+    // The first snapshot of a sandbox stores its whole touched memory once per tenant.
+    const firsts = subjects.filter((s) => !s.label.includes('writing')).map(async (s) => (await taken(s.sbx))[0]!.sizeAddedBytes);
+    const firstBytes = await Promise.all(firsts);
+    rows.push({ what: 'bytes stored by a sandbox\'s first snapshot (256 MiB / 1 GiB, idle)', n: firstBytes.length, p50: mb(firstBytes[0]!), p95: mb(firstBytes[1] ?? 0), other: 'whole touched memory, compressed' });
+    for (const s of subjects) if (s.label.includes('writing')) await s.sbx.kill();
+
+    // Pause per live snapshot: idle sandboxes, snapshots back to back.
+    for (const s of subjects.filter((x) => !x.label.includes('writing'))) {
+      for (let i = 0; i < (quick ? 4 : 10); i++) await s.sbx.snapshot();
+      const paused = (await taken(s.sbx)).slice(1).map((x) => x.pausedMs);
+      addLatency(`guest pause per live snapshot, ${s.memoryMib} MiB guest`, paused, 'stop → freeze disk → device state → RAM copy → cont');
+    }
+    for (const s of subjects) await s.sbx.kill().catch(() => {});
+
+    // Create from the template (baseline) vs fork and resume, each to a first exec result.
+    const creates: number[] = [];
+    for (let i = 0; i < (quick ? 3 : 8); i++) {
+      const [t, s] = await timed(async () => {
+        const s = await Sandbox.create(config);
+        await s.commands.run('true');
+        return s;
+      });
+      creates.push(t);
+      await s.kill();
+    }
+    addLatency('create from template → first exec (baseline)', creates);
+    const src = await Sandbox.create({ ...config, timeoutS: 3600, snapshotIntervalS: 86400 });
+    cleanup.push(src);
+    await src.commands.run('python3 -c "print(1)"');
+    const snap = await src.snapshot();
+    const forks: number[] = [];
+    for (let i = 0; i < (quick ? 3 : 8); i++) {
+      const [t, f] = await timed(async () => {
+        const [f] = await Sandbox.fork(snap.id, config);
+        await f!.commands.run('true');
+        return f!;
+      });
+      forks.push(t);
+      await f.kill();
+    }
+    addLatency('fork a snapshot → first exec', forks, `${(pct(forks, 50) / pct(creates, 50)).toFixed(2)}× create from template (p50)`);
+    const resumes: number[] = [];
+    for (let i = 0; i < (quick ? 3 : 6); i++) {
+      await src.pause();
+      const [t] = await timed(async () => {
+        const r = await Sandbox.resume(src.id, config);
+        await r.commands.run('true');
+      });
+      resumes.push(t);
+    }
+    addLatency('resume a paused sandbox → first exec', resumes, `${(pct(resumes, 50) / pct(creates, 50)).toFixed(2)}× create from template (p50)`);
+
+    // 16 forks of one snapshot at once.
+    const per: number[] = [];
+    const t0 = performance.now();
+    const made = await timed(async () => Sandbox.fork(snap.id, { ...config, count: 16 }));
+    const total = performance.now() - t0;
+    await Promise.all(
+      made[1].map(async (f) => {
+        const [t] = await timed(() => f.commands.run('true'));
+        per.push(t);
+      }),
+    );
+    rows.push({
+      what: '16 concurrent forks of one snapshot (one request)',
+      n: made[1].length,
+      p50: ms(total),
+      p95: ms(total + pct(per, 95)),
+      other: `${made[1].length}/16 running; p50 = all forked, p95 = plus the slowest first exec`,
+    });
+    await Promise.all(made[1].map((f) => f.kill().catch(() => {})));
+  } finally {
+    await Promise.all(cleanup.map((s) => s.kill().catch(() => {})));
+    await running.stop();
+  }
+}
+
+/** BENCH_ONLY=snapshots runs just the time-travel phase (its rows print, docs/benchmarks.md is left alone). */
+const only = process.env.BENCH_ONLY;
+
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
+  if (only === 'snapshots') {
+    await snapshotPhase();
+    printRows();
+    return;
+  }
   // Phase 1, warm pool off: every create restores the template snapshot into a new QEMU.
   const running = await start({ home, port, warmPoolSize: 0 });
   const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
-  const accel = detectAccel();
   try {
     // Baseline: booting the guest from scratch to a ready agent.
     const cold = await coldBoots(quick ? 2 : 5);
@@ -191,11 +340,9 @@ async function main(): Promise<void> {
     await pooled.stop();
   }
 
-  const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });
-  for (const r of rows) table.push([r.what, r.n, r.p50, r.p95, r.other]);
-  const header = `accel ${accel}, ${qemuVersion()}, ${process.platform} ${(await import('node:os')).cpus().length} cores`;
-  console.log(header);
-  console.log(table.toString());
+  await snapshotPhase();
+
+  const header = printRows();
   const md =
     `# Benchmarks\n\n<!-- Written by \`npm run bench\` (bench/run.ts); rerun it to refresh. -->\n\n` +
     `Measured ${new Date().toISOString().slice(0, 10)} on ${header}. Absolute times are noisy on these shared machines; ` +

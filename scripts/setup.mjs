@@ -22,6 +22,8 @@ const REQUIRED = [
   ['cpio', 'cpio'],
   ['zstd', 'zstd'],
   ['setfacl', 'acl'],
+  // The gateway's sparse-copy helper (packages/vmm/helpers): copies guest RAM without a fork per copy.
+  ['python3', 'python3'],
 ];
 const VM_USER = 'sandglass-vm';
 const isRoot = process.getuid?.() === 0;

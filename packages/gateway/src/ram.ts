@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { chownToVm, copySparse } from '@sandglass/vmm';
+import { chownToVm, copyCompacting, copySparse, warmCopier } from '@sandglass/vmm';
 
 /**
  * One directory per Sandglass home under /dev/shm. Guest RAM is RAM either way; on tmpfs it is never written back
@@ -15,6 +15,7 @@ export class RamFiles {
     const tag = createHash('sha256').update(homeRoot).digest('hex').slice(0, 12);
     this.root = join(shmRoot, `sandglass-${tag}`);
     mkdirSync(this.root, { recursive: true, mode: 0o711 });
+    warmCopier();
   }
 
   /** The RAM file of VM `vmId`. */
@@ -39,7 +40,8 @@ export class RamFiles {
     const path = join(this.root, `template-${key}.img`);
     if (existsSync(path)) return path;
     const tmp = `${path}.tmp-${process.pid}`;
-    await copySparse(artifactMem, tmp);
+    // Once per template: zero-filled pages become holes, so every VM restored from it copies (and holds) less.
+    await copyCompacting(artifactMem, tmp);
     renameSync(tmp, path);
     return path;
   }
