@@ -137,10 +137,10 @@ async function snapshotPhase(): Promise<void> {
         other: `${((pct(bytes, 50) / ramBytes) * 100).toFixed(2)}% of guest RAM (p50)`,
       });
     }
-    // The first snapshot of a sandbox stores its whole touched memory once per tenant.
+    // A sandbox's first snapshot: its pages that the tenant's store does not hold yet (the template's are shared by id).
     const firsts = subjects.filter((s) => !s.label.includes('writing')).map(async (s) => (await taken(s.sbx))[0]!.sizeAddedBytes);
     const firstBytes = await Promise.all(firsts);
-    rows.push({ what: 'bytes stored by a sandbox\'s first snapshot (256 MiB / 1 GiB, idle)', n: firstBytes.length, p50: mb(firstBytes[0]!), p95: mb(firstBytes[1] ?? 0), other: 'whole touched memory, compressed' });
+    rows.push({ what: 'bytes stored by a sandbox\'s first snapshot (256 MiB / 1 GiB, idle)', n: firstBytes.length, p50: mb(firstBytes[0]!), p95: mb(firstBytes[1] ?? 0), other: 'after earlier sandboxes of the tenant: only pages new to its store' });
     for (const s of subjects) if (s.label.includes('writing')) await s.sbx.kill();
 
     // Pause per live snapshot: idle sandboxes, snapshots back to back.
