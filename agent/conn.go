@@ -55,7 +55,12 @@ type conn struct {
 	mu      sync.Mutex
 	helloOK bool
 	streams map[uint32]stream
+	// lastAgentID is the low 31 bits of the last stream id the agent allocated (agentStreamBit set).
+	lastAgentID uint32
 }
+
+// agentStreamBit marks stream ids the agent allocates (net.open); host-chosen ids never have it.
+const agentStreamBit = 1 << 31
 
 func newConn(a *agent, closer io.Closer) *conn {
 	return &conn{
@@ -224,14 +229,39 @@ func (c *conn) reply(id uint32, result any, err error) {
 func (c *conn) addStream(id uint32, s stream) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id == 0 {
-		return errorf("bad_request", "streamId must be ≥1")
+	if id == 0 || id&agentStreamBit != 0 {
+		return errorf("bad_request", "streamId must be between 1 and 2^31-1")
 	}
 	if _, busy := c.streams[id]; busy {
 		return errorf("bad_request", "streamId %d is already in use", id)
 	}
 	c.streams[id] = s
 	return nil
+}
+
+// addAgentStream registers s under a fresh id from the agent's half of the id space. It fails
+// before hello (the host is not listening to this connection yet) and once the connection is
+// over: shutdown closes done before the final resetStreams, so a stream added while done is
+// still open is always stopped by it.
+func (c *conn) addAgentStream(s stream) (uint32, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done:
+		return 0, false
+	default:
+	}
+	if !c.helloOK {
+		return 0, false
+	}
+	for {
+		c.lastAgentID = c.lastAgentID%(agentStreamBit-1) + 1
+		id := agentStreamBit | c.lastAgentID
+		if _, busy := c.streams[id]; !busy {
+			c.streams[id] = s
+			return id, true
+		}
+	}
 }
 
 // removeStream forgets id if it still names s (a reset may already have replaced it).

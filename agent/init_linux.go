@@ -147,7 +147,7 @@ func finitModule(path string) error {
 	return nil
 }
 
-// setupRoot performs PID-1 duties in the real root: the mounts a userland expects, hostname,
+// setupRoot performs PID-1 duties in the real root: the mounts a userland expects, hostname, loopback,
 // and keeping signals sent to PID 1 from killing the agent (which would panic the kernel).
 func setupRoot() {
 	os.Setenv("PATH", basePath)
@@ -172,6 +172,10 @@ func setupRoot() {
 	}
 	if err := syscall.Sethostname([]byte("sandglass")); err != nil {
 		consoleLog("sethostname: %v", err)
+	}
+	// Not fatal: without lo only the egress relay (net.listen) fails, and the host can still see why.
+	if err := bringUpLoopback(); err != nil {
+		consoleLog("loopback: %v", err)
 	}
 	// Go would exit on these by default; as PID 1 that is a kernel panic. Notify (rather than
 	// Ignore) keeps children starting with default dispositions.

@@ -30,6 +30,14 @@ type agent struct {
 	mu    sync.Mutex
 	procs map[string]*proc
 	cur   *conn // the connection events go to; nil while the host is away
+	// envDefaults is merged into every process started after env.defaults set it; replaced
+	// wholesale and never mutated, so readers may keep the map after unlocking.
+	envDefaults map[string]string
+
+	// netMu guards the egress relay: the listener and every connection it relays (net.go).
+	netMu    sync.Mutex
+	listener *netListener
+	relays   map[*relay]struct{}
 
 	// forkMu orders fork+register against wait4 (see startProc and reap).
 	forkMu sync.Mutex
@@ -40,24 +48,27 @@ var handlers map[string]handler
 
 func init() {
 	handlers = map[string]handler{
-		"hello":       {fn: hello, inline: true},
-		"ping":        {fn: ping, inline: true},
-		"sync":        {fn: syncHost, inline: true},
-		"proc.start":  {fn: procStart, inline: true},
-		"proc.attach": {fn: procAttach, inline: true},
-		"proc.detach": {fn: procDetach, inline: true},
-		"proc.stdin":  {deferred: procStdin},
-		"proc.signal": {fn: procSignal, inline: true},
-		"proc.resize": {fn: procResize, inline: true},
-		"proc.list":   {fn: procList, inline: true},
-		"proc.forget": {fn: procForget, inline: true},
-		"file.stat":   {fn: fileStat},
-		"file.list":   {fn: fileList},
-		"file.mkdir":  {fn: fileMkdir},
-		"file.remove": {fn: fileRemove},
-		"file.rename": {fn: fileRename},
-		"file.read":   {fn: fileRead},
-		"file.write":  {fn: fileWrite, inline: true},
+		"hello":        {fn: hello, inline: true},
+		"ping":         {fn: ping, inline: true},
+		"sync":         {fn: syncHost, inline: true},
+		"proc.start":   {fn: procStart, inline: true},
+		"proc.attach":  {fn: procAttach, inline: true},
+		"proc.detach":  {fn: procDetach, inline: true},
+		"proc.stdin":   {deferred: procStdin},
+		"proc.signal":  {fn: procSignal, inline: true},
+		"proc.resize":  {fn: procResize, inline: true},
+		"proc.list":    {fn: procList, inline: true},
+		"proc.forget":  {fn: procForget, inline: true},
+		"file.stat":    {fn: fileStat},
+		"file.list":    {fn: fileList},
+		"file.mkdir":   {fn: fileMkdir},
+		"file.remove":  {fn: fileRemove},
+		"file.rename":  {fn: fileRename},
+		"file.read":    {fn: fileRead},
+		"file.write":   {fn: fileWrite, inline: true},
+		"env.defaults": {fn: envDefaults, inline: true},
+		"net.listen":   {fn: netListen, inline: true},
+		"net.close":    {fn: netClose, inline: true},
 	}
 }
 
@@ -218,7 +229,7 @@ func main() {
 	}
 	a := &agent{
 		started: time.Now(), bootID: readBootID(), syncSystem: *syncSystem || pid1,
-		procs: map[string]*proc{}, byPid: map[int]*proc{},
+		procs: map[string]*proc{}, byPid: map[int]*proc{}, relays: map[*relay]struct{}{},
 	}
 	go a.reapLoop()
 

@@ -107,7 +107,10 @@ func (a *agent) startProc(sp *startParams) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := buildEnv(u, sp.Env, sp.Pty != nil)
+	a.mu.Lock()
+	defaults := a.envDefaults
+	a.mu.Unlock()
+	env := buildEnv(u, defaults, sp.Env, sp.Pty != nil)
 	cwd := sp.Cwd
 	if cwd == "" {
 		cwd = u.home
@@ -595,6 +598,32 @@ func procForget(c *conn, raw json.RawMessage) (any, func(), error) {
 	return nil, nil, nil
 }
 
+// envDefaults replaces the variables merged into every process started afterwards: the egress
+// proxy's address, secret placeholders and CA bundle paths reach every program without each
+// proc.start repeating them.
+func envDefaults(c *conn, raw json.RawMessage) (any, func(), error) {
+	var p struct {
+		Env map[string]string `json:"env"`
+	}
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	env := make(map[string]string, len(p.Env))
+	for k, v := range p.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, nil, errorf("bad_request", "env: name %q must be non-empty without '=' or NUL", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return nil, nil, errorf("bad_request", "env: value of %s must not contain NUL", k)
+		}
+		env[k] = v
+	}
+	c.a.mu.Lock()
+	c.a.envDefaults = env
+	c.a.mu.Unlock()
+	return nil, nil, nil
+}
+
 type userInfo struct {
 	name     string
 	uid, gid uint32
@@ -636,13 +665,17 @@ func lookupUser(spec string) (*userInfo, error) {
 	return info, nil
 }
 
-func buildEnv(u *userInfo, extra map[string]string, pty bool) []string {
+// buildEnv layers the base environment, the env.defaults and the process's own env, later winning.
+func buildEnv(u *userInfo, defaults, extra map[string]string, pty bool) []string {
 	m := map[string]string{
 		"PATH": basePath, "HOME": u.home, "USER": u.name, "LOGNAME": u.name,
 		"SHELL": "/bin/sh", "LANG": "C.UTF-8",
 	}
 	if pty {
 		m["TERM"] = "xterm-256color"
+	}
+	for k, v := range defaults {
+		m[k] = v
 	}
 	for k, v := range extra {
 		m[k] = v

@@ -1,4 +1,4 @@
-// Linux system calls the agent needs beyond package os: clock, entropy, reaping, console logging.
+// Linux system calls the agent needs beyond package os: clock, entropy, loopback, reaping, console logging.
 package main
 
 import (
@@ -44,6 +44,31 @@ func addEntropy(b []byte) error {
 	}
 	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), ioctlRndReseedCrng, 0); errno != 0 {
 		return fmt.Errorf("RNDRESEEDCRNG: %w", errno)
+	}
+	return nil
+}
+
+// bringUpLoopback sets IFF_UP on lo, which makes the kernel assign 127.0.0.1 and ::1. The guest
+// has no other interface: programs reach the outside only through the agent's relay on lo.
+func bringUpLoopback() error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	// struct ifreq: char ifr_name[IFNAMSIZ]; then a union whose short ifr_flags is what we need.
+	var ifr [40]byte
+	copy(ifr[:syscall.IFNAMSIZ-1], "lo")
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); errno != 0 {
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", errno)
+	}
+	flags := *(*uint16)(unsafe.Pointer(&ifr[syscall.IFNAMSIZ]))
+	if flags&syscall.IFF_UP != 0 {
+		return nil
+	}
+	*(*uint16)(unsafe.Pointer(&ifr[syscall.IFNAMSIZ])) = flags | syscall.IFF_UP
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); errno != 0 {
+		return fmt.Errorf("SIOCSIFFLAGS lo: %w", errno)
 	}
 	return nil
 }

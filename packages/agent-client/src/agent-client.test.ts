@@ -2,12 +2,14 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentClient, AgentError, type ProcExitEvent, type ProcStartParams } from './index.js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { AgentClient, AgentError, NetConnection, type NetOpenInfo, type ProcExitEvent, type ProcStartParams } from './index.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const agentDir = path.join(repoRoot, 'agent');
@@ -340,5 +342,300 @@ describe('agent client ↔ Go agent over stdio', () => {
     await closed;
     await expectCode(fresh.client.ping(), 'agent_disconnected');
     process.kill(pid, 'SIGKILL');
+  });
+});
+
+/** Resolves with a port nothing listens on (the kernel's pick, released again). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** A guest program's connection to the agent's relay listener (here the listener is on the host, --serve-stdio). */
+function connectGuest(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    s.once('connect', () => {
+      s.off('error', reject);
+      resolve(s);
+    });
+    s.once('error', reject);
+  });
+}
+
+function readAll(s: NodeJS.ReadableStream): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    s.on('data', (c: Buffer) => chunks.push(c));
+    s.once('end', () => resolve(Buffer.concat(chunks)));
+    s.once('error', reject);
+  });
+}
+
+/** What a socket saw at its end: EOF or an error code. */
+function outcome(s: net.Socket): Promise<string> {
+  return new Promise((resolve) => {
+    s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+    s.once('end', () => resolve('EOF'));
+    s.resume();
+  });
+}
+
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+describe('relayed guest connections (net.listen) and env defaults', () => {
+  let client: AgentClient;
+  let child: ChildProcess;
+  let echo: net.Server;
+  let echoPort = 0;
+  let port = 0;
+  /** What the host does with each relayed connection; tests swap it. */
+  let onConn: (conn: NetConnection, info: NetOpenInfo) => void;
+
+  /** The gateway's job in miniature: hand the relayed connection to a real TCP server (here an echo server). */
+  const relayToEcho = (conn: NetConnection) => {
+    const up = net.connect({ port: echoPort, host: '127.0.0.1', allowHalfOpen: true });
+    conn.pipe(up).pipe(conn);
+    const kill = () => {
+      conn.destroy();
+      up.destroy();
+    };
+    conn.on('error', kill);
+    up.on('error', kill);
+  };
+
+  const echoThrough = async (data: Buffer): Promise<Buffer> => {
+    const s = await connectGuest(port);
+    const back = readAll(s);
+    s.end(data);
+    return back;
+  };
+
+  beforeAll(async () => {
+    binary ||= agentBinary();
+    ({ client, child } = startAgent());
+    await client.hello();
+    echo = net.createServer({ allowHalfOpen: true }, (s) => {
+      s.on('error', () => s.destroy());
+      s.pipe(s);
+    });
+    await new Promise<void>((r) => echo.listen(0, '127.0.0.1', r));
+    echoPort = (echo.address() as net.AddressInfo).port;
+    client.on('net.open', (conn, info) => onConn(conn, info));
+    port = await freePort();
+    expect(await client.netListen(port, { windowBytes: 1024 * 1024 })).toEqual({ port });
+  }, 120_000);
+
+  afterAll(async () => {
+    await client?.close();
+    child?.kill();
+    await new Promise((r) => echo?.close(r));
+  });
+
+  it('relays bytes both ways, names the peer, and holds host frames while quiesced', async () => {
+    const opened = new Promise<[NetConnection, NetOpenInfo]>((r) => (onConn = (c, i) => r([c, i])));
+    const s = await connectGuest(port);
+    const [conn, info] = await opened;
+    expect(info.peer).toBe(`127.0.0.1:${s.localPort}`);
+    expect(info.stream >>> 31).toBe(1);
+    expect(conn.peer).toBe(info.peer);
+
+    s.write('from guest');
+    const [first] = (await new Promise((r) => conn.once('data', (c: Buffer) => r([c])))) as [Buffer];
+    expect(first.toString()).toBe('from guest');
+
+    const release = await client.quiesce();
+    const got: Buffer[] = [];
+    s.on('data', (c: Buffer) => got.push(c));
+    conn.write('held back');
+    await sleep(200);
+    expect(Buffer.concat(got).toString()).toBe('');
+    release();
+    await vi.waitFor(() => expect(Buffer.concat(got).toString()).toBe('held back'));
+    conn.destroy();
+    expect(await outcome(s)).toBe('ECONNRESET');
+
+    onConn = relayToEcho;
+    expect((await echoThrough(Buffer.from('round trip'))).toString()).toBe('round trip');
+  });
+
+  it('moves 20 MiB each way within the windows while readers stall, and the agent keeps answering', async () => {
+    const up = randomBytes(20 * 1024 * 1024);
+    const down = randomBytes(20 * 1024 * 1024);
+    const opened = new Promise<NetConnection>((r) => (onConn = (c) => r(c)));
+    const s = await connectGuest(port);
+    s.pause();
+    const conn = await opened;
+    conn.pause();
+    let downSent = 0;
+    const source = Readable.from(
+      (function* () {
+        for (let off = 0; off < down.length; off += 1024 * 1024) {
+          downSent = off;
+          yield down.subarray(off, off + 1024 * 1024);
+        }
+      })(),
+    );
+    source.pipe(conn);
+    s.end(up);
+
+    await sleep(500);
+    // Neither reader has taken anything: the agent stopped at the host's 1 MiB window (plus what the host's 64 KiB
+    // readable buffer took before it filled), the host at the agent's credit.
+    const t0 = performance.now();
+    await client.ping();
+    const pingMs = performance.now() - t0;
+    expect(pingMs).toBeLessThan(1000);
+    expect(conn.readableLength).toBeLessThanOrEqual(1024 * 1024 + 64 * 1024);
+    expect(s.writableLength).toBeGreaterThan(0);
+    expect(downSent).toBeLessThan(down.length - 1024 * 1024);
+
+    const gotUp = readAll(conn);
+    const gotDown = readAll(s);
+    // Slow readers: a pause now and then, and pings keep getting answered meanwhile.
+    let pings = 0;
+    const pinger = (async () => {
+      for (let i = 0; i < 5; i++) {
+        s.pause();
+        conn.pause();
+        await client.ping();
+        pings++;
+        await sleep(50);
+        s.resume();
+        conn.resume();
+        await sleep(20);
+      }
+    })();
+    const [u, d] = await Promise.all([gotUp, gotDown, pinger]);
+    expect(pings).toBe(5);
+    expect(sha256(u)).toBe(sha256(up));
+    expect(sha256(d)).toBe(sha256(down));
+    await new Promise((r) => (conn.destroyed ? r(undefined) : conn.once('close', r)));
+  });
+
+  it('times out idle connections like a socket', async () => {
+    const opened = new Promise<NetConnection>((r) => (onConn = (c) => r(c)));
+    const s = await connectGuest(port);
+    const conn = await opened;
+    const t0 = performance.now();
+    const timedOut = new Promise<number>((r) => conn.setTimeout(200, () => r(performance.now() - t0)));
+    await sleep(120);
+    s.write('activity');
+    expect(await timedOut).toBeGreaterThanOrEqual(300);
+    conn.setTimeout(0);
+    conn.destroy();
+    expect(await outcome(s)).toBe('ECONNRESET');
+  });
+
+  it('half-closes each way', async () => {
+    // The guest ends first: the host sees EOF and can still answer.
+    onConn = (conn) => {
+      void readAll(conn).then((got) => conn.end(`got:${got.toString()}`));
+    };
+    const s1 = await connectGuest(port);
+    const back1 = readAll(s1);
+    s1.end('abc');
+    expect((await back1).toString()).toBe('got:abc');
+
+    // The host ends first: the guest sees EOF and can still send.
+    const hostGot = new Promise<string>((resolve) => {
+      onConn = (conn) => {
+        conn.end('bye');
+        void readAll(conn).then((b) => resolve(b.toString()));
+      };
+    });
+    const s2 = await connectGuest(port);
+    expect((await readAll(s2)).toString()).toBe('bye');
+    s2.end('after');
+    expect(await hostGot).toBe('after');
+  });
+
+  it('relays 20 concurrent connections', async () => {
+    onConn = relayToEcho;
+    const payloads = Array.from({ length: 20 }, () => randomBytes(100 * 1024 + Math.floor(Math.random() * 1000)));
+    const echoed = await Promise.all(payloads.map((p) => echoThrough(p)));
+    echoed.forEach((e, i) => expect(e.equals(payloads[i]!)).toBe(true));
+  });
+
+  it('drops relayed connections on hello, and the listener keeps accepting', async () => {
+    const opened = new Promise<NetConnection>((r) => (onConn = (c) => r(c)));
+    const s = await connectGuest(port);
+    const conn = await opened;
+    const hostErr = new Promise<Error>((r) => conn.once('error', r));
+    const guestSaw = outcome(s);
+    await client.hello();
+    expect(await hostErr).toMatchObject({ code: 'agent_disconnected' });
+    expect(await guestSaw).toBe('ECONNRESET');
+    onConn = relayToEcho;
+    expect((await echoThrough(Buffer.from('after hello'))).toString()).toBe('after hello');
+  });
+
+  it('keeps the listener for the same port and moves it for another', async () => {
+    onConn = relayToEcho;
+    expect(await client.netListen(port)).toEqual({ port });
+    const other = await freePort();
+    expect(await client.netListen(other)).toEqual({ port: other });
+    await expect(connectGuest(port)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    const s = await connectGuest(other);
+    const back = readAll(s);
+    s.end('moved');
+    expect((await back).toString()).toBe('moved');
+    expect(await client.netListen(port)).toEqual({ port });
+    await expectCode(client.netListen(70_000), 'bad_request');
+  });
+
+  it('merges env defaults into every process; a process\'s own env wins', async () => {
+    await client.envDefaults({
+      HTTP_PROXY: `http://127.0.0.1:${port}`,
+      https_proxy: `http://127.0.0.1:${port}`,
+      GITHUB_TOKEN: 'sg_placeholder_abc',
+      FOO: 'default',
+    });
+    const r = await run(client, { id: nextId(), argv: ['env'], env: { FOO: 'own' } });
+    const env = r.stdout.split('\n');
+    expect(env).toContain(`HTTP_PROXY=http://127.0.0.1:${port}`);
+    expect(env).toContain(`https_proxy=http://127.0.0.1:${port}`);
+    expect(env).toContain('GITHUB_TOKEN=sg_placeholder_abc');
+    expect(env).toContain('FOO=own');
+
+    await client.envDefaults({ FOO: 'replaced' });
+    const r2 = await run(client, { id: nextId(), argv: ['env'] });
+    expect(r2.stdout.split('\n')).toContain('FOO=replaced');
+    expect(r2.stdout).not.toContain('HTTP_PROXY');
+    await expectCode(client.envDefaults({ 'A=B': 'x' }), 'bad_request');
+    await client.envDefaults({});
+  });
+
+  it('refuses connections the host has no handler for', async () => {
+    const fresh = startAgent();
+    try {
+      await fresh.client.hello();
+      const { port: p } = await fresh.client.netListen(0);
+      // The reset may beat Node's connect callback.
+      const saw = await connectGuest(p).then(outcome, (e: NodeJS.ErrnoException) => e.code);
+      expect(saw).toBe('ECONNRESET');
+    } finally {
+      await fresh.client.close();
+      fresh.child.kill();
+    }
+  });
+
+  it('net.close resets relayed connections and stops accepting', async () => {
+    const opened = new Promise<NetConnection>((r) => (onConn = (c) => r(c)));
+    const s = await connectGuest(port);
+    const conn = await opened;
+    const hostErr = new Promise<Error>((r) => conn.once('error', r));
+    const guestSaw = outcome(s);
+    await client.netClose();
+    expect(await hostErr).toBeInstanceOf(AgentError);
+    expect(await guestSaw).toBe('ECONNRESET');
+    await expect(connectGuest(port)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    await client.netClose();
   });
 });

@@ -1,4 +1,4 @@
-// Host side of the agent protocol: calls, events, process output streams and file transfer over one byte stream.
+// Host side of the agent protocol: calls, events, process output streams, file transfer and relayed guest connections over one byte stream.
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
@@ -12,6 +12,8 @@ import type {
   FileWriteFailedEvent,
   FileWrittenEvent,
   HelloResult,
+  NetOpenEvent,
+  NetOpenInfo,
   ProcInfo,
   ProcStartParams,
   SignalName,
@@ -59,8 +61,21 @@ export interface AttachHandle extends AttachResult {
 
 export type OutputFd = 1 | 2;
 
+export interface NetListenOptions extends CallOptions {
+  /** IP address to listen on in the guest; default 127.0.0.1. */
+  address?: string;
+  /** Flow-control window of each relayed connection's guest→host direction. */
+  windowBytes?: number;
+}
+
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 const DEFAULT_WINDOW_BYTES = 4 * 1024 * 1024;
+/** Stream ids with this bit are the agent's (net.open); the host allocates below it. */
+const AGENT_STREAM_BIT = 0x80000000;
+/** Host→agent credit of a relayed connection when net.open does not say. */
+const DEFAULT_NET_RECV_WINDOW_BYTES = 256 * 1024;
+/** Host→agent DATA on a relayed connection: small next to the agent's window, so its grants overlap our sending. */
+const NET_DATA_BYTES = 64 * 1024;
 
 interface PendingCall {
   method: string;
@@ -72,6 +87,11 @@ interface PendingCall {
 interface StreamHandler {
   data(payload: Buffer): void;
   end(err: AgentError | undefined): void;
+  window?(bytes: number): void;
+  /** Relayed connections: the agent dropped them (hello); nothing more may be sent on the stream. */
+  reset?(err: AgentError): void;
+  /** Both directions use the stream: a plain END from the agent leaves it open, the handler forgets it itself. */
+  bidirectional?: boolean;
 }
 
 interface WriteWaiter {
@@ -79,13 +99,19 @@ interface WriteWaiter {
   reject(err: Error): void;
 }
 
+export type NetOpenListener = (conn: NetConnection, info: NetOpenInfo) => void;
+
 export interface AgentClient {
   on(event: 'event', listener: (ev: AgentEvent) => void): this;
   on(event: 'close', listener: (err: AgentError) => void): this;
+  /** A guest program connected to the relay listener (netListen). Without a listener the connection is refused. */
+  on(event: 'net.open', listener: NetOpenListener): this;
   once(event: 'event', listener: (ev: AgentEvent) => void): this;
   once(event: 'close', listener: (err: AgentError) => void): this;
+  once(event: 'net.open', listener: NetOpenListener): this;
   off(event: 'event', listener: (ev: AgentEvent) => void): this;
   off(event: 'close', listener: (err: AgentError) => void): this;
+  off(event: 'net.open', listener: NetOpenListener): this;
 }
 
 export class AgentClient extends EventEmitter {
@@ -154,6 +180,13 @@ export class AgentClient extends EventEmitter {
     const nonce = randomBytes(16);
     this.resync = { marker: Buffer.concat([RESYNC_MAGIC, nonce]), carry: Buffer.alloc(0) };
     this.decoder = new FrameDecoder();
+    // hello drops the agent's relayed connections: after a restore their guest ends may be anywhere.
+    const reset = new AgentError('agent_disconnected', 'the agent connection was reset (hello): relayed connection dropped');
+    for (const [id, handler] of [...this.streams]) {
+      if (!handler.reset) continue;
+      this.streams.delete(id);
+      handler.reset(reset);
+    }
     return this.call('hello', { version: 1, resync: nonce.toString('hex') }, opts);
   }
 
@@ -311,6 +344,32 @@ export class AgentClient extends EventEmitter {
     return { sizeBytes: await written };
   }
 
+  /**
+   * Sets the environment merged into every process started afterwards (proxy addresses, secret placeholders, CA
+   * bundle paths); a proc.start's own env wins. Replaces the previous defaults entirely. Agent state: it survives
+   * reconnects and restores.
+   */
+  async envDefaults(env: Record<string, string>, opts?: CallOptions): Promise<void> {
+    await this.call('env.defaults', { env }, opts);
+  }
+
+  /**
+   * Starts (or keeps) the guest's relay listener. Each connection a guest program makes to it arrives as a
+   * `net.open` event carrying a NetConnection. The same port again is a no-op (port 0: keep whatever port is bound);
+   * another port replaces the listener, leaving connections already relayed open. Agent state: it survives
+   * reconnects and restores, the connections it relayed do not.
+   */
+  netListen(port: number, opts: NetListenOptions = {}): Promise<{ port: number }> {
+    const params: Record<string, unknown> = { port, address: opts.address ?? '127.0.0.1' };
+    if (opts.windowBytes !== undefined) params.window = opts.windowBytes;
+    return this.call('net.listen', params, opts);
+  }
+
+  /** Stops the relay listener and resets every connection it relayed (their NetConnections are destroyed). */
+  async netClose(opts?: CallOptions): Promise<void> {
+    await this.call('net.close', {}, opts);
+  }
+
   /** Closes the transport; pending calls reject with agent_disconnected. */
   close(): Promise<void> {
     this.teardown(undefined, 'client closed the connection');
@@ -370,6 +429,10 @@ export class AgentClient extends EventEmitter {
         if (ev.event === 'file.written' || ev.event === 'file.write_failed') {
           this.settleWrite(ev as FileWrittenEvent | FileWriteFailedEvent);
         }
+        if (ev.event === 'net.open') {
+          this.openNet(ev as unknown as NetOpenEvent);
+          return;
+        }
         this.emit('event', ev);
         return;
       }
@@ -379,14 +442,49 @@ export class AgentClient extends EventEmitter {
       case FrameType.end: {
         const handler = this.streams.get(frame.channel);
         if (!handler) return;
-        this.streams.delete(frame.channel);
+        if (!handler.bidirectional) this.streams.delete(frame.channel);
         const body = frame.payload.length > 0 ? (parseJson(frame.payload) as { error?: ErrorInfo } | undefined) : undefined;
         handler.end(body?.error ? new AgentError(body.error.code, body.error.message) : undefined);
         return;
       }
+      case FrameType.window:
+        // Only relayed connections take credit from the agent; other host→agent streams rely on transport backpressure.
+        if (frame.payload.length === 4) this.streams.get(frame.channel)?.window?.(frame.payload.readUInt32BE(0));
+        return;
       default:
-        return; // WINDOW: host→agent streams rely on transport backpressure
+        return;
     }
+  }
+
+  private openNet(ev: NetOpenEvent): void {
+    const streamId = ev.stream;
+    if (!Number.isInteger(streamId) || streamId < AGENT_STREAM_BIT || streamId > 0xffffffff || this.streams.has(streamId)) return;
+    if (this.listenerCount('net.open') === 0) {
+      const error: ErrorInfo = { code: 'io', message: 'the host relays no connections' };
+      this.write(encodeJsonFrame(FrameType.end, streamId, { error }));
+      return;
+    }
+    const windowBytes = ev.window > 0 ? ev.window : DEFAULT_WINDOW_BYTES;
+    const recvWindow = ev.recvWindow > 0 ? ev.recvWindow : DEFAULT_NET_RECV_WINDOW_BYTES;
+    let handler: StreamHandler | undefined;
+    const conn = new NetConnection({ stream: streamId, peer: String(ev.peer) }, recvWindow, {
+      granter: this.granter(streamId, windowBytes),
+      send: (frame) => {
+        if (!this.closedError) this.write(frame);
+      },
+      release: () => {
+        if (this.streams.get(streamId) === handler) this.streams.delete(streamId);
+      },
+    });
+    handler = {
+      data: (p) => conn.onData(p),
+      end: (err) => conn.onEnd(err),
+      window: (n) => conn.onWindow(n),
+      reset: (err) => conn.onReset(err),
+      bidirectional: true,
+    };
+    this.streams.set(streamId, handler);
+    this.emit('net.open', conn, { stream: streamId, peer: conn.peer });
   }
 
   private settleWrite(ev: FileWrittenEvent | FileWriteFailedEvent): void {
@@ -477,7 +575,8 @@ export class AgentClient extends EventEmitter {
     const inUse = kind === 'call' ? this.pending : this.streams;
     for (;;) {
       const id = kind === 'call' ? this.nextCallId : this.nextStreamId;
-      const next = id >= 0xffffffff ? 1 : id + 1;
+      // Stream ids with bit 31 are the agent's; call ids may use the whole range.
+      const next = id >= (kind === 'call' ? 0xffffffff : AGENT_STREAM_BIT - 1) ? 1 : id + 1;
       if (kind === 'call') this.nextCallId = next;
       else this.nextStreamId = next;
       if (!inUse.has(id) && !(kind === 'stream' && this.writeWaiters.has(id))) return id;
@@ -549,6 +648,155 @@ export class FileReadStream extends Readable {
   override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
     if (!this.finished) this.cancel();
     callback(err);
+  }
+}
+
+interface NetLink {
+  granter: Granter;
+  /** Queues a frame on the client's write path (held while quiesced); dropped once the transport is gone. */
+  send(frame: Buffer): void;
+  /** Forgets the stream: later frames for it are ignored. */
+  release(): void;
+}
+
+/**
+ * One guest connection relayed by the agent (net.open), as a Duplex. Writes become DATA frames within the credit the
+ * agent grants; a write's callback runs once all of it is sent, so a guest that reads slowly holds back the writer.
+ * Reads come from the agent's DATA, and credit goes back to the agent as the consumer reads. end() half-closes
+ * (END); the guest's EOF ends the readable side. destroy() before both sides ended aborts: the agent resets the
+ * guest's socket. A reset of the agent connection (hello, transport loss) destroys it with agent_disconnected.
+ */
+export class NetConnection extends Duplex {
+  readonly stream: number;
+  /** The guest program's address. */
+  readonly peer: string;
+  private credit: number;
+  private pendingWrite: { chunk: Buffer; callback: (err?: Error | null) => void } | undefined;
+  /** Bytes that arrived while the consumer was behind: granted back on the next _read(). */
+  private heldBytes = 0;
+  private endSent = false;
+  private endReceived = false;
+  private released = false;
+  private idleTimer: NodeJS.Timeout | undefined;
+
+  /** @internal */
+  constructor(
+    info: NetOpenInfo,
+    recvWindowBytes: number,
+    private readonly link: NetLink,
+  ) {
+    // A small readable buffer like a socket's: credit goes back only below it, so a stalled consumer holds at most
+    // this plus one window of the agent's.
+    super({ allowHalfOpen: true, readableHighWaterMark: NET_DATA_BYTES, writableHighWaterMark: NET_DATA_BYTES });
+    this.stream = info.stream;
+    this.peer = info.peer;
+    this.credit = recvWindowBytes;
+  }
+
+  /**
+   * Like net.Socket's: emits 'timeout' after timeoutMs without bytes moving either way (0 turns it off); the
+   * connection stays open. Node's HTTP server uses it for its idle and keep-alive limits.
+   */
+  setTimeout(timeoutMs: number, callback?: () => void): this {
+    if (callback) {
+      if (timeoutMs === 0) this.off('timeout', callback);
+      else this.once('timeout', callback);
+    }
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
+    if (timeoutMs > 0 && !this.destroyed) {
+      this.idleTimer = setTimeout(() => this.emit('timeout'), timeoutMs);
+      this.idleTimer.unref();
+    }
+    return this;
+  }
+
+  /** @internal */
+  onData(bytes: Buffer): void {
+    if (this.endReceived || this.released) return;
+    this.idleTimer?.refresh();
+    if (this.push(bytes)) this.link.granter.consumed(bytes.length);
+    else this.heldBytes += bytes.length;
+  }
+
+  /** @internal */
+  onEnd(err: AgentError | undefined): void {
+    if (err) {
+      this.release();
+      this.destroy(err);
+      return;
+    }
+    if (this.endReceived) return;
+    this.endReceived = true;
+    this.push(null);
+    if (this.endSent) this.release();
+  }
+
+  /** @internal */
+  onWindow(bytes: number): void {
+    this.credit += bytes;
+    this.pump();
+  }
+
+  /** @internal */
+  onReset(err: AgentError): void {
+    this.released = true;
+    this.destroy(err);
+  }
+
+  override _read(): void {
+    if (this.heldBytes > 0) {
+      const bytes = this.heldBytes;
+      this.heldBytes = 0;
+      this.link.granter.consumed(bytes);
+    }
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.pendingWrite = { chunk, callback };
+    this.pump();
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    if (!this.released) {
+      this.link.send(encodeFrame(FrameType.end, this.stream));
+      this.endSent = true;
+      if (this.endReceived) this.release();
+    }
+    callback();
+  }
+
+  override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
+    clearTimeout(this.idleTimer);
+    this.pendingWrite = undefined;
+    if (!this.released) {
+      const error: ErrorInfo = { code: 'io', message: err ? `host aborted the connection: ${err.message}` : 'host closed the connection' };
+      this.link.send(encodeJsonFrame(FrameType.end, this.stream, { error }));
+      this.release();
+    }
+    callback(err);
+  }
+
+  private pump(): void {
+    const pending = this.pendingWrite;
+    if (!pending || this.released) return;
+    if (pending.chunk.length > 0 && this.credit > 0) this.idleTimer?.refresh();
+    while (pending.chunk.length > 0 && this.credit > 0) {
+      const n = Math.min(this.credit, NET_DATA_BYTES, pending.chunk.length);
+      this.link.send(encodeFrame(FrameType.data, this.stream, pending.chunk.subarray(0, n)));
+      this.credit -= n;
+      pending.chunk = pending.chunk.subarray(n);
+    }
+    if (pending.chunk.length === 0) {
+      this.pendingWrite = undefined;
+      pending.callback();
+    }
+  }
+
+  private release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.link.release();
   }
 }
 

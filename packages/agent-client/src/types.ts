@@ -97,4 +97,25 @@ export interface FileWriteFailedEvent {
   error: ErrorInfo;
 }
 
+/**
+ * A guest program connected to the relay listener (net.listen). The client turns it into a NetConnection for its
+ * `net.open` listeners rather than an `event`.
+ */
+export interface NetOpenEvent {
+  event: 'net.open';
+  /** Agent-allocated: bit 31 set. */
+  stream: number;
+  /** The guest program's address, "127.0.0.1:port". */
+  peer: string;
+  /** Bytes the agent may send before the host grants more (net.listen's window). */
+  window: number;
+  /** Bytes the host may send before the agent grants more. */
+  recvWindow: number;
+}
+
+export interface NetOpenInfo {
+  stream: number;
+  peer: string;
+}
+
 export type AgentEvent = ProcExitEvent | FileWrittenEvent | FileWriteFailedEvent | { event: string; [key: string]: unknown };
