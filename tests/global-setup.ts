@@ -1,9 +1,10 @@
 // Starts one real `sandglass up` (control plane + gateway + VMs) for the whole integration run; tests restore from its template.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, createWriteStream } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, createWriteStream, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
+import { makeUpstreamPki } from '../packages/egress/src/test-support.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 let server: ChildProcess | undefined;
@@ -14,8 +15,13 @@ declare module 'vitest' {
     sandglassGatewayUrl: string;
     sandglassApiKey: string;
     sandglassHome: string;
+    /** PEM files of the egress tests' upstream: a CA of the "outside world" and a leaf for the test host names. */
+    egressPki: { caPem: string; certPem: string; keyPem: string };
   }
 }
+
+/** Host names the egress tests' upstreams answer to; the gateway resolves them to loopback (SANDGLASS_EGRESS_HOSTS). */
+export const EGRESS_TEST_HOSTS = ['api.example.test', 'other.example.test'];
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   // A home of its own: CI starts from nothing (proving the build from scratch); locally the artifacts are reused.
@@ -24,6 +30,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
   rmSync(join(home, 'server.json'), { force: true });
   const port = Number(process.env.SANDGLASS_TEST_PORT ?? 17070);
   const log = createWriteStream(join(home, 'server.log'), { flags: 'a' });
+  // The egress tests' upstreams (HTTPS on loopback) have a CA of their own, which the gateway is told to trust.
+  const pki = await makeUpstreamPki(EGRESS_TEST_HOSTS);
+  const caFile = join(home, 'egress-upstream-ca.pem');
+  writeFileSync(caFile, pki.caPem);
   const t0 = Date.now();
   server = spawn(join(root, 'bin/sandglass'), ['up', '--port', String(port)], {
     env: {
@@ -33,6 +43,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
       // Hang detection within seconds rather than a minute, still far above a busy TCG guest's ping time.
       SANDGLASS_HEALTH_INTERVAL_MS: '2000',
       SANDGLASS_HEALTH_TIMEOUT_MS: '6000',
+      SANDGLASS_EGRESS_HOSTS: EGRESS_TEST_HOSTS.map((h) => `${h}=127.0.0.1`).join(','),
+      SANDGLASS_EGRESS_CA_FILES: caFile,
+      // Approval requests time out in seconds, so the timeout case is quick to test.
+      SANDGLASS_APPROVAL_TIMEOUT_MS: '4000',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -58,6 +72,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('sandglassGatewayUrl', info.gatewayUrl);
   project.provide('sandglassApiKey', readFileSync(info.adminKeyFile, 'utf8').trim());
   project.provide('sandglassHome', home);
+  project.provide('egressPki', pki);
   return async () => {
     if (!server || server.exitCode !== null) return;
     const gone = new Promise((r) => server!.once('exit', r));

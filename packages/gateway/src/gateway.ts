@@ -12,6 +12,8 @@ import { WarmPool } from './pool.js';
 import { RamFiles } from './ram.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
 import type { GatewayEvents } from './events.js';
+import { NetworkManager, type NetworkSpec, type SecretResolver } from './network.js';
+import type { PolicyInput } from '@sandglass/egress';
 
 export const DEFAULT_WARM_POOL = 2;
 /** Fork restores in flight at once: each is CPU-bound under TCG, more only queue for the same cores. */
@@ -66,6 +68,10 @@ export interface GatewayOptions {
   captureConcurrency?: number;
   /** Where guest RAM files live (tmpfs); default /dev/shm. */
   shmRoot?: string;
+  /** Tenant secrets, resolved (and decrypted) only when a request uses them. */
+  secrets: SecretResolver;
+  /** Egress proxy settings: name resolution and extra upstream CAs (on-prem), approval timeout, exchange recording. */
+  egress?: { lookup?: (host: string) => Promise<string[]>; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges?: boolean };
 }
 
 /** Restoring a snapshot into a sandbox: a resume keeps the sandbox's id, a fork gets a new one. */
@@ -75,6 +81,9 @@ export interface RestoreRequest {
   snapshotId: string;
   timeoutS: number;
   snapshotIntervalS?: number;
+  /** The network in force now (a resume); absent: the one the snapshot was taken with. */
+  network?: PolicyInput;
+  secrets?: string[];
 }
 
 export interface CreateSandboxRequest {
@@ -85,6 +94,9 @@ export interface CreateSandboxRequest {
   vcpus: number;
   timeoutS: number;
   snapshotIntervalS?: number;
+  /** Absent: no network at all. */
+  network?: PolicyInput;
+  secrets?: string[];
 }
 
 /** The templates this node knows by name; each is the guest image booted with the request's VM shape. */
@@ -99,6 +111,7 @@ export class Gateway {
   private pool?: WarmPool;
   readonly ram: RamFiles;
   readonly snapshots: SnapshotManager;
+  readonly network: NetworkManager;
 
   constructor(readonly opts: GatewayOptions) {
     this.accel = opts.accel ?? detectAccel();
@@ -106,6 +119,13 @@ export class Gateway {
     this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
     this.cleanStaleRunDirs();
+    this.network = new NetworkManager({
+      events: opts.events,
+      secrets: opts.secrets,
+      logger: opts.logger,
+      tenantOf: (id) => this.sandboxes.get(id)?.tenantId,
+      ...opts.egress,
+    });
     this.snapshots = new SnapshotManager({
       store: opts.store,
       ram: this.ram,
@@ -169,12 +189,14 @@ export class Gateway {
     if (this.committedMib() + req.memoryMib > this.budgetMib) {
       throw new SandglassError('capacity_exhausted', `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${req.memoryMib} MiB asked.`);
     }
+    await this.network.validate(req.tenantId, req.network, req.secrets ?? []);
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
     const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel));
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const sbx = this.newSandbox(req.id, req.tenantId, template, warm?.dir ?? sandboxDir(this.opts.home.run, req.id), req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
+    await this.connectNetwork(sbx, this.network.newSpec(req.network, req.secrets ?? []));
     this.snapshots.track(sbx);
     await this.opts.events.append({
       type: 'sandbox.started',
@@ -184,6 +206,24 @@ export class Gateway {
       data: { pid: sbx.pid ?? null, vmId: warm?.id ?? req.id, restoreMs: Math.round(restoreMs * 10) / 10, pooled, template: template.key, accel: this.accel },
     });
     return sbx;
+  }
+
+  /** A restored sandbox keeps its placeholders (its processes hold them); a resume brings the policy in force now. */
+  private restoredNetwork(saved: NetworkSpec | undefined, req: RestoreRequest): NetworkSpec {
+    if (req.network === undefined && req.secrets === undefined) return saved ?? this.network.newSpec(undefined, []);
+    const fresh = this.network.newSpec(req.network, req.secrets ?? saved?.secrets ?? []);
+    return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders } };
+  }
+
+  /** Gives a started sandbox its network; if that fails the sandbox fails with it (it would not be what was asked). */
+  private async connectNetwork(sbx: Sandbox, spec: NetworkSpec): Promise<void> {
+    sbx.network = spec;
+    try {
+      await this.network.attach(sbx.id, sbx.tenantId, sbx.requireRunning(), spec);
+    } catch (err) {
+      await sbx.fail(`setting up the sandbox's network failed: ${(err as Error).message}`);
+      throw err;
+    }
   }
 
   private newSandbox(id: string, tenantId: string, template: TemplateSnapshot, dir: string, timeoutS: number, snapshotIntervalS?: number): Sandbox {
@@ -198,6 +238,7 @@ export class Gateway {
       this.opts.logger,
       (s) => {
         this.sandboxes.delete(s.id);
+        this.network.detach(s.id);
         void this.snapshots.untrack(s.id);
       },
       this.ram,
@@ -238,6 +279,7 @@ export class Gateway {
     sbx.adoptCommands(prepared.commands);
     sbx.captureBase = prepared.base;
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
+    await this.connectNetwork(sbx, this.restoredNetwork(prepared.network, req));
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
     if (kind === 'resume') {
@@ -306,6 +348,11 @@ export class Gateway {
   async deleteSnapshot(tenantId: string, snapshotId: string): Promise<void> {
     const m = await this.snapshots.manifest(tenantId, snapshotId);
     await this.snapshots.delete(tenantId, m.sandboxId, snapshotId, 'user');
+  }
+
+  setNetwork(id: string, policy: PolicyInput): void {
+    this.get(id).requireRunning();
+    this.network.setPolicy(id, policy);
   }
 
   setSnapshotInterval(id: string, intervalS: number): void {

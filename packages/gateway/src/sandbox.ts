@@ -7,6 +7,7 @@ import type { AgentClient } from '@sandglass/agent-client';
 import { mapAgentError } from './agent-link.js';
 import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
 import type { RamFiles } from './ram.js';
+import type { NetworkSpec } from './network.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 
@@ -75,6 +76,8 @@ export class Sandbox {
   private ending?: Promise<void>;
   /** Set after each committed snapshot; restored sandboxes start from the snapshot they were restored from. */
   captureBase?: CaptureBase;
+  /** The network it was given (policy, secret names, placeholders): kept in its snapshots. */
+  network?: NetworkSpec;
 
   constructor(
     readonly id: string,
@@ -143,6 +146,20 @@ export class Sandbox {
     this.healthTimer = setInterval(() => void this.checkHealth(), this.health.intervalMs);
     this.healthTimer.unref();
     return { restoreMs: performance.now() - t0, pooled: warm !== undefined };
+  }
+
+  /**
+   * Resolves once the command's exit status is known: at once when proc.exit was seen, otherwise after a short wait
+   * for it and then from proc.list (an attach stream's end can overtake the event).
+   */
+  async exitStatus(id: string): Promise<void> {
+    const rec = this.commands.get(id);
+    const exited = () => rec?.state !== 'running';
+    if (exited()) return;
+    for (let i = 0; i < 20 && !exited(); i++) await new Promise((r) => setTimeout(r, 50));
+    if (exited() || !this.agent) return;
+    const p = (await this.agent.procList().catch(() => [])).find((x) => x.id === id);
+    if (p?.exited) this.onAgentEvent({ event: 'proc.exit', id, exitCode: p.exitCode, signal: p.signal, outputBytes: p.outputBytes });
   }
 
   /** Commands the sandbox had when its snapshot was taken: a resumed sandbox's command ids keep working. */

@@ -18,6 +18,7 @@ import {
   verifyAccessToken,
 } from '@sandglass/core';
 import type { SignalName } from '@sandglass/agent-client';
+import type { PolicyInput } from '@sandglass/egress';
 import type { Gateway } from './gateway.js';
 import type { CommandRecord, Sandbox } from './sandbox.js';
 import { guestPath } from './paths.js';
@@ -283,7 +284,7 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
     snapshot: await gw.pauseSandbox((req.params as Params).id),
   }));
   app.post('/internal/v1/sandboxes/:id/resume', { schema: schema('post', '/internal/v1/sandboxes/{id}/resume') }, async (req) => {
-    const body = req.body as { snapshotId: string; tenantId: string; timeoutS: number; snapshotIntervalS?: number };
+    const body = req.body as { snapshotId: string; tenantId: string; timeoutS: number; snapshotIntervalS?: number; network?: PolicyInput; secrets?: string[] };
     return sandboxView(await gw.restoreSandbox({ id: (req.params as Params).id, ...body }, 'resume'));
   });
   app.post('/internal/v1/forks', { schema: schema('post', '/internal/v1/forks') }, async (req) => {
@@ -296,6 +297,38 @@ export async function createGatewayServer(gw: Gateway): Promise<FastifyInstance>
   });
   app.put('/internal/v1/sandboxes/:id/snapshot-interval', { schema: schema('put', '/internal/v1/sandboxes/{id}/snapshot-interval') }, async (req, reply) => {
     gw.setSnapshotInterval((req.params as Params).id, (req.body as { snapshotIntervalS: number }).snapshotIntervalS);
+    return reply.status(204).send();
+  });
+  // ---- network: policy changes and approvals of secret use ----
+  app.put('/internal/v1/sandboxes/:id/network', { schema: schema('put', '/internal/v1/sandboxes/{id}/network') }, async (req, reply) => {
+    gw.setNetwork((req.params as Params).id, req.body as { allow?: string[]; deny?: string[] });
+    return reply.status(204).send();
+  });
+  app.get('/internal/v1/sandboxes/:id/approvals', { schema: schema('get', '/internal/v1/sandboxes/{id}/approvals') }, async (req) => {
+    const id = (req.params as Params).id;
+    gw.get(id);
+    return {
+      approvals: gw.network.approvals.pending(id).map((a) => ({
+        requestId: a.requestId,
+        sandboxId: a.sandboxId,
+        secret: a.secret,
+        host: a.host,
+        port: a.port,
+        method: a.method,
+        path: a.path,
+        requestedAt: new Date(a.requestedAtMs).toISOString(),
+        expiresAt: new Date(a.expiresAtMs).toISOString(),
+      })),
+    };
+  });
+  app.post('/internal/v1/sandboxes/:id/approvals/:requestId', { schema: schema('post', '/internal/v1/sandboxes/{id}/approvals/{requestId}') }, async (req, reply) => {
+    const { id, requestId } = req.params as { id: string; requestId: string };
+    const body = req.body as { decision: 'approve' | 'deny'; ttlS?: number };
+    // Only this sandbox's pending requests: a request id of another sandbox is as unknown as a made-up one.
+    if (!gw.network.approvals.pending(id).some((a) => a.requestId === requestId)) {
+      throw new SandglassError('approval_not_found', `No pending approval request ${requestId} for sandbox ${id} (decided, timed out, or never made).`, { details: { field: 'requestId' } });
+    }
+    gw.network.approvals.decide(requestId, body.decision, body.ttlS ? { ttlMs: body.ttlS * 1000 } : {});
     return reply.status(204).send();
   });
   app.post('/internal/v1/maintenance', { schema: schema('post', '/internal/v1/maintenance') }, async (req) => {
@@ -352,9 +385,12 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
     (err) =>
       inOrder(() => {
         if (err) return sendError(err);
-        if (socket.readyState !== socket.OPEN) return;
-        socket.send(JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }));
-        socket.close(1000, 'exited');
+        // The exit status comes with proc.exit; should the stream's end overtake it, ask before answering.
+        void sbx.exitStatus(rec.id).then(() => {
+          if (socket.readyState !== socket.OPEN) return;
+          socket.send(JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }));
+          socket.close(1000, 'exited');
+        });
       }),
   );
   handle.then(

@@ -27,6 +27,7 @@ import type { RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
 import type { CaptureBase, CommandRecord, Sandbox } from './sandbox.js';
 import type { TemplateSnapshot } from './templates.js';
+import type { NetworkSpec } from './network.js';
 
 export const MIN_SNAPSHOT_INTERVAL_S = 5;
 export const DEFAULT_SNAPSHOT_INTERVAL_S = 60;
@@ -195,6 +196,7 @@ export class SnapshotManager {
         disk: { base: sbx.template.key, sizeBytes: disk.sizeBytes, clusterBytes: disk.clusterBytes, clusters: [...disk.clusters.entries()] },
         state: { sizeBytes: cap.stateBytes, chunks: state.chunks },
         agent: { commands: [...sbx.commands.values()] },
+        ...(sbx.network ? { network: sbx.network } : {}),
         stats: {
           pausedMs: Math.round(cap.pausedMs * 10) / 10,
           newChunks: memory.newChunks + disk.newChunks + state.newChunks,
@@ -298,7 +300,10 @@ export class SnapshotManager {
    * the device state and a disk overlay over the template's frozen layer. Returns the source and the capture base
    * the restored sandbox continues from.
    */
-  async prepareRestore(m: ManifestBody, dir: string): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; template: TemplateSnapshot }> {
+  async prepareRestore(
+    m: ManifestBody,
+    dir: string,
+  ): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; template: TemplateSnapshot; network?: NetworkSpec }> {
     const template = this.opts.templateByKey(m.vm.templateKey);
     if (!template) {
       throw new SandglassError('template_not_found', `Snapshot ${m.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node no longer has.`);
@@ -322,6 +327,7 @@ export class SnapshotManager {
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
       commands: m.agent.commands as CommandRecord[],
       template,
+      network: m.network as NetworkSpec | undefined,
     };
   }
 

@@ -1,6 +1,6 @@
 // Templates: a guest image booted once and snapshotted when its agent answers. Every sandbox restores one.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandglassError, type Logger } from '@sandglass/core';
 import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
@@ -39,12 +39,16 @@ export function templateKey(image: GuestImage, config: VmConfig, append: string)
 export class TemplateStore {
   private inflight = new Map<string, Promise<TemplateSnapshot>>();
 
+  private readonly artifactsDir: string;
+
   constructor(
-    private readonly artifactsDir: string,
+    artifactsDir: string,
     private readonly image: GuestImage,
     private readonly kernelArgs: string,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.artifactsDir = realpathSync(artifactsDir);
+  }
 
   async ensure(name: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
     const key = templateKey(this.image, config, this.kernelArgs);
@@ -125,7 +129,8 @@ export function bootGuest(image: GuestImage, kernelArgs: string, vm: { id: strin
     kernelPath: image.kernelPath,
     initrdPath: image.initramfsPath,
     append: kernelArgs,
-    rootfsPath: image.rootfsPath,
+    // Real paths: qcow2 records its backing file by name, and a name through a symlinked home dies with that home.
+    rootfsPath: realpathSync(image.rootfsPath),
     memPath: join(vm.dir, 'mem.raw'),
   });
 }

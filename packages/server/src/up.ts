@@ -9,7 +9,8 @@ import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, DEFAULT_WARM_POOL, createGatewa
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
-import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway } from '@sandglass/control-plane';
+import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
+import { lookup as dnsLookup } from 'node:dns/promises';
 import { reconcileNode } from './reconcile.js';
 import { grantVmTraverse } from './host-access.js';
 import { progressPrinter } from './progress.js';
@@ -55,6 +56,27 @@ function healthFromEnv(): HealthPolicy {
   };
 }
 
+/**
+ * Egress settings from the environment: SANDGLASS_EGRESS_HOSTS ("name=ip,…", a static resolver override consulted
+ * before DNS, for on-prem names and tests), SANDGLASS_EGRESS_CA_FILES (PEM files of extra CAs trusted for upstreams),
+ * SANDGLASS_APPROVAL_TIMEOUT_MS, SANDGLASS_EGRESS_RECORD=1 (record each exchange, secrets redacted).
+ */
+function egressFromEnv(): { lookup: (host: string) => Promise<string[]>; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges: boolean } {
+  const hosts = new Map<string, string[]>();
+  for (const entry of (process.env.SANDGLASS_EGRESS_HOSTS ?? '').split(',').map((e) => e.trim()).filter(Boolean)) {
+    const [name, ip] = entry.split('=');
+    if (!name || !ip) throw new Error(`SANDGLASS_EGRESS_HOSTS: ${JSON.stringify(entry)} is not name=ip`);
+    hosts.set(name.toLowerCase(), [...(hosts.get(name.toLowerCase()) ?? []), ip]);
+  }
+  const caFiles = (process.env.SANDGLASS_EGRESS_CA_FILES ?? '').split(',').map((f) => f.trim()).filter(Boolean);
+  return {
+    lookup: async (host) => hosts.get(host.toLowerCase()) ?? (await dnsLookup(host, { all: true })).map((a) => a.address),
+    upstreamCAs: caFiles.length ? caFiles.map((f) => readFileSync(f, 'utf8')) : undefined,
+    approvalTimeoutMs: process.env.SANDGLASS_APPROVAL_TIMEOUT_MS ? intFromEnv('SANDGLASS_APPROVAL_TIMEOUT_MS', 300_000, 100, 86_400_000) : undefined,
+    recordExchanges: process.env.SANDGLASS_EGRESS_RECORD === '1',
+  };
+}
+
 export async function start(opts: UpOptions = {}): Promise<Running> {
   const layout = homeLayout(opts.home);
   const host = opts.host ?? '127.0.0.1';
@@ -74,7 +96,9 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
   const secret = nodeSecret(layout);
-  const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys: new LocalKeyring({ dir: layout.keys }), clock });
+  const keys = new LocalKeyring({ dir: layout.keys });
+  const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys, clock });
+  const secretStore = new SecretStore({ db, keys, events, clock });
   const retention = process.env.SANDGLASS_RETENTION ? parseRetention(JSON.parse(process.env.SANDGLASS_RETENTION)) : DEFAULT_RETENTION;
   const gateway = new Gateway({
     home: layout,
@@ -88,6 +112,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
     store,
     retention,
+    secrets: secretStore,
+    egress: egressFromEnv(),
     captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
     snapshotIndex: {
       all: async () =>
@@ -127,6 +153,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     nodeSecret: secret,
     clock,
     logger: log,
+    keys,
   });
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;

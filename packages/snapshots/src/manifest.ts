@@ -33,6 +33,8 @@ export interface ManifestBody {
   state: { sizeBytes: number; chunks: string[] };
   /** What the gateway knew about the guest's processes, so a resumed sandbox's commands can be re-attached. */
   agent: { commands: unknown[] };
+  /** The sandbox's network (policy, secret names, placeholders; never a secret value), restored with it. */
+  network?: unknown;
   stats: { pausedMs: number; newChunks: number; storedBytes: number; memoryChunks: number; diskClusters: number };
 }
 
