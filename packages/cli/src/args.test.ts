@@ -1,7 +1,21 @@
 // Argument parsing of the CLI: --env K=V, integers, times, fork sources, cp endpoints, and how commander applies them.
 import { InvalidArgumentError } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { UsageError, collectEnv, collectMetadata, parseCpEndpoint, parseForkArg, parseNonNegativeInt, parsePositiveInt, parseTime, planCp } from './args.js';
+import {
+  UsageError,
+  collectEnv,
+  collectList,
+  collectMetadata,
+  collectRepeated,
+  parseCpEndpoint,
+  parseDurationS,
+  parseForkArg,
+  parseNonNegativeInt,
+  parsePositiveInt,
+  parseTime,
+  planCp,
+  secretValueFromStdin,
+} from './args.js';
 
 describe('--env K=V', () => {
   it('accumulates pairs and keeps everything after the first = as the value', () => {
@@ -75,5 +89,27 @@ describe('cp paths', () => {
     expect(() => planCp('a', 'b')).toThrow(/one side must be in a sandbox/);
     expect(() => planCp(`${id}:/a`, `${id}:/b`)).toThrow(/between two sandboxes/);
     expect(() => planCp('-', `${id}:/tmp/`)).toThrow(/file name/);
+  });
+});
+
+describe('egress options', () => {
+  it('collects repeated rules as given, and comma-separated hosts across repeats', () => {
+    expect(collectRepeated('api.github.com GET /repos', collectRepeated('*.pypi.org'))).toEqual(['*.pypi.org', 'api.github.com GET /repos']);
+    expect(() => collectRepeated(' ')).toThrow(InvalidArgumentError);
+    expect(collectList('c.example', collectList('a.example, b.example:8443'))).toEqual(['a.example', 'b.example:8443', 'c.example']);
+    for (const bad of ['', 'a,,b', 'a,']) expect(() => collectList(bad), bad).toThrow(InvalidArgumentError);
+  });
+
+  it('reads durations in seconds, from 1 s to 1 d', () => {
+    expect([parseDurationS('90'), parseDurationS('30s'), parseDurationS('10m'), parseDurationS('2h'), parseDurationS('1d')]).toEqual([90, 30, 600, 7200, 86400]);
+    for (const bad of ['0', '0m', '25h', '2d', '1.5h', '10 min', '-1', 'm', '']) expect(() => parseDurationS(bad), bad).toThrow(InvalidArgumentError);
+  });
+
+  it('takes a secret value from stdin without one trailing newline, and refuses an empty one', () => {
+    expect(secretValueFromStdin('ghp_abc\n')).toBe('ghp_abc');
+    expect(secretValueFromStdin('ghp_abc\r\n')).toBe('ghp_abc');
+    expect(secretValueFromStdin('line1\nline2\n\n')).toBe('line1\nline2\n');
+    expect(secretValueFromStdin(' spaced ')).toBe(' spaced ');
+    for (const empty of ['', '\n', '\r\n']) expect(() => secretValueFromStdin(empty)).toThrow(UsageError);
   });
 });

@@ -23,6 +23,39 @@ export function collectMetadata(value: string, previous: Record<string, string> 
   return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
 }
 
+/** Commander collector for a repeatable option: `--allow a --allow b` → ['a', 'b']. */
+export function collectRepeated(value: string, previous: string[] = []): string[] {
+  if (value.trim() === '') throw new InvalidArgumentError('must not be empty');
+  return [...previous, value];
+}
+
+/** Commander collector for a comma-separated, repeatable list: `--hosts a,b --hosts c` → ['a', 'b', 'c']. */
+export function collectList(value: string, previous: string[] = []): string[] {
+  const items = value.split(',').map((s) => s.trim());
+  if (items.some((s) => s === '')) throw new InvalidArgumentError(`'${value}' has an empty item; separate items with single commas`);
+  return [...previous, ...items];
+}
+
+const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
+
+/** A duration as `90`, `90s`, `10m`, `2h` or `1d`, in whole seconds (1…86400, as a time-boxed approval takes). */
+export function parseDurationS(value: string): number {
+  const m = /^(\d+)([smhd]?)$/.exec(value.trim());
+  const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2] || 's']! : Number.NaN;
+  if (!(seconds >= 1 && seconds <= 86400)) throw new InvalidArgumentError(`'${value}' is not a duration of 1 s to 1 d; write 90, 30s, 10m, 2h or 1d`);
+  return seconds;
+}
+
+/**
+ * The secret value piped on stdin: one trailing newline (as `echo` and files add) is not part of it. Refuses an empty
+ * value rather than storing one by mistake.
+ */
+export function secretValueFromStdin(text: string): string {
+  const value = text.replace(/\r?\n$/, '');
+  if (value === '') throw new UsageError('secrets set: the value on stdin is empty; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com');
+  return value;
+}
+
 export function parseNonNegativeInt(value: string): number {
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) throw new InvalidArgumentError('must be a whole number >= 0');
   return Number(value);

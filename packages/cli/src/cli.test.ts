@@ -55,6 +55,8 @@ const sandbox = {
   snapshotIntervalS: 60,
   sourceSnapshotId: null,
   pausedAt: null,
+  network: null,
+  secrets: [],
 };
 const SNAP = 'snap_abcdefghijklmnopqrst';
 const FORKS = ['sbx_forkaaaaaaaaaaaaaaa', 'sbx_forkbbbbbbbbbbbbbbb'];
@@ -117,6 +119,30 @@ beforeAll(async () => {
     if (route === `DELETE /v1/snapshots/${SNAP}`) {
       await receive(route, req);
       return json(res, 204);
+    }
+    if (route === `PUT /v1/sandboxes/${SBX}/network`) {
+      await receive(route, req);
+      return json(res, 200, { network: received.get(route)!.at(-1) });
+    }
+    if (route === 'PUT /v1/secrets/GITHUB_TOKEN') {
+      await receive(route, req);
+      const b = received.get(route)!.at(-1) as Record<string, unknown>;
+      return json(res, 201, { name: 'GITHUB_TOKEN', hosts: b.hosts, header: b.header ?? null, format: b.format ?? null, bodyContentTypes: [], approval: b.approval ?? 'none', createdAt: '2025-06-01T12:00:00Z', updatedAt: '2025-06-01T12:00:00Z' });
+    }
+    if (route === 'GET /v1/secrets') {
+      return json(res, 200, { secrets: [{ name: 'GITHUB_TOKEN', hosts: ['api.github.com', '*.example.com'], header: 'Authorization', format: 'Bearer {value}', bodyContentTypes: [], approval: 'required', createdAt: '2025-06-01T12:00:00Z', updatedAt: '2025-06-01T12:00:00Z' }] });
+    }
+    if (route === 'DELETE /v1/secrets/NOPE') return json(res, 404, { error: { code: 'secret_not_found', message: 'No secret NOPE exists for your tenant.' } });
+    if (route === `GET /v1/sandboxes/${SBX}/approvals`) {
+      return json(res, 200, { approvals: [{ requestId: 'apr_aaaaaaaaaaaaaaaaaaaa', sandboxId: SBX, secret: 'GITHUB_TOKEN', host: 'api.github.com', port: 443, method: 'POST', path: '/repos/x/issues', requestedAt: '2025-06-01T12:00:00Z', expiresAt: '2025-06-01T12:05:00Z' }] });
+    }
+    if (route.startsWith('POST /v1/approvals/')) {
+      await receive(route, req);
+      return json(res, 204);
+    }
+    if (route === `GET /v1/sandboxes/${SBX}/events`) {
+      received.set(route, [...(received.get(route) ?? []), u.searchParams.get('type')]);
+      return json(res, 200, { events: [{ seq: 7, id: 'evt_1', type: 'egress.request', sandboxId: SBX, tenantId: 't', at: '2025-06-01T12:00:00Z', data: { host: 'api.github.com' }, hash: 'h', prevHash: 'p' }] });
     }
     if (route.startsWith('DELETE /v1/snapshots/')) return json(res, 404, { error: { code: 'snapshot_not_found', message: 'no such snapshot', requestId: 'req_2' } });
     if (route === `DELETE /v1/sandboxes/${SBX}`) {
@@ -312,5 +338,67 @@ describe('sandglass time travel', () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message);
     expect(received.size).toBe(0);
+  });
+});
+
+describe('sandglass egress', () => {
+  it('creates with --allow, --deny and --secret; with none of them the sandbox gets no network field', async () => {
+    received.clear();
+    const r = await cli(['create', '--allow', 'api.github.com', '--allow', '*.pypi.org', '--deny', 'evil.pypi.org', '--secret', 'GITHUB_TOKEN']);
+    expect([r.code, r.stderr]).toEqual([0, '']);
+    expect(received.get('POST /v1/sandboxes')).toEqual([{ template: 'base', network: { allow: ['api.github.com', '*.pypi.org'], deny: ['evil.pypi.org'] }, secrets: ['GITHUB_TOKEN'] }]);
+    expect((await cli(['create'])).code).toBe(0);
+    expect(received.get('POST /v1/sandboxes')!.at(-1)).toEqual({ template: 'base' });
+  });
+
+  it('replaces a policy with network, printing it', async () => {
+    received.clear();
+    const r = await cli(['network', SBX, '--allow', 'api.github.com', '--deny', '*']);
+    expect([r.code, r.stderr, r.stdout.toString()]).toEqual([0, '', 'allow\tapi.github.com\ndeny\t*\n']);
+    expect(received.get(`PUT /v1/sandboxes/${SBX}/network`)).toEqual([{ allow: ['api.github.com'], deny: ['*'] }]);
+    const shown = await cli(['network', SBX]);
+    expect([shown.code, shown.stdout.toString()]).toEqual([0, 'no network\n']);
+  });
+
+  it('sets a secret from stdin (one trailing newline dropped), never printing the value; refuses an empty one', async () => {
+    received.clear();
+    const r = await cli(['secrets', 'set', 'GITHUB_TOKEN', '--hosts', 'api.github.com,*.example.com', '--header', 'Authorization', '--format', 'Bearer {value}', '--approval', 'required'], 'ghp_value\n');
+    expect([r.code, r.stderr, r.stdout.toString()]).toEqual([0, '', '']);
+    expect(received.get('PUT /v1/secrets/GITHUB_TOKEN')).toEqual([
+      { value: 'ghp_value', hosts: ['api.github.com', '*.example.com'], header: 'Authorization', format: 'Bearer {value}', approval: 'required' },
+    ]);
+    const empty = await cli(['secrets', 'set', 'GITHUB_TOKEN', '--hosts', 'api.github.com'], '\n');
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toMatch(/empty/);
+    expect(received.get('PUT /v1/secrets/GITHUB_TOKEN')).toHaveLength(1);
+
+    const ls = await cli(['secrets', 'ls']);
+    expect(ls.code).toBe(0);
+    expect(ls.stdout.toString()).toMatch(/GITHUB_TOKEN.*api\.github\.com,\*\.example\.com.*Authorization: Bearer \{value\}.*required/);
+    const rm = await cli(['secrets', 'rm', 'NOPE']);
+    expect([rm.code, rm.stderr]).toEqual([1, 'error: secret_not_found: no secret NOPE\n']);
+  });
+
+  it('lists approvals, approves for a while and denies', async () => {
+    received.clear();
+    const list = await cli(['approvals', SBX]);
+    expect(list.code).toBe(0);
+    expect(list.stdout.toString()).toMatch(/apr_aaaaaaaaaaaaaaaaaaaa.*GITHUB_TOKEN.*POST.*api\.github\.com:443\/repos\/x\/issues/);
+    expect((await cli(['approve', 'apr_aaaaaaaaaaaaaaaaaaaa', '--sandbox', SBX, '--for', '10m'])).code).toBe(0);
+    expect((await cli(['deny', 'apr_bbbbbbbbbbbbbbbbbbbb', '--sandbox', SBX])).code).toBe(0);
+    expect(received.get('POST /v1/approvals/apr_aaaaaaaaaaaaaaaaaaaa')).toEqual([{ sandboxId: SBX, decision: 'approve', ttlS: 600 }]);
+    expect(received.get('POST /v1/approvals/apr_bbbbbbbbbbbbbbbbbbbb')).toEqual([{ sandboxId: SBX, decision: 'deny' }]);
+    const noSandbox = await cli(['approve', 'apr_aaaaaaaaaaaaaaaaaaaa']);
+    expect(noSandbox.code).toBe(2);
+    expect(noSandbox.stderr).toMatch(/--sandbox/);
+  });
+
+  it('shows only egress and secret events with --egress', async () => {
+    received.clear();
+    const r = await cli(['events', SBX, '--egress']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.toString()).toContain('egress.request');
+    await cli(['events', SBX]);
+    expect(received.get(`GET /v1/sandboxes/${SBX}/events`)).toEqual(['egress,secret', null]);
   });
 });

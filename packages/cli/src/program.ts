@@ -1,8 +1,21 @@
 // The `sandglass` command line: every command, its options, and the exit status it leaves.
 import { constants as osConstants } from 'node:os';
 import { Command, Option } from 'commander';
-import { Sandbox, SandglassError, type SandboxCreateOptions, type SandboxInfo, type SandboxState } from '@sandglass/sdk';
-import { collectEnv, collectMetadata, parseForkArg, parseNonNegativeInt, parsePositiveInt, parseTime, planCp } from './args.js';
+import { Sandbox, SandglassError, Secrets, type NetworkPolicy, type SandboxCreateOptions, type SandboxInfo, type SandboxState } from '@sandglass/sdk';
+import {
+  collectEnv,
+  collectList,
+  collectMetadata,
+  collectRepeated,
+  parseDurationS,
+  parseForkArg,
+  parseNonNegativeInt,
+  parsePositiveInt,
+  parseTime,
+  planCp,
+  secretValueFromStdin,
+  UsageError,
+} from './args.js';
 import { copy } from './cp.js';
 import { attach, execStreaming, startExec, type ExecOptions } from './exec.js';
 import { formatBytes, printJson, printTable, shortTime } from './output.js';
@@ -20,6 +33,9 @@ interface CreateFlags {
   timeoutS?: number;
   metadata?: Record<string, string>;
   snapshotInterval?: number;
+  allow?: string[];
+  deny?: string[];
+  secret?: string[];
 }
 
 interface ExecFlags {
@@ -37,7 +53,10 @@ function addCreateOptions(cmd: Command): Command {
     .option('--vcpus <n>', 'virtual CPUs', parsePositiveInt)
     .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
     .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
-    .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt);
+    .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt)
+    .option('--allow <rule>', "let the sandbox reach this (host[:port] [METHOD] [/path], '*.domain'; repeatable); without --allow it has no network", collectRepeated)
+    .option('--deny <rule>', 'keep it from this even where an --allow rule matches (repeatable)', collectRepeated)
+    .option('--secret <NAME>', 'bind this tenant secret: the sandbox sees $NAME holding a placeholder (repeatable)', collectRepeated);
 }
 
 function addExecOptions(cmd: Command): Command {
@@ -56,7 +75,21 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   timeoutS: f.timeoutS,
   metadata: f.metadata,
   snapshotIntervalS: f.snapshotInterval,
+  network: f.allow === undefined && f.deny === undefined ? undefined : { allow: f.allow ?? [], deny: f.deny ?? [] },
+  secrets: f.secret,
 });
+
+function printNetwork(network: NetworkPolicy | null): void {
+  if (network === null) return void process.stdout.write('no network\n');
+  const lines = [...network.allow.map((r) => `allow\t${r}`), ...network.deny.map((r) => `deny\t${r}`)];
+  process.stdout.write(lines.length === 0 ? 'no rules: every destination is denied\n' : `${lines.join('\n')}\n`);
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
 
 const execOptions = (f: ExecFlags): ExecOptions => ({
   cwd: f.cwd,
@@ -211,10 +244,11 @@ export function buildProgram(state: RunState): Command {
     .command('events')
     .description("a sandbox's event log")
     .argument('<id>', 'sandbox id')
+    .option('--egress', 'only what the egress gateway recorded (egress.* and secret.* events)')
     .option('--json', 'print JSON')
     .action(
-      act(async (id: string, flags: { json?: boolean }) => {
-        const events = await (await Sandbox.connect(id)).events();
+      act(async (id: string, flags: { egress?: boolean; json?: boolean }) => {
+        const events = await (await Sandbox.connect(id)).events(flags.egress ? { types: ['egress', 'secret'] } : {});
         if (flags.json) return printJson(events);
         for (const e of events) process.stdout.write(`${e.seq}\t${shortTime(e.at)}\t${e.type}\t${JSON.stringify(e.data)}\n`);
       }),
@@ -301,6 +335,98 @@ export function buildProgram(state: RunState): Command {
         printJson((await Promise.all(forks.map((f) => f.getInfo()))).map(withoutAccess));
       }),
     );
+
+  program
+    .command('network')
+    .description("show a sandbox's egress policy, or replace it with --allow and --deny rules (--deny '*' cuts it off)")
+    .argument('<id>', 'sandbox id')
+    .option('--allow <rule>', 'host[:port] [METHOD] [/path], or *.domain (repeatable)', collectRepeated)
+    .option('--deny <rule>', 'denied even where an allow rule matches (repeatable)', collectRepeated)
+    .option('--json', 'print the policy as JSON')
+    .action(
+      act(async (id: string, flags: { allow?: string[]; deny?: string[]; json?: boolean }) => {
+        const sbx = await Sandbox.connect(id);
+        const network =
+          flags.allow === undefined && flags.deny === undefined ? (await sbx.getInfo()).network : await sbx.setNetwork({ allow: flags.allow ?? [], deny: flags.deny ?? [] });
+        if (flags.json) return printJson(network);
+        printNetwork(network);
+      }),
+    );
+
+  const secrets = program.command('secrets').description("the tenant's secrets: values go in on stdin and never come back out");
+  secrets
+    .command('set')
+    .description('create or replace a secret, reading its value from stdin (one trailing newline is dropped)')
+    .argument('<NAME>', 'an environment variable name (A-Z, 0-9, _)')
+    .requiredOption('--hosts <hosts>', 'where the value may be sent: host, *.domain, host:port (comma-separated, repeatable)', collectList)
+    .option('--header <name>', 'add this header to every request to those hosts')
+    .option('--format <text>', "the header's value, with {value} for the secret (default '{value}'), e.g. 'Bearer {value}'")
+    .option('--body-type <type>', 'search request bodies of this media type for the placeholder (repeatable)', collectRepeated)
+    .addOption(new Option('--approval <mode>', 'required: every use waits for `sandglass approve`').choices(['none', 'required']))
+    .option('--json', 'print the stored configuration as JSON')
+    .action(
+      act(async (name: string, flags: { hosts: string[]; header?: string; format?: string; bodyType?: string[]; approval?: 'none' | 'required'; json?: boolean }) => {
+        // Never a prompt: a typed value would echo, and an empty one is never what was meant.
+        if (process.stdin.isTTY) throw new UsageError('secrets set reads the value from stdin; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com');
+        const value = secretValueFromStdin(await readStdin());
+        const info = await Secrets.set(name, value, { hosts: flags.hosts, header: flags.header, format: flags.format, bodyContentTypes: flags.bodyType, approval: flags.approval });
+        if (flags.json) printJson(info);
+      }),
+    );
+  secrets
+    .command('ls')
+    .description('list the secrets (names and scopes, never values)')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (flags: { json?: boolean }) => {
+        const list = await Secrets.list();
+        if (flags.json) return printJson(list);
+        await printTable(
+          ['NAME', 'HOSTS', 'HEADER', 'APPROVAL', 'UPDATED'],
+          list.map((x) => [x.name, x.hosts.join(','), x.header === null ? '' : `${x.header}: ${x.format}`, x.approval, shortTime(x.updatedAt)]),
+        );
+      }),
+    );
+  secrets
+    .command('rm')
+    .description('remove a secret')
+    .argument('<NAME>')
+    .action(
+      act(async (name: string) => {
+        if (!(await Secrets.remove(name))) throw new SandglassError('secret_not_found', `no secret ${name}`, { status: 404 });
+      }),
+    );
+
+  program
+    .command('approvals')
+    .description("requests a sandbox's egress holds until a secret's use is approved")
+    .argument('<sandbox-id>')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (id: string, flags: { json?: boolean }) => {
+        const pending = await (await Sandbox.connect(id)).approvals();
+        if (flags.json) return printJson(pending);
+        await printTable(
+          ['REQUEST', 'SECRET', 'METHOD', 'DESTINATION', 'EXPIRES'],
+          pending.map((a) => [a.requestId, a.secret, a.method, `${a.host}:${a.port}${a.path}`, shortTime(a.expiresAt)]),
+        );
+      }),
+    );
+
+  program
+    .command('approve')
+    .description('let a held request use its secret; --for also lets later uses by the sandbox pass for that long')
+    .argument('<request-id>', 'apr_… (from `sandglass approvals`)')
+    .requiredOption('--sandbox <id>', 'the sandbox that made the request')
+    .option('--for <duration>', 'a time-boxed grant: 90, 30s, 10m, 2h or 1d', parseDurationS)
+    .action(act(async (requestId: string, flags: { sandbox: string; for?: number }) => Sandbox.approve(requestId, { sandboxId: flags.sandbox, ttlS: flags.for })));
+
+  program
+    .command('deny')
+    .description('refuse a held request: the client in the sandbox gets egress_approval_denied')
+    .argument('<request-id>', 'apr_… (from `sandglass approvals`)')
+    .requiredOption('--sandbox <id>', 'the sandbox that made the request')
+    .action(act(async (requestId: string, flags: { sandbox: string }) => Sandbox.deny(requestId, { sandboxId: flags.sandbox })));
 
   program
     .command('templates')

@@ -26,7 +26,39 @@ export interface Sandbox {
   /** The snapshot a fork started from; null for a sandbox created from a template. */
   sourceSnapshotId: string | null;
   pausedAt: string | null;
+  /** The egress policy; null: no network at all. */
+  network: NetworkPolicy | null;
+  /** Names of the tenant secrets bound to it. */
+  secrets: string[];
   access?: Access;
+}
+
+/** Egress rules in the grammar of @sandglass/egress; deny wins, nothing allowed means denied. */
+export interface NetworkPolicy {
+  allow: string[];
+  deny: string[];
+}
+
+/** A request the egress gateway holds until someone approves or denies using a secret in it. */
+export interface ApprovalRequest {
+  requestId: string;
+  sandboxId: string;
+  /** The secret's name. */
+  secret: string;
+  host: string;
+  port: number;
+  method: string;
+  path: string;
+  requestedAt: string;
+  /** When it is denied unless decided. */
+  expiresAt: string;
+}
+
+export interface ApprovalDecision {
+  sandboxId: string;
+  decision: 'approve' | 'deny';
+  /** Approve for this long (later uses of the secret by the sandbox pass); absent: this request only. */
+  ttlS?: number;
 }
 
 export interface Snapshot {
@@ -73,6 +105,10 @@ export interface CreateSandboxRequest {
   timeoutS: number;
   metadata?: Record<string, string>;
   snapshotIntervalS: number;
+  /** Absent: no network at all. */
+  network?: { allow?: string[]; deny?: string[] };
+  /** Names of tenant secrets to bind. */
+  secrets?: string[];
 }
 
 export interface ResumeSandboxRequest {
@@ -120,6 +156,8 @@ export function toSandbox(row: SandboxRow): Sandbox {
     snapshotIntervalS: row.snapshot_interval_s,
     sourceSnapshotId: row.source_snapshot_id,
     pausedAt: row.paused_at,
+    network: row.network === null ? null : (JSON.parse(row.network) as NetworkPolicy),
+    secrets: JSON.parse(row.secrets) as string[],
   };
 }
 

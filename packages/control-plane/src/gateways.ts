@@ -1,6 +1,6 @@
 // Placement and the node gateway's internal API as seen from the control plane: it only ever talks to gateways over HTTP.
 import { errorFromBody, SandglassError } from '@sandglass/core';
-import type { Snapshot } from './api.js';
+import type { ApprovalRequest, NetworkPolicy, Snapshot } from './api.js';
 
 export interface GatewayEndpoint {
   id: string;
@@ -36,6 +36,10 @@ export interface GatewayCreateRequest {
   vcpus: number;
   timeoutS: number;
   snapshotIntervalS: number;
+  /** The egress policy, already checked by parsePolicy; absent: no network at all. */
+  network?: NetworkPolicy;
+  /** Names of tenant secrets to bind (each exists); the gateway resolves them through its SecretStore. */
+  secrets?: string[];
 }
 
 export interface GatewayCreateReply {
@@ -54,6 +58,15 @@ export interface GatewayResumeRequest {
   tenantId: string;
   timeoutS: number;
   snapshotIntervalS: number;
+  /** The policy and secrets the sandbox had when paused, so its new VM gets the same egress. */
+  network?: NetworkPolicy;
+  secrets?: string[];
+}
+
+export interface GatewayApprovalDecision {
+  decision: 'approve' | 'deny';
+  /** A time-boxed grant; absent: this request only. */
+  ttlS?: number;
 }
 
 export interface GatewayForkRequest {
@@ -124,6 +137,18 @@ export class GatewayClient {
 
   async setSnapshotInterval(gateway: GatewayEndpoint, sandboxId: string, snapshotIntervalS: number): Promise<void> {
     await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/snapshot-interval`, { snapshotIntervalS }, this.#requestTimeoutMs);
+  }
+
+  async setNetwork(gateway: GatewayEndpoint, sandboxId: string, network: NetworkPolicy): Promise<void> {
+    await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/network`, network, this.#requestTimeoutMs);
+  }
+
+  async listApprovals(gateway: GatewayEndpoint, sandboxId: string): Promise<ApprovalRequest[]> {
+    return ((await this.#call(gateway, 'GET', `${sandboxPath(sandboxId)}/approvals`, undefined, this.#requestTimeoutMs)) as { approvals: ApprovalRequest[] }).approvals;
+  }
+
+  async decideApproval(gateway: GatewayEndpoint, sandboxId: string, requestId: string, decision: GatewayApprovalDecision): Promise<void> {
+    await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/approvals/${encodeURIComponent(requestId)}`, decision, this.#requestTimeoutMs);
   }
 
   async #call(gateway: GatewayEndpoint, method: string, path: string, body: unknown, timeoutMs: number): Promise<unknown> {

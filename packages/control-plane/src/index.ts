@@ -1,9 +1,19 @@
-// @sandglass/control-plane: the public REST API (spec/control-plane.yaml), tenants and keys, templates, sandbox placement.
+// @sandglass/control-plane: the public REST API (spec/control-plane.yaml), tenants and keys, templates, sandbox placement, tenant secrets.
 export { createControlPlane, CONTROL_PLANE_SPEC, type ControlPlane, type ControlPlaneOptions } from './server.js';
 export { SandboxService, ACCESS_TOKEN_TTL_MS, type SandboxServiceDeps } from './sandboxes.js';
 export {
+  SecretStore,
+  SECRET_NAME,
+  SECRET_VALUE_MAX_BYTES,
+  type ResolvedSecret,
+  type SecretInfo,
+  type SecretInput,
+  type SecretStoreDeps,
+} from './secrets.js';
+export {
   GatewayClient,
   singleGateway,
+  type GatewayApprovalDecision,
   type GatewayClientOptions,
   type GatewayCreateReply,
   type GatewayCreateRequest,

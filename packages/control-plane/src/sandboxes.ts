@@ -2,14 +2,18 @@
 import type { Kysely } from 'kysely';
 import { errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock } from '@sandglass/core';
 import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
+import { parsePolicy } from '@sandglass/egress';
 import type { EventLog, StoredEvent } from '@sandglass/events';
 import {
   toSandbox,
   toSnapshot,
   type Access,
+  type ApprovalDecision,
+  type ApprovalRequest,
   type CreateSandboxRequest,
   type ForkRequest,
   type ForkResponse,
+  type NetworkPolicy,
   type PauseResponse,
   type ResumeSandboxRequest,
   type Sandbox,
@@ -17,6 +21,7 @@ import {
 } from './api.js';
 import type { GatewayClient, GatewayDirectory, GatewayEndpoint, GatewayForkReply } from './gateways.js';
 import type { Principal } from './keys.js';
+import { renameRuleField, type SecretStore } from './secrets.js';
 import { findTemplate } from './templates.js';
 
 /** How long a data-plane token lives: short, because it cannot be revoked. */
@@ -29,11 +34,31 @@ export interface SandboxServiceDeps {
   gatewayClient: GatewayClient;
   nodeSecret: Buffer;
   clock: Clock;
+  /** For `secrets` on create: each must exist for the tenant. */
+  secrets: SecretStore;
   /** The data-plane URL clients are given, when it differs from the URL the control plane reaches the gateway at. */
   publicGatewayUrl?: string;
 }
 
 const isFinal = (state: SandboxState) => state === 'ended' || state === 'failed';
+
+/** Checks the rules with the egress grammar, naming `${field}.allow[i]`; absent lists are empty. */
+function checkNetwork(input: { allow?: string[]; deny?: string[] }, field: string): NetworkPolicy {
+  try {
+    parsePolicy(input);
+  } catch (err) {
+    throw renameRuleField(err, (f) => `${field}.${f}`);
+  }
+  return { allow: input.allow ?? [], deny: input.deny ?? [] };
+}
+
+/** Paging and filtering of a sandbox's events. */
+export interface EventsQuery {
+  afterSeq?: number;
+  limit?: number;
+  /** Comma-separated types or families ('egress,secret' is every egress.* and secret.* event). */
+  type?: string;
+}
 
 /** Which snapshot a resume or fork starts from: one by id, the latest at or before a time, or (neither) the latest. */
 interface SnapshotChoice {
@@ -42,8 +67,8 @@ interface SnapshotChoice {
 }
 
 /**
- * The control plane appends only `sandbox.created`, `sandbox.killed`, `sandbox.extended` and `sandbox.configured` (and
- * `sandbox.failed` when the gateway could not); the gateway appends `sandbox.started`, `sandbox.failed`,
+ * The control plane appends only `sandbox.created`, `sandbox.killed`, `sandbox.extended`, `sandbox.configured` and
+ * `sandbox.network_changed` (and `sandbox.failed` when the gateway could not); the gateway appends `sandbox.started`, `sandbox.failed`,
  * `sandbox.paused/resumed/forked`, `snapshot.*`, `command.*` and `file.*` itself.
  * No transaction is ever held across a gateway call: in the embedded deployment the gateway appends to the same database meanwhile.
  */
@@ -56,16 +81,28 @@ export class SandboxService {
     if (!template) throw new SandglassError('template_not_found', `No template ${JSON.stringify(req.template)}; GET /v1/templates lists them.`, { details: { field: 'template' } });
     if (template.status === 'failed') throw new SandglassError('template_not_ready', `Template ${template.name} failed to build; rebuild it before creating sandboxes from it.`);
     if (template.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${template.name} is still being built; retry shortly.`);
+    const network = req.network === undefined ? undefined : checkNetwork(req.network, 'network');
+    const secrets = req.secrets ?? [];
+    const dup = secrets.findIndex((name, i) => secrets.indexOf(name) !== i);
+    if (dup >= 0) throw invalidArgument(`secrets[${dup}]`, `names ${secrets[dup]} twice`);
+    // Secrets without a network policy are allowed: the placeholders exist, but nothing can be reached to use them on.
+    await this.deps.secrets.checkExist(who.tenantId, secrets);
 
     const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: req.memoryMib, vcpus: req.vcpus });
     const id = newId('sbx');
     const spec = { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS };
+    const egress = { ...(network === undefined ? {} : { network }), ...(secrets.length === 0 ? {} : { secrets }) };
     await events.append(
-      { type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data: { ...spec, metadata: req.metadata ?? {}, gatewayId: gateway.id, gatewayUrl: gateway.url } },
+      {
+        type: 'sandbox.created',
+        tenantId: who.tenantId,
+        sandboxId: id,
+        data: { ...spec, metadata: req.metadata ?? {}, gatewayId: gateway.id, gatewayUrl: gateway.url, network: network ?? null, secrets },
+      },
       { clock },
     );
     try {
-      await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec });
+      await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec, ...egress });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
     }
@@ -116,9 +153,36 @@ export class SandboxService {
     return this.#access(row, await this.#gatewayOf(row));
   }
 
-  async events(who: Principal, id: string, page: { afterSeq?: number; limit?: number }): Promise<StoredEvent[]> {
+  async events(who: Principal, id: string, query: EventsQuery): Promise<StoredEvent[]> {
     await this.#own(who, id);
-    return this.deps.events.list({ sandboxId: id, tenantId: who.tenantId, ...page });
+    const { type, ...page } = query;
+    return this.deps.events.list({ sandboxId: id, tenantId: who.tenantId, ...page, ...(type === undefined ? {} : { types: type.split(',') }) });
+  }
+
+  /** Replaces the egress policy of a running sandbox: on the gateway first (it enforces it), then in the log. */
+  async setNetwork(who: Principal, id: string, input: { allow?: string[]; deny?: string[] }): Promise<{ network: NetworkPolicy }> {
+    const network = checkNetwork(input, 'network');
+    const row = await this.#running(who, id, 'change the network of');
+    await this.deps.gatewayClient.setNetwork(await this.#gatewayOf(row), id, network);
+    await this.deps.events.append({ type: 'sandbox.network_changed', tenantId: who.tenantId, sandboxId: id, data: { ...network } }, { clock: this.deps.clock });
+    return { network };
+  }
+
+  /** Requests the sandbox's egress holds for approval; only a running sandbox can have any. */
+  async approvals(who: Principal, id: string): Promise<ApprovalRequest[]> {
+    const row = await this.#own(who, id);
+    if (row.state !== 'running') return [];
+    return this.deps.gatewayClient.listApprovals(await this.#gatewayOf(row), id);
+  }
+
+  async decideApproval(who: Principal, requestId: string, req: ApprovalDecision): Promise<void> {
+    if (req.ttlS !== undefined && req.decision !== 'approve') throw invalidArgument('ttlS', 'applies only to decision approve: a denial is always for this request only');
+    const row = await this.#own(who, req.sandboxId);
+    if (row.state !== 'running') {
+      throw new SandglassError('approval_not_found', `Sandbox ${req.sandboxId} is ${row.state}, so it has no pending approval request ${requestId}.`);
+    }
+    const decision = { decision: req.decision, ...(req.ttlS === undefined ? {} : { ttlS: req.ttlS }) };
+    await this.deps.gatewayClient.decideApproval(await this.#gatewayOf(row), req.sandboxId, requestId, decision);
   }
 
   /** Sets the rolling-snapshot interval: on the gateway when a VM runs, then in the log (a paused sandbox takes it along when resumed). */
@@ -172,11 +236,14 @@ export class SandboxService {
     }
     const snap = await this.#choose(who, row, req);
     const gateway = await this.#gatewayFor(row);
+    const secrets = JSON.parse(row.secrets) as string[];
     await this.deps.gatewayClient.resumeSandbox(gateway, id, {
       snapshotId: snap.id,
       tenantId: who.tenantId,
       timeoutS: row.timeout_s,
       snapshotIntervalS: row.snapshot_interval_s,
+      ...(row.network === null ? {} : { network: JSON.parse(row.network) as NetworkPolicy }),
+      ...(secrets.length === 0 ? {} : { secrets }),
     });
     const resumed = await this.#row(id);
     return { ...toSandbox(resumed), access: this.#access(resumed, gateway) };
@@ -215,6 +282,9 @@ export class SandboxService {
         gatewayUrl: gateway.url,
         snapshotIntervalS: source.snapshot_interval_s,
         sourceSnapshotId: snap.id,
+        // The gateway restores the snapshot's network; until its sandbox.forked says which, the source's is the best guess.
+        network: source.network === null ? null : (JSON.parse(source.network) as NetworkPolicy),
+        secrets: JSON.parse(source.secrets) as string[],
       };
       await events.append({ type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data }, { clock });
     }
@@ -261,7 +331,7 @@ export class SandboxService {
   }
 
   /** A sandbox a VM runs for right now: what snapshot and pause need. */
-  async #running(who: Principal, id: string, what: 'snapshot' | 'pause'): Promise<SandboxRow> {
+  async #running(who: Principal, id: string, what: 'snapshot' | 'pause' | 'change the network of'): Promise<SandboxRow> {
     const row = await this.#own(who, id);
     if (row.state === 'running') return row;
     const why =

@@ -5,11 +5,14 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Writable } from 'node:stream';
 import { Ajv2020 } from 'ajv/dist/2020.js';
+import { pino } from 'pino';
 import addFormats from 'ajv-formats';
 import { createLogger, derefSchema, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
 import { openDatabase, toIso, type Database } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
+import { LocalKeyring } from '@sandglass/kms';
 import {
   bootstrapLocal,
   CONTROL_PLANE_SPEC,
@@ -21,6 +24,7 @@ import {
   type ControlPlane,
   type GatewayDirectory,
   type Snapshot,
+  SecretStore,
 } from './index.js';
 
 const SECRET = Buffer.alloc(32, 7);
@@ -42,6 +46,10 @@ let gatewayUrl: string;
 let seen: SeenRequest[];
 let mode: GatewayMode;
 let forkMode: ForkMode;
+/** What the fake gateway's approval broker holds, by sandbox id. */
+let pendingApprovals: Map<string, Record<string, unknown>[]>;
+/** Every response body the control plane gave in this test, to search for secret values. */
+let bodies: string[];
 
 let database: Database;
 let events: EventLog;
@@ -49,6 +57,7 @@ let clock: ManualClock;
 let cp: ControlPlane;
 let home: string;
 let adminKey: string;
+let keys: LocalKeyring;
 
 /** The gateway's side of taking a snapshot: it records snapshot.taken, parented on the sandbox's latest snapshot. */
 async function recordSnapshot(sandboxId: string, reason: Snapshot['reason'], name: string | null = null): Promise<Snapshot> {
@@ -89,7 +98,17 @@ beforeAll(async () => {
     if (req.method === 'DELETE' && req.url?.startsWith('/internal/v1/sandboxes/')) return reply(204);
     if (req.method === 'POST' && req.url?.endsWith('/timeout')) return reply(204);
     if (req.method === 'PUT' && req.url?.endsWith('/snapshot-interval')) return reply(204);
+    if (req.method === 'PUT' && req.url?.endsWith('/network')) return reply(204);
     const url = new URL(req.url!, 'http://gw');
+    const approvals = /^\/internal\/v1\/sandboxes\/([^/]+)\/approvals(?:\/([^/]+))?$/.exec(url.pathname);
+    if (approvals && req.method === 'GET' && approvals[2] === undefined) return reply(200, { approvals: pendingApprovals.get(approvals[1]!) ?? [] });
+    if (approvals && req.method === 'POST' && approvals[2] !== undefined) {
+      const list = pendingApprovals.get(approvals[1]!) ?? [];
+      const i = list.findIndex((a) => a.requestId === approvals[2]);
+      if (i < 0) return reply(404, { error: { code: 'approval_not_found', message: `No pending approval request ${approvals[2]}.`, requestId: 'req_gw' } });
+      list.splice(i, 1);
+      return reply(204);
+    }
     const [, sandboxId, action] = /^\/internal\/v1\/sandboxes\/([^/]+)\/(snapshots|pause|resume)$/.exec(url.pathname) ?? [];
     if (req.method === 'POST' && action === 'snapshots') return reply(201, { snapshot: await recordSnapshot(sandboxId!, 'manual', (body as { name?: string }).name ?? null) });
     if (req.method === 'POST' && action === 'pause') {
@@ -136,7 +155,7 @@ beforeAll(async () => {
 afterAll(() => new Promise<void>((resolve) => fakeGateway.close(() => resolve())));
 
 async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test', url: gatewayUrl })): Promise<void> {
-  cp = createControlPlane({ db: database.db, events, gateways, nodeSecret: SECRET, clock, logger: createLogger('test', 'silent') });
+  cp = createControlPlane({ db: database.db, events, gateways, nodeSecret: SECRET, clock, logger: createLogger('test', 'silent'), keys });
   await cp.app.ready();
 }
 
@@ -144,11 +163,14 @@ beforeEach(async () => {
   seen = [];
   mode = 'ok';
   forkMode = 'ok';
+  pendingApprovals = new Map();
+  bodies = [];
   violations = [];
   clock = new ManualClock(Date.UTC(2025, 5, 1, 12));
   database = await openDatabase({ url: 'sqlite::memory:' });
   events = new EventLog(database.db);
   home = mkdtempSync(join(tmpdir(), 'sg-cp-'));
+  keys = new LocalKeyring({ dir: join(home, 'keys') });
   adminKey = await bootstrapLocal({ db: database.db, events, keyFile: join(home, 'admin-key'), clock });
   for (const [name, status] of [['base', 'ready'], ['slow', 'building'], ['broken', 'failed']] as const) {
     await upsertTemplate(database.db, { name, status, memoryMib: 256 }, { clock });
@@ -182,7 +204,7 @@ function checkAgainstSpec(method: string, url: string, status: number, body: str
   if (!ajv.validate(derefSchema(spec, schema) as object, JSON.parse(body))) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
 }
 
-type Method = 'GET' | 'POST' | 'DELETE';
+type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 async function call(method: Method, url: string, opts: { key?: string | null; json?: unknown; payload?: string | Buffer; headers?: Record<string, string> } = {}) {
   const key = opts.key === undefined ? adminKey : opts.key;
   const res = await cp.app.inject({
@@ -192,6 +214,7 @@ async function call(method: Method, url: string, opts: { key?: string | null; js
     ...(opts.json !== undefined ? { payload: opts.json as object } : opts.payload !== undefined ? { payload: opts.payload } : {}),
   });
   checkAgainstSpec(method, url, res.statusCode, res.body);
+  bodies.push(res.body);
   return res;
 }
 
@@ -999,5 +1022,434 @@ describe('POST /v1/forks', () => {
       ['failed', 'A chunk failed verification.'],
       ['failed', 'A chunk failed verification.'],
     ]);
+  });
+});
+
+const TOKEN = 'ghp_s3cr3t-value-that-must-never-leak';
+const githubToken = { value: TOKEN, hosts: ['api.github.com', '*.githubusercontent.example'], header: 'Authorization', format: 'Bearer {value}' };
+
+/** Everything a rejected secret write must leave alone. */
+async function secretState() {
+  return { ...(await state()), secrets: await database.db.selectFrom('secrets').selectAll().orderBy('name').execute() };
+}
+
+/** The value must not be in any response, event or stored row, in clear or as base64. */
+async function expectNowhere(value: string) {
+  const everything = [
+    ...bodies,
+    JSON.stringify(await events.list()),
+    JSON.stringify(await database.db.selectFrom('secrets').selectAll().execute()),
+    JSON.stringify(await database.db.selectFrom('sandboxes').selectAll().execute()),
+    JSON.stringify(seen),
+  ].join('\n');
+  expect(everything).not.toContain(value);
+  expect(everything).not.toContain(Buffer.from(value).toString('base64'));
+}
+
+describe('secrets', () => {
+  it('creates (201), replaces (200), lists and removes a secret, recording each change without its value', async () => {
+    const created = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toEqual({
+      name: 'GITHUB_TOKEN',
+      hosts: githubToken.hosts,
+      header: 'Authorization',
+      format: 'Bearer {value}',
+      bodyContentTypes: [],
+      approval: 'none',
+      createdAt: at(0),
+      updatedAt: at(0),
+    });
+    clock.advance(5_000);
+    const replaced = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { value: 'another-value', hosts: ['api.github.com'], bodyContentTypes: ['application/json'], approval: 'required' } });
+    expect(replaced.statusCode, replaced.body).toBe(200);
+    expect(replaced.json()).toMatchObject({ hosts: ['api.github.com'], header: null, format: null, bodyContentTypes: ['application/json'], approval: 'required', createdAt: at(0), updatedAt: at(5) });
+    await call('PUT', '/v1/secrets/NPM_TOKEN', { json: { value: 'npm_abcdef', hosts: ['registry.npmjs.org'], header: 'Authorization' } });
+
+    const list = await call('GET', '/v1/secrets');
+    expect(list.statusCode).toBe(200);
+    expect(list.json().secrets.map((x: { name: string; format: string | null }) => [x.name, x.format])).toEqual([
+      ['GITHUB_TOKEN', null],
+      ['NPM_TOKEN', '{value}'],
+    ]);
+
+    expect((await call('DELETE', '/v1/secrets/NPM_TOKEN')).statusCode).toBe(204);
+    const again = await call('DELETE', '/v1/secrets/NPM_TOKEN');
+    expect(again.statusCode).toBe(404);
+    expect(again.json().error).toMatchObject({ code: 'secret_not_found', details: { field: 'name' } });
+    expect((await call('GET', '/v1/secrets')).json().secrets.map((x: { name: string }) => x.name)).toEqual(['GITHUB_TOKEN']);
+
+    const recorded = (await events.list()).filter((e) => e.type.startsWith('secret.'));
+    expect(recorded.map((e) => [e.type, e.sandboxId, e.data])).toEqual([
+      ['secret.set', null, { name: 'GITHUB_TOKEN', hosts: githubToken.hosts, header: 'Authorization', approval: 'none' }],
+      ['secret.set', null, { name: 'GITHUB_TOKEN', hosts: ['api.github.com'], header: null, approval: 'required' }],
+      ['secret.set', null, { name: 'NPM_TOKEN', hosts: ['registry.npmjs.org'], header: 'Authorization', approval: 'none' }],
+      ['secret.removed', null, { name: 'NPM_TOKEN' }],
+    ]);
+    expect((await events.verifyChain()).ok).toBe(true);
+    for (const v of [TOKEN, 'another-value', 'npm_abcdef']) await expectNowhere(v);
+  });
+
+  it('keeps each tenant to its own secrets', async () => {
+    const b = await tenantB();
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    expect((await call('GET', '/v1/secrets', { key: b.key })).json().secrets).toEqual([]);
+    const del = await call('DELETE', '/v1/secrets/GITHUB_TOKEN', { key: b.key });
+    expect(del.json().error.code).toBe('secret_not_found');
+    expect((await call('PUT', '/v1/secrets/GITHUB_TOKEN', { key: b.key, json: { ...githubToken, value: 'tenant-b-value' } })).statusCode).toBe(201);
+    const store = new SecretStore({ db: database.db, keys, events, clock });
+    const [tenantA] = await database.db.selectFrom('tenants').select('id').where('name', '=', 'default').execute();
+    expect((await (await store.resolve(tenantA!.id, 'GITHUB_TOKEN')).value()).reveal()).toBe(TOKEN);
+    expect((await (await store.resolve(b.tenantId, 'GITHUB_TOKEN')).value()).reveal()).toBe('tenant-b-value');
+  });
+
+  it('resolves the configuration, and the value only when value() is called, as a Redacted', async () => {
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, bodyContentTypes: ['text/*'], approval: 'required' } });
+    const tenantId = (await database.db.selectFrom('tenants').select('id').executeTakeFirstOrThrow()).id;
+    const store = new SecretStore({ db: database.db, keys, events, clock });
+    const resolved = await store.resolve(tenantId, 'GITHUB_TOKEN');
+    expect(resolved).toMatchObject({ name: 'GITHUB_TOKEN', hosts: githubToken.hosts, header: 'Authorization', format: 'Bearer {value}', bodyContentTypes: ['text/*'], approval: 'required' });
+    const value = await resolved.value();
+    expect(value.reveal()).toBe(TOKEN);
+    expect(String(value)).toBe('«redacted»');
+    expect(JSON.stringify({ resolved, value })).not.toContain(TOKEN);
+
+    // Decrypted at the moment of use: a replaced value is what the next use gets; a removed secret is gone.
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, value: 'rotated-value' } });
+    expect((await resolved.value()).reveal()).toBe('rotated-value');
+    await call('DELETE', '/v1/secrets/GITHUB_TOKEN');
+    await expect(resolved.value()).rejects.toMatchObject({ code: 'secret_not_found' });
+    await expect(store.resolve(tenantId, 'GITHUB_TOKEN')).rejects.toMatchObject({ code: 'secret_not_found' });
+  });
+
+  it('binds each sealed value to its tenant and name: a value moved to another row does not decrypt', async () => {
+    await call('PUT', '/v1/secrets/A_TOKEN', { json: { value: 'value-of-a', hosts: ['a.example'] } });
+    await call('PUT', '/v1/secrets/B_TOKEN', { json: { value: 'value-of-b', hosts: ['b.example'] } });
+    const rows = await database.db.selectFrom('secrets').selectAll().orderBy('name').execute();
+    await database.db.updateTable('secrets').set({ value_sealed: rows[0]!.value_sealed }).where('name', '=', 'B_TOKEN').execute();
+    const store = new SecretStore({ db: database.db, keys, events, clock });
+    const err = await (await store.resolve(rows[1]!.tenant_id, 'B_TOKEN')).value().catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'internal' });
+    expect(String((err as Error).message)).not.toContain('value-of-a');
+  });
+
+  it('never logs a value, even at trace level and on refused requests', async () => {
+    let log = '';
+    const sink = new Writable({ write: (chunk, _enc, done) => ((log += String(chunk)), done()) });
+    await cp.close();
+    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl }), nodeSecret: SECRET, clock, logger: pino({ level: 'trace' }, sink), keys });
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, value: `${TOKEN}\n` } });
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, extra: TOKEN } });
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { payload: `{"value": "${TOKEN}"`, headers: { 'content-type': 'application/json' } });
+    // Node's JSON.parse quotes the text around an unexpected token (here, the value); fastify's message does not.
+    const malformed = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { payload: `{"value": ${TOKEN}}`, headers: { 'content-type': 'application/json' } });
+    expect(malformed.statusCode).toBe(400);
+    expect(malformed.json().error).toMatchObject({ code: 'malformed_json', requestId: expect.stringMatching(/^req_/) });
+    expect(malformed.body).not.toContain(TOKEN.slice(0, 8));
+    expect(log).not.toContain(TOKEN.slice(0, 8));
+    await createSandbox(adminKey, { secrets: ['GITHUB_TOKEN'] });
+    expect(log).toContain('GITHUB_TOKEN');
+    expect(log).not.toContain(TOKEN);
+    await expectNowhere(TOKEN);
+  });
+
+  it('answers key_unavailable, storing nothing, when the deployment has no key provider', async () => {
+    await cp.close();
+    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl }), nodeSecret: SECRET, clock, logger: createLogger('test', 'silent') });
+    const before = await secretState();
+    const res = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error.code).toBe('key_unavailable');
+    expect(await secretState()).toEqual(before);
+  });
+
+  it.each(['github_token', '1TOKEN', 'A-B', 'A.B', 'X'.repeat(65)])('refuses the name %j, changing nothing', async (name) => {
+    const before = await secretState();
+    const res = await call('PUT', `/v1/secrets/${name}`, { json: githubToken });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field: 'params.name' } });
+    expect(await secretState()).toEqual(before);
+  });
+
+  it('takes env-style names', async () => {
+    for (const name of ['_', 'A', 'GITHUB_TOKEN', 'X1_2', `A${'B'.repeat(63)}`]) {
+      expect((await call('PUT', `/v1/secrets/${name}`, { json: githubToken })).statusCode, name).toBe(201);
+    }
+  });
+
+  it.each([
+    ['a wildcard over everything', { hosts: ['*'] }, 'policy_invalid', 'hosts[0]'],
+    ['a wildcard over a public suffix', { hosts: ['api.github.com', '*.com'] }, 'policy_invalid', 'hosts[1]'],
+    ['a port out of range', { hosts: ['api.github.com:70000'] }, 'policy_invalid', 'hosts[0]'],
+    ['a port that is not a number', { hosts: ['api.github.com:https'] }, 'policy_invalid', 'hosts[0]'],
+    ['a URL', { hosts: ['https://api.github.com'] }, 'policy_invalid', 'hosts[0]'],
+    ['a path', { hosts: ['a.example', 'api.github.com/repos'] }, 'policy_invalid', 'hosts[1]'],
+    ['a method', { hosts: ['api.github.com GET'] }, 'policy_invalid', 'hosts[0]'],
+    ['no hosts', { hosts: [] }, 'invalid_argument', 'hosts'],
+    ['33 hosts', { hosts: Array.from({ length: 33 }, (_, i) => `h${i}.example`) }, 'invalid_argument', 'hosts'],
+    ['no value', { value: undefined }, 'invalid_argument', 'value'],
+    ['an empty value', { value: '' }, 'invalid_argument', 'value'],
+    ['a value of 3 characters', { value: 'abc' }, 'invalid_argument', 'value'],
+    ['a value over 64 KiB of UTF-8', { value: 'é'.repeat(32769) }, 'invalid_argument', 'value'],
+    ['a value over 64 Ki characters', { value: 'x'.repeat(65537) }, 'invalid_argument', 'value'],
+    ['a header value with a line break', { value: 'abcd\r\nX-Evil: 1' }, 'invalid_argument', 'value'],
+    ['a header that is no token', { header: 'Bad Header' }, 'invalid_argument', 'header'],
+    ['a header the proxy owns', { header: 'Host' }, 'invalid_argument', 'header'],
+    ['a format without {value}', { format: 'Bearer token' }, 'invalid_argument', 'format'],
+    ['a format without a header', { header: undefined }, 'invalid_argument', 'format'],
+    ['a format with a line break', { format: 'Bearer {value}\r\nX: y' }, 'invalid_argument', 'format'],
+    ['a body type that is no media type', { bodyContentTypes: ['json'] }, 'invalid_argument', 'bodyContentTypes.0'],
+    ['an unknown approval', { approval: 'maybe' }, 'invalid_argument', 'approval'],
+    ['an unknown field', { scope: 'all' }, 'invalid_argument', 'scope'],
+  ])('refuses %s, changing nothing', async (_what, change, code, field) => {
+    const before = await secretState();
+    const json = JSON.parse(JSON.stringify({ ...githubToken, ...change }));
+    const res = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json });
+    expect(res.statusCode, res.body).toBe(400);
+    expect(res.json().error).toMatchObject({ code, details: { field } });
+    expect(res.json().error.message).toContain(field);
+    expect(await secretState()).toEqual(before);
+    const value = (json as { value?: string }).value;
+    if (value !== undefined && value.length >= 4) expect(res.body).not.toContain(value);
+  });
+});
+
+describe('network policy and secrets of a sandbox', () => {
+  it('creates with a policy and secrets: passed to the gateway, recorded, and shown on the sandbox', async () => {
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    await call('PUT', '/v1/secrets/PYPI_TOKEN', { json: { value: 'pypi-value', hosts: ['upload.pypi.org'] } });
+    seen = [];
+    const network = { allow: ['api.github.com', '*.pypi.org', 'example.com:8443', 'api.github.com GET /repos'], deny: ['evil.pypi.org'] };
+    const sbx = await createSandbox(adminKey, { network, secrets: ['GITHUB_TOKEN', 'PYPI_TOKEN'] });
+    expect(sbx).toMatchObject({ network, secrets: ['GITHUB_TOKEN', 'PYPI_TOKEN'] });
+    expect(seen[0]!.body).toEqual({
+      id: sbx.id,
+      tenantId: sbx.tenantId,
+      template: 'base',
+      memoryMib: 256,
+      vcpus: 1,
+      timeoutS: 300,
+      snapshotIntervalS: 60,
+      network,
+      secrets: ['GITHUB_TOKEN', 'PYPI_TOKEN'],
+    });
+    expect((await events.list({ sandboxId: sbx.id }))[0]!.data).toMatchObject({ network, secrets: ['GITHUB_TOKEN', 'PYPI_TOKEN'] });
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}`)).json()).toMatchObject({ network, secrets: ['GITHUB_TOKEN', 'PYPI_TOKEN'] });
+    await expectNowhere(TOKEN);
+    await expectNowhere('pypi-value');
+  });
+
+  it('has no network and no secrets unless asked; allow alone means deny nothing', async () => {
+    const none = await createSandbox();
+    expect(none).toMatchObject({ network: null, secrets: [] });
+    expect(seen[0]!.body).not.toHaveProperty('network');
+    expect(seen[0]!.body).not.toHaveProperty('secrets');
+    expect((await events.list({ sandboxId: none.id }))[0]!.data).toMatchObject({ network: null, secrets: [] });
+    seen = [];
+    const allowOnly = await createSandbox(adminKey, { network: { allow: ['api.github.com'] } });
+    expect(allowOnly).toMatchObject({ network: { allow: ['api.github.com'], deny: [] } });
+    expect(seen[0]!.body).toMatchObject({ network: { allow: ['api.github.com'], deny: [] } });
+  });
+
+  it('takes secrets without a network policy: the placeholders exist but nothing is reachable', async () => {
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    const sbx = await createSandbox(adminKey, { secrets: ['GITHUB_TOKEN'] });
+    expect(sbx).toMatchObject({ network: null, secrets: ['GITHUB_TOKEN'] });
+    expect(seen[0]!.body).toMatchObject({ secrets: ['GITHUB_TOKEN'] });
+    expect(seen[0]!.body).not.toHaveProperty('network');
+  });
+
+  it.each([
+    ['an allow rule for every host', { network: { allow: ['*'] } }, 'policy_invalid', 'network.allow[0]'],
+    ['a wildcard over .com', { network: { allow: ['api.github.com', '*.com'] } }, 'policy_invalid', 'network.allow[1]'],
+    ['a wildcard over a shared hosting suffix', { network: { allow: ['*.github.io'] } }, 'policy_invalid', 'network.allow[0]'],
+    ['a bad port', { network: { allow: ['api.github.com:0'] } }, 'policy_invalid', 'network.allow[0]'],
+    ['a port past 65535', { network: { allow: ['a.example', 'b.example', 'api.github.com:65536'] } }, 'policy_invalid', 'network.allow[2]'],
+    ['a malformed deny rule', { network: { deny: ['bad host name!'] } }, 'policy_invalid', 'network.deny[0]'],
+    ['a rule that is a URL', { network: { allow: ['https://api.github.com/'] } }, 'policy_invalid', 'network.allow[0]'],
+    ['rules that are not a list', { network: { allow: 'api.github.com' } }, 'invalid_argument', 'network.allow'],
+    ['an empty rule', { network: { allow: [''] } }, 'invalid_argument', 'network.allow.0'],
+    ['an unknown policy field', { network: { block: ['x.example'] } }, 'invalid_argument', 'network.block'],
+    ['a secret name that is not one', { secrets: ['github-token'] }, 'invalid_argument', 'secrets.0'],
+    ['the same secret twice', { secrets: ['GITHUB_TOKEN', 'GITHUB_TOKEN'] }, 'invalid_argument', 'secrets[1]'],
+    ['an unknown secret', { secrets: ['GITHUB_TOKEN', 'NOPE'] }, 'secret_not_found', 'secrets[1]'],
+  ])('refuses %s, changing nothing', async (_what, json, code, field) => {
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    seen = [];
+    const before = await state();
+    const res = await call('POST', '/v1/sandboxes', { json });
+    expect(res.statusCode, res.body).toBe(code === 'secret_not_found' ? 404 : 400);
+    expect(res.json().error).toMatchObject({ code, details: { field } });
+    expect(res.json().error.message).toContain(field);
+    expect(await state()).toEqual(before);
+  });
+
+  it('answers secret_not_found for another tenant’s secret, as for an unknown one', async () => {
+    const b = await tenantB();
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    const res = await call('POST', '/v1/sandboxes', { key: b.key, json: { secrets: ['GITHUB_TOKEN'] } });
+    expect(res.statusCode).toBe(404);
+    expect(res.json().error).toMatchObject({ code: 'secret_not_found', details: { field: 'secrets[0]' } });
+  });
+
+  it('changes the policy of a running sandbox through the gateway, then the log', async () => {
+    const sbx = await createSandbox(adminKey, { network: { allow: ['api.github.com'] } });
+    seen = [];
+    clock.advance(1_000);
+    const network = { allow: ['api.github.com', '*.pypi.org'], deny: ['evil.pypi.org'] };
+    const res = await call('PUT', `/v1/sandboxes/${sbx.id}/network`, { json: network });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toEqual({ network });
+    expect(seen).toMatchObject([{ method: 'PUT', url: `/internal/v1/sandboxes/${sbx.id}/network`, body: network }]);
+    expect((await events.list({ sandboxId: sbx.id })).at(-1)).toMatchObject({ type: 'sandbox.network_changed', data: network });
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}`)).json().network).toEqual(network);
+
+    // Turning the network off is an empty policy; the projection rebuilt from the log agrees.
+    expect((await call('PUT', `/v1/sandboxes/${sbx.id}/network`, { json: {} })).json()).toEqual({ network: { allow: [], deny: [] } });
+    const live = await database.db.selectFrom('sandboxes').selectAll().orderBy('id').execute();
+    await events.rebuildProjections();
+    expect(await database.db.selectFrom('sandboxes').selectAll().orderBy('id').execute()).toEqual(live);
+  });
+
+  it('refuses a bad policy before calling the gateway, and a sandbox that is not running', async () => {
+    const sbx = await createSandbox(adminKey, { network: { allow: ['api.github.com'] } });
+    const before = await state();
+    const bad = await call('PUT', `/v1/sandboxes/${sbx.id}/network`, { json: { allow: ['api.github.com', '*'] } });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().error).toMatchObject({ code: 'policy_invalid', details: { field: 'network.allow[1]' } });
+    expect(await state()).toEqual(before);
+
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    const paused = await call('PUT', `/v1/sandboxes/${sbx.id}/network`, { json: { allow: ['x.example'] } });
+    expect(paused.statusCode).toBe(409);
+    expect(paused.json().error.code).toBe('sandbox_not_running');
+    const b = await tenantB();
+    const theirs = await call('PUT', `/v1/sandboxes/${sbx.id}/network`, { key: b.key, json: { allow: ['x.example'] } });
+    expect(theirs.json().error.code).toBe('sandbox_not_found');
+  });
+
+  it('records a fork with its source’s policy and secrets', async () => {
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    const { sbx, snapshots } = await sandboxWithTimeline(adminKey, { network: { allow: ['api.github.com'] }, secrets: ['GITHUB_TOKEN'] });
+    const res = await call('POST', '/v1/forks', { json: { snapshotId: snapshots[0]!.id } });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(res.json().sandboxes[0]).toMatchObject({ network: { allow: ['api.github.com'], deny: [] }, secrets: ['GITHUB_TOKEN'] });
+    expect(res.json().sandboxes[0].id).not.toBe(sbx.id);
+  });
+
+  it('resumes a paused sandbox with the policy and secrets it had', async () => {
+    await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
+    const sbx = await createSandbox(adminKey, { network: { allow: ['api.github.com'] }, secrets: ['GITHUB_TOKEN'] });
+    await call('PUT', `/v1/sandboxes/${sbx.id}/network`, { json: { allow: ['api.github.com', 'pypi.org'] } });
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    seen = [];
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`)).statusCode).toBe(200);
+    expect(seen[0]!.body).toMatchObject({ network: { allow: ['api.github.com', 'pypi.org'], deny: [] }, secrets: ['GITHUB_TOKEN'] });
+  });
+});
+
+describe('approvals', () => {
+  const request = (sandboxId: string, requestId: string) => ({
+    requestId,
+    sandboxId,
+    secret: 'GITHUB_TOKEN',
+    host: 'api.github.com',
+    port: 443,
+    method: 'POST',
+    path: '/repos/acme/app/issues',
+    requestedAt: at(1),
+    expiresAt: at(301),
+  });
+  const APR = 'apr_aaaaaaaaaaaaaaaaaaaa';
+  const APR2 = 'apr_bbbbbbbbbbbbbbbbbbbb';
+
+  it('lists the gateway’s pending requests and passes decisions through', async () => {
+    const sbx = await createSandbox();
+    pendingApprovals.set(sbx.id, [request(sbx.id, APR), request(sbx.id, APR2)]);
+    seen = [];
+    const list = await call('GET', `/v1/sandboxes/${sbx.id}/approvals`);
+    expect(list.statusCode, list.body).toBe(200);
+    expect(list.json()).toEqual({ approvals: [request(sbx.id, APR), request(sbx.id, APR2)] });
+
+    const approve = await call('POST', `/v1/approvals/${APR}`, { json: { sandboxId: sbx.id, decision: 'approve', ttlS: 600 } });
+    expect(approve.statusCode, approve.body).toBe(204);
+    const deny = await call('POST', `/v1/approvals/${APR2}`, { json: { sandboxId: sbx.id, decision: 'deny' } });
+    expect(deny.statusCode, deny.body).toBe(204);
+    expect(seen).toMatchObject([
+      { method: 'GET', url: `/internal/v1/sandboxes/${sbx.id}/approvals` },
+      { method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/approvals/${APR}`, body: { decision: 'approve', ttlS: 600 } },
+      { method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/approvals/${APR2}`, body: { decision: 'deny' } },
+    ]);
+    expect(seen[2]!.body).toEqual({ decision: 'deny' });
+
+    const gone = await call('POST', `/v1/approvals/${APR}`, { json: { sandboxId: sbx.id, decision: 'approve' } });
+    expect(gone.statusCode).toBe(404);
+    expect(gone.json().error.code).toBe('approval_not_found');
+  });
+
+  it('answers no approvals for a sandbox that does not run, without asking the gateway', async () => {
+    const sbx = await createSandbox();
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    seen = [];
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}/approvals`)).json()).toEqual({ approvals: [] });
+    const res = await call('POST', `/v1/approvals/${APR}`, { json: { sandboxId: sbx.id, decision: 'approve' } });
+    expect(res.statusCode).toBe(404);
+    expect(res.json().error.code).toBe('approval_not_found');
+    expect(seen).toEqual([]);
+  });
+
+  it('keeps tenant B away from A’s approvals', async () => {
+    const b = await tenantB();
+    const sbx = await createSandbox();
+    pendingApprovals.set(sbx.id, [request(sbx.id, APR)]);
+    seen = [];
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}/approvals`, { key: b.key })).json().error.code).toBe('sandbox_not_found');
+    expect((await call('POST', `/v1/approvals/${APR}`, { key: b.key, json: { sandboxId: sbx.id, decision: 'approve' } })).json().error.code).toBe('sandbox_not_found');
+    expect(seen).toEqual([]);
+    expect(pendingApprovals.get(sbx.id)).toHaveLength(1);
+  });
+
+  it.each([
+    ['ttlS with deny', APR, { decision: 'deny', ttlS: 60 }, 'ttlS'],
+    ['ttlS 0', APR, { decision: 'approve', ttlS: 0 }, 'ttlS'],
+    ['ttlS over a day', APR, { decision: 'approve', ttlS: 86401 }, 'ttlS'],
+    ['an unknown decision', APR, { decision: 'maybe' }, 'decision'],
+    ['no sandboxId', APR, { decision: 'approve', sandboxId: undefined }, 'sandboxId'],
+    ['a request id that is not one', 'req_1', { decision: 'approve' }, 'params.requestId'],
+  ])('refuses %s, changing nothing', async (_what, requestId, json, field) => {
+    const sbx = await createSandbox();
+    pendingApprovals.set(sbx.id, [request(sbx.id, APR)]);
+    const before = await state();
+    const res = await call('POST', `/v1/approvals/${requestId}`, { json: JSON.parse(JSON.stringify({ sandboxId: sbx.id, ...json })) });
+    expect(res.statusCode, res.body).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    expect(await state()).toEqual(before);
+    expect(pendingApprovals.get(sbx.id)).toHaveLength(1);
+  });
+});
+
+describe('egress events', () => {
+  it('filters a sandbox’s events by type or family, leaving the unfiltered list as it was', async () => {
+    const sbx = await createSandbox();
+    const record = (type: string, data: Record<string, unknown> = {}) => events.append({ type, tenantId: sbx.tenantId, sandboxId: sbx.id, data }, { clock });
+    await record('egress.request', { host: 'api.github.com', allowed: true, secrets: ['GITHUB_TOKEN'] });
+    await record('command.started');
+    await record('secret.approval_requested', { requestId: 'apr_x', secret: 'GITHUB_TOKEN' });
+    await record('egressx.other');
+    await record('egress.exchange', { status: 200 });
+    const types = async (query: string) => (await call('GET', `/v1/sandboxes/${sbx.id}/events${query}`)).json().events.map((e: { type: string }) => e.type);
+    expect(await types('?type=egress,secret')).toEqual(['egress.request', 'secret.approval_requested', 'egress.exchange']);
+    expect(await types('?type=egress')).toEqual(['egress.request', 'egress.exchange']);
+    expect(await types('?type=sandbox.created,command')).toEqual(['sandbox.created', 'command.started']);
+    expect(await types('')).toEqual(['sandbox.created', 'sandbox.started', 'egress.request', 'command.started', 'secret.approval_requested', 'egressx.other', 'egress.exchange']);
+    const page = (await call('GET', `/v1/sandboxes/${sbx.id}/events?type=egress,secret&limit=1`)).json().events;
+    expect(page.map((e: { type: string }) => e.type)).toEqual(['egress.request']);
+    const next = (await call('GET', `/v1/sandboxes/${sbx.id}/events?type=egress,secret&afterSeq=${page[0].seq}`)).json().events;
+    expect(next.map((e: { type: string }) => e.type)).toEqual(['secret.approval_requested', 'egress.exchange']);
+    for (const bad of ['EGRESS', 'egress,', 'egress.*', 'a%20b']) {
+      const res = await call('GET', `/v1/sandboxes/${sbx.id}/events?type=${bad}`);
+      expect(res.json().error, bad).toMatchObject({ code: 'invalid_argument', details: { field: 'querystring.type' } });
+    }
   });
 });

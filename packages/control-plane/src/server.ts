@@ -15,10 +15,12 @@ import {
 } from '@sandglass/core';
 import type { SandboxState, Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
-import { toTemplate, toTenant, type ApiKey, type CreateSandboxRequest, type ForkRequest, type ResumeSandboxRequest } from './api.js';
+import type { KeyProvider } from '@sandglass/kms';
+import { toTemplate, toTenant, type ApiKey, type ApprovalDecision, type CreateSandboxRequest, type ForkRequest, type NetworkPolicy, type ResumeSandboxRequest } from './api.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { authenticate, createTenant, issueApiKey, type Principal } from './keys.js';
-import { SandboxService } from './sandboxes.js';
+import { SandboxService, type EventsQuery } from './sandboxes.js';
+import { SecretStore, type SecretInput } from './secrets.js';
 import { listTemplates } from './templates.js';
 
 export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
@@ -37,7 +39,18 @@ export interface ControlPlaneOptions {
   publicGatewayUrl?: string;
   /** Defaults to one built from nodeSecret. */
   gatewayClient?: GatewayClient;
+  /** Seals tenant secrets (purpose 'secret'). Without one, storing a secret answers key_unavailable. */
+  keys?: KeyProvider;
 }
+
+/** Stands in for a deployment without a key provider: secrets can be named but never stored or read. */
+const NO_KEYS: KeyProvider = {
+  name: 'none',
+  dataKey: async () => {
+    throw new SandglassError('key_unavailable', 'This deployment has no key provider configured, so it cannot store or read secrets.');
+  },
+  revoke: async () => undefined,
+};
 
 export interface ControlPlane {
   app: FastifyInstance;
@@ -56,7 +69,9 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   app.removeContentTypeParser('text/plain');
 
   const { db, events, clock } = opts;
+  const secrets = new SecretStore({ db, events, clock, keys: opts.keys ?? NO_KEYS });
   const sandboxes = new SandboxService({
+    secrets,
     db,
     events,
     clock,
@@ -84,7 +99,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   };
 
   type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-  const route = (method: 'GET' | 'POST' | 'DELETE', path: string, handler: Handler) =>
+  const route = (method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, handler: Handler) =>
     app.route({ method, url: path.replace(/\{(\w+)\}/g, ':$1'), schema: routeSchema(spec, method, path), handler });
   const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
@@ -101,9 +116,24 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   });
   route('POST', '/v1/sandboxes/{id}/timeout', async (req) => sandboxes.setTimeout(who(req), idOf(req), (req.body as { timeoutS: number }).timeoutS));
   route('POST', '/v1/sandboxes/{id}/access', async (req) => sandboxes.access(who(req), idOf(req)));
-  route('GET', '/v1/sandboxes/{id}/events', async (req) => ({
-    events: await sandboxes.events(who(req), idOf(req), req.query as { afterSeq?: number; limit?: number }),
-  }));
+  route('GET', '/v1/sandboxes/{id}/events', async (req) => ({ events: await sandboxes.events(who(req), idOf(req), req.query as EventsQuery) }));
+  route('PUT', '/v1/sandboxes/{id}/network', async (req) => sandboxes.setNetwork(who(req), idOf(req), req.body as Partial<NetworkPolicy>));
+  route('GET', '/v1/sandboxes/{id}/approvals', async (req) => ({ approvals: await sandboxes.approvals(who(req), idOf(req)) }));
+  route('POST', '/v1/approvals/{requestId}', async (req, reply) => {
+    await sandboxes.decideApproval(who(req), (req.params as { requestId: string }).requestId, req.body as ApprovalDecision);
+    return reply.code(204).send();
+  });
+
+  route('GET', '/v1/secrets', async (req) => ({ secrets: await secrets.list(who(req).tenantId) }));
+  route('PUT', '/v1/secrets/{name}', async (req, reply) => {
+    const name = (req.params as { name: string }).name;
+    const { secret, created } = await secrets.set(who(req).tenantId, { ...(req.body as Omit<SecretInput, 'name'>), name });
+    return reply.code(created ? 201 : 200).send(secret);
+  });
+  route('DELETE', '/v1/secrets/{name}', async (req, reply) => {
+    await secrets.remove(who(req).tenantId, (req.params as { name: string }).name);
+    return reply.code(204).send();
+  });
   route('POST', '/v1/sandboxes/{id}/snapshot-interval', async (req) =>
     sandboxes.setSnapshotInterval(who(req), idOf(req), (req.body as { snapshotIntervalS: number }).snapshotIntervalS),
   );

@@ -147,11 +147,35 @@ const snapshots: Migration = {
   },
 };
 
+const secrets: Migration = {
+  async up(db: Kysely<any>) {
+    // Tenant configuration, not a projection: rows are written directly, and secret.set / secret.removed are recorded beside them.
+    await db.schema
+      .createTable('secrets')
+      .addColumn('tenant_id', 'text', (c) => c.notNull().references('tenants.id'))
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('hosts', 'text', (c) => c.notNull())
+      .addColumn('header', 'text')
+      .addColumn('format', 'text')
+      .addColumn('body_content_types', 'text', (c) => c.notNull())
+      .addColumn('approval', 'text', (c) => c.notNull().check(inList('approval', ['none', 'required'])))
+      .addColumn('value_sealed', 'text', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addColumn('updated_at', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('secrets_pk', ['tenant_id', 'name'])
+      .execute();
+
+    // New columns need no new CHECK, so the projection is extended in place rather than rebuilt as in 0002.
+    await db.schema.alterTable('sandboxes').addColumn('network', 'text').execute();
+    await db.schema.alterTable('sandboxes').addColumn('secrets', 'text', (c) => c.notNull().defaultTo('[]')).execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
 }
 
 export const migrationProvider: MigrationProvider = {
-  getMigrations: async () => ({ '0001_initial': initial, '0002_snapshots': snapshots }),
+  getMigrations: async () => ({ '0001_initial': initial, '0002_snapshots': snapshots, '0003_secrets': secrets }),
 };

@@ -38,6 +38,17 @@ describe('openDatabase', () => {
     await close();
   });
 
+  it('keeps one secret per tenant and name, with a known approval mode', async () => {
+    const { db, close } = await openDatabase({ url: 'sqlite::memory:' });
+    await db.insertInto('tenants').values({ id: 'ten_a', name: 'a', created_at: toIso(0) }).execute();
+    const row = { tenant_id: 'ten_a', name: 'TOKEN', hosts: '[]', header: null, format: null, body_content_types: '[]', approval: 'none' as const, value_sealed: 'AQ==', created_at: toIso(0), updated_at: toIso(0) };
+    await db.insertInto('secrets').values(row).execute();
+    await expect(db.insertInto('secrets').values(row).execute()).rejects.toThrow(/UNIQUE|PRIMARY KEY/);
+    await expect(db.insertInto('secrets').values({ ...row, name: 'OTHER', approval: 'maybe' as 'none' }).execute()).rejects.toThrow(/CHECK/);
+    await expect(db.insertInto('secrets').values({ ...row, tenant_id: 'ten_missing' }).execute()).rejects.toThrow(/FOREIGN KEY/);
+    await close();
+  });
+
   it('refuses URLs it cannot open', async () => {
     await expect(openDatabase({ url: 'postgres://localhost/sg' })).rejects.toThrow(/only sqlite/);
     await expect(openDatabase({ url: 'sqlite:' })).rejects.toThrow(/names no file/);

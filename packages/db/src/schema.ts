@@ -63,6 +63,10 @@ export interface SandboxesTable {
   /** The snapshot a fork started from (null for sandboxes created from a template). */
   source_snapshot_id: string | null;
   paused_at: IsoTime | null;
+  /** JSON text of the egress policy `{ allow, deny }`; null: the sandbox has no network at all. */
+  network: string | null;
+  /** JSON text of the names of the tenant secrets bound to the sandbox. */
+  secrets: string;
 }
 
 export type SnapshotReason = 'rolling' | 'manual' | 'pause';
@@ -83,6 +87,26 @@ export interface SnapshotsTable {
   memory_mib: number;
   vcpus: number;
   template: string;
+}
+
+export type SecretApproval = 'none' | 'required';
+
+/** A tenant's secret: configuration written directly (not a projection); secret.set / secret.removed record each change. */
+export interface SecretsTable {
+  tenant_id: string;
+  /** Environment-variable style: ^[A-Z_][A-Z0-9_]{0,63}$. */
+  name: string;
+  /** JSON text of the host patterns the value may be sent to. */
+  hosts: string;
+  header: string | null;
+  format: string | null;
+  /** JSON text of the media types whose request bodies are searched for the placeholder. */
+  body_content_types: string;
+  approval: SecretApproval;
+  /** Base64 of kms seal(dataKey(tenant, 'secret'), value, aad = `${tenant_id}/${name}`); the value is never stored in clear. */
+  value_sealed: string;
+  created_at: IsoTime;
+  updated_at: IsoTime;
 }
 
 export interface EventsTable {
@@ -123,6 +147,7 @@ export interface Schema {
   event_chain_head: EventChainHeadTable;
   nodes: NodesTable;
   snapshots: SnapshotsTable;
+  secrets: SecretsTable;
 }
 
 export type TenantRow = Selectable<TenantsTable>;
@@ -133,3 +158,4 @@ export type EventRow = Selectable<EventsTable>;
 export type NewEventRow = Insertable<EventsTable>;
 export type NodeRow = Selectable<NodesTable>;
 export type SnapshotRow = Selectable<SnapshotsTable>;
+export type SecretRow = Selectable<SecretsTable>;

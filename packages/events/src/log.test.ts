@@ -109,6 +109,18 @@ describe('EventLog.append', () => {
     const page = await log.list({ afterSeq: all[2]!.seq, limit: 2 });
     expect(page).toEqual(all.slice(3, 5));
   });
+
+  it('filters by type and by family, where a family never matches a longer name', async () => {
+    await log.append(created('sbx_1'), { clock });
+    for (const type of ['egress.request', 'secret.approval_requested', 'egressx.other', 'api_key.created', 'apixkey.created', 'egress.exchange']) {
+      await log.append({ type, tenantId: 'ten_a', sandboxId: 'sbx_1', data: {} }, { clock });
+    }
+    const types = async (t: string[]) => (await log.list({ types: t })).map((e) => e.type);
+    expect(await types(['egress', 'secret'])).toEqual(['egress.request', 'secret.approval_requested', 'egress.exchange']);
+    expect(await types(['api_key'])).toEqual(['api_key.created']);
+    expect(await types(['sandbox.created', 'egress.exchange'])).toEqual(['sandbox.created', 'egress.exchange']);
+    expect(await types(['egress.req'])).toEqual([]);
+  });
 });
 
 describe('EventLog.verifyChain', () => {
@@ -167,6 +179,35 @@ describe('projections', () => {
     await log.rebuildProjections();
     expect(await sandboxes()).toEqual(live);
     expect([...project(await log.list()).values()].sort((a, b) => a.id.localeCompare(b.id))).toEqual(live);
+  });
+
+  it('carries the egress policy and secret names of sandbox.created and sandbox.network_changed, and rebuilds them', async () => {
+    const withEgress = created('sbx_n');
+    withEgress.data = { ...withEgress.data, network: { allow: ['api.github.com'], deny: [] }, secrets: ['GITHUB_TOKEN'] };
+    await log.append(withEgress, { clock });
+    await log.append(created('sbx_none'), { clock });
+    await log.append({ type: 'sandbox.network_changed', tenantId: 'ten_a', sandboxId: 'sbx_n', data: { allow: ['*.pypi.org'], deny: ['evil.pypi.org'] } }, { clock });
+    await log.append({ type: 'secret.set', tenantId: 'ten_a', data: { name: 'GITHUB_TOKEN', hosts: ['api.github.com'], header: null, approval: 'none' } }, { clock });
+    const live = await sandboxes();
+    expect(live.map((r) => [r.id, r.network, r.secrets])).toEqual([
+      ['sbx_n', '{"allow":["*.pypi.org"],"deny":["evil.pypi.org"]}', '["GITHUB_TOKEN"]'],
+      ['sbx_none', null, '[]'],
+    ]);
+    await log.rebuildProjections();
+    expect(await sandboxes()).toEqual(live);
+  });
+
+  it('takes a fork’s network and secrets from sandbox.forked when the gateway reports them, and only the rules', async () => {
+    const fork = created('sbx_f');
+    fork.data = { ...fork.data, network: { allow: ['now.example'], deny: [] }, secrets: ['A', 'B'] };
+    await log.append(fork, { clock });
+    await log.append({ type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s' } }, { clock });
+    expect((await sandboxes())[0]).toMatchObject({ network: '{"allow":["now.example"],"deny":[]}', secrets: '["A","B"]' });
+    const reported = { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s', network: { allow: ['then.example'], deny: ['x.example'], placeholders: { A: 'sg_placeholder_x' } }, secrets: ['A'] };
+    await log.append({ type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: reported }, { clock });
+    expect((await sandboxes())[0]).toMatchObject({ network: '{"allow":["then.example"],"deny":["x.example"]}', secrets: '["A"]' });
+    await log.append({ type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s', network: null } }, { clock });
+    expect((await sandboxes())[0]).toMatchObject({ network: null, secrets: '["A"]' });
   });
 
   it('project leaves its base untouched', () => {

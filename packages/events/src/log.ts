@@ -19,6 +19,8 @@ export interface AppendOptions {
 export interface ListFilter {
   sandboxId?: string;
   tenantId?: string;
+  /** Only events of these types or families: 'egress' is every egress.* type, 'sandbox.created' that type alone. */
+  types?: string[];
   /** Only events with a larger seq: resume where a previous page ended. */
   afterSeq?: number;
   limit?: number;
@@ -83,6 +85,13 @@ export class EventLog {
     let q = this.db.selectFrom('events').selectAll().orderBy('seq', 'asc');
     if (filter.sandboxId !== undefined) q = q.where('sandbox_id', '=', filter.sandboxId);
     if (filter.tenantId !== undefined) q = q.where('tenant_id', '=', filter.tenantId);
+    if (filter.types !== undefined) {
+      const types = filter.types;
+      // A prefix compare rather than LIKE, whose '_' wildcard would let 'api_key' match 'apixkey'; substr is on both dialects.
+      q = q.where((eb) =>
+        eb.or(types.flatMap((t) => [eb('type', '=', t), eb(eb.fn<string>('substr', ['type', eb.val(1), eb.val(t.length + 1)]), '=', `${t}.`)])),
+      );
+    }
     if (filter.afterSeq !== undefined) q = q.where('seq', '>', filter.afterSeq);
     if (filter.limit !== undefined) q = q.limit(filter.limit);
     return (await q.execute()).map(fromRow);

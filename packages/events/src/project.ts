@@ -1,7 +1,7 @@
 // The sandboxes projection as a pure fold over events: appends apply it to one row, rebuilds to the whole log.
 import { fromIso, toIso, type EndReason, type SandboxRow, type SnapshotRow } from '@sandglass/db';
 import { canonicalJson } from './hash.js';
-import type { EventDataMap, SnapshotTakenData, StoredEvent } from './types.js';
+import type { EventDataMap, NetworkPolicyData, SnapshotTakenData, StoredEvent } from './types.js';
 
 const END_REASONS: readonly EndReason[] = ['killed', 'timeout', 'shutdown'];
 
@@ -44,6 +44,8 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       snapshot_interval_s: d.snapshotIntervalS ?? 60,
       source_snapshot_id: d.sourceSnapshotId ?? null,
       paused_at: null,
+      network: networkJson(d.network),
+      secrets: canonicalJson(d.secrets ?? []),
     };
   }
   if (!row) throw new Error(`event ${e.id} (${e.type}) is for sandbox ${e.sandboxId}, which was never created`);
@@ -64,10 +66,18 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       return row.state === 'running' ? { ...row, state: 'paused', paused_at: e.at } : row;
     case 'sandbox.resumed':
       return row.state === 'paused' ? { ...row, state: 'running', paused_at: null, expires_at: plusSeconds(e.at, row.timeout_s) } : row;
-    case 'sandbox.forked':
-      return row;
+    case 'sandbox.forked': {
+      const d = e.data as EventDataMap['sandbox.forked'];
+      return {
+        ...row,
+        ...(d.network === undefined ? {} : { network: networkJson(d.network) }),
+        ...(d.secrets === undefined ? {} : { secrets: canonicalJson(d.secrets) }),
+      };
+    }
     case 'sandbox.configured':
       return { ...row, snapshot_interval_s: (e.data as EventDataMap['sandbox.configured']).snapshotIntervalS };
+    case 'sandbox.network_changed':
+      return { ...row, network: networkJson(e.data as EventDataMap['sandbox.network_changed']) };
     case 'sandbox.extended': {
       const d = e.data as EventDataMap['sandbox.extended'];
       return { ...row, timeout_s: d.timeoutS, expires_at: d.expiresAt };
@@ -101,6 +111,11 @@ export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; deleteI
   }
   if (e.type === 'snapshot.deleted') return { deleteId: String((e.data as EventDataMap['snapshot.deleted']).snapshotId) };
   return {};
+}
+
+/** Only the rules: whatever else an event carries beside them stays in the log, out of the projection. */
+function networkJson(n: NetworkPolicyData | null | undefined): string | null {
+  return n ? canonicalJson({ allow: n.allow ?? [], deny: n.deny ?? [] }) : null;
 }
 
 function plusSeconds(iso: string, seconds: number): string {

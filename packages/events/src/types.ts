@@ -13,6 +13,16 @@ export interface SandboxCreatedData {
   snapshotIntervalS?: number;
   /** Set on forks: the snapshot the sandbox started from. */
   sourceSnapshotId?: string;
+  /** The egress policy it started with; absent or null: no network at all. */
+  network?: NetworkPolicyData | null;
+  /** Names of the tenant secrets bound to it (never values). */
+  secrets?: string[];
+}
+
+/** An egress policy as the API takes it: rules in the grammar of @sandglass/egress. */
+export interface NetworkPolicyData {
+  allow: string[];
+  deny: string[];
 }
 
 export interface SnapshotTakenData {
@@ -49,9 +59,14 @@ export interface EventDataMap {
   'sandbox.paused': Open<{ snapshotId: string }>;
   /** Running again from `snapshotId`, in a new VM; the timeout counts afresh. */
   'sandbox.resumed': Open<{ snapshotId: string; pid?: number | null }>;
-  /** A fork started from `snapshotId` (recorded on the new sandbox, after its sandbox.created). */
-  'sandbox.forked': Open<{ snapshotId: string; sourceSandboxId: string }>;
+  /**
+   * A fork started from `snapshotId` (recorded on the new sandbox, after its sandbox.created). `network` and `secrets`,
+   * when the gateway reports them, are what the fork really got (the snapshot's), correcting what sandbox.created assumed.
+   */
+  'sandbox.forked': Open<{ snapshotId: string; sourceSandboxId: string; network?: NetworkPolicyData | null; secrets?: string[] }>;
   'sandbox.configured': Open<{ snapshotIntervalS: number }>;
+  /** The egress policy was replaced by this one (the gateway applied it first). */
+  'sandbox.network_changed': Open<NetworkPolicyData>;
   'snapshot.taken': Open<SnapshotTakenData>;
   'snapshot.failed': Open<{ reason: string; code: string; attempt?: number; willRetry?: boolean }>;
   'snapshot.deleted': Open<{ snapshotId: string; why: 'retention' | 'user' }>;
@@ -62,6 +77,9 @@ export interface EventDataMap {
   'file.removed': Open<object>;
   'tenant.created': Open<{ name: string }>;
   'api_key.created': Open<{ keyId: string; role: string }>;
+  /** A tenant secret was created or replaced: its configuration, never its value. */
+  'secret.set': Open<{ name: string; hosts: string[]; header: string | null; approval: 'none' | 'required' }>;
+  'secret.removed': Open<{ name: string }>;
 }
 
 /** Lowercase dotted names: `sandbox.created`, `file.dir_created`. */

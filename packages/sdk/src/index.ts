@@ -2,6 +2,10 @@
 export {
   Sandbox,
   parseForkSource,
+  type ApprovalWatchOptions,
+  type ApproveOptions,
+  type DenyOptions,
+  type EventsOptions,
   type ForkOptions,
   type ForkSource,
   type ResumeOptions,
@@ -18,6 +22,7 @@ export {
   type OutputCallbacks,
   type RunOptions,
 } from './commands.js';
+export { Secrets, type SecretSetOptions } from './secrets.js';
 export { Files, type ReadFormat, type WriteData, type WriteResult } from './files.js';
 export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
 export { resolveConfig, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionConfig, type ResolvedConfig, type ServerFile } from './config.js';

@@ -5,8 +5,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
 import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
 import { Sandbox, parseForkSource } from './sandbox.js';
+import { Secrets } from './secrets.js';
 import { frame, readBody, sendJson, startTestServer, wireError, type TestServer } from './test-server.js';
-import type { Access, SandboxInfo, SnapshotInfo } from './types.js';
+import type { Access, ApprovalRequest, SandboxInfo, SecretInfo, SnapshotInfo } from './types.js';
 
 const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const CMD = 'cmd_bbbbbbbbbbbbbbbbbbbb';
@@ -35,6 +36,8 @@ function info(extra: Partial<SandboxInfo> = {}): SandboxInfo {
     snapshotIntervalS: 60,
     sourceSnapshotId: null,
     pausedAt: null,
+    network: null,
+    secrets: [],
     ...extra,
   };
 }
@@ -248,6 +251,120 @@ describe('time travel', () => {
     const err = await Sandbox.deleteSnapshot('snap_gone', cfg()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NotFoundError);
     expect(err).toMatchObject({ code: 'snapshot_not_found', status: 404 });
+  });
+});
+
+describe('egress: network, secrets, approvals', () => {
+  const cfg = () => ({ apiUrl: server.url, apiKey: 'sgk_test' });
+  const secretInfo = (b: Record<string, unknown>, name = 'GITHUB_TOKEN'): SecretInfo => ({
+    name,
+    hosts: b.hosts as string[],
+    header: (b.header as string) ?? null,
+    format: (b.format as string) ?? (b.header ? '{value}' : null),
+    bodyContentTypes: (b.bodyContentTypes as string[]) ?? [],
+    approval: (b.approval as 'none' | 'required') ?? 'none',
+    createdAt: '2025-06-01T12:00:00.000Z',
+    updatedAt: '2025-06-01T12:00:00.000Z',
+  });
+  const approval = (requestId: string): ApprovalRequest => ({
+    requestId,
+    sandboxId: SBX,
+    secret: 'GITHUB_TOKEN',
+    host: 'api.github.com',
+    port: 443,
+    method: 'POST',
+    path: '/repos/acme/app/issues',
+    requestedAt: '2025-06-01T12:00:00.000Z',
+    expiresAt: '2025-06-01T12:05:00.000Z',
+  });
+
+  it('creates with a network policy and secrets, and replaces the policy', async () => {
+    const network = { allow: ['api.github.com', '*.pypi.org'], deny: ['evil.pypi.org'] };
+    const created = capture('POST /v1/sandboxes', 201, (b) => info({ network: b.network as never, secrets: b.secrets as string[], access: access('tok0') }));
+    const sbx = await Sandbox.create({ ...cfg(), network, secrets: ['GITHUB_TOKEN'] });
+    expect(created).toEqual([{ network, secrets: ['GITHUB_TOKEN'] }]);
+
+    const set = capture(`PUT /v1/sandboxes/${SBX}/network`, 200, (b) => ({ network: { allow: b.allow ?? [], deny: b.deny ?? [] } }));
+    expect(await sbx.setNetwork({ allow: ['api.github.com'] })).toEqual({ allow: ['api.github.com'], deny: [] });
+    expect(set).toEqual([{ allow: ['api.github.com'] }]);
+  });
+
+  it('sets, lists and removes secrets; the value goes only into the PUT body', async () => {
+    const put = capture('PUT /v1/secrets/GITHUB_TOKEN', 201, (b) => secretInfo(b));
+    const stored = await Secrets.set('GITHUB_TOKEN', 'ghp_value', { ...cfg(), hosts: ['api.github.com'], header: 'Authorization', format: 'Bearer {value}', approval: 'required' });
+    expect(put).toEqual([{ value: 'ghp_value', hosts: ['api.github.com'], header: 'Authorization', format: 'Bearer {value}', approval: 'required' }]);
+    expect(stored).toMatchObject({ name: 'GITHUB_TOKEN', format: 'Bearer {value}', approval: 'required' });
+    expect(JSON.stringify(stored)).not.toContain('ghp_value');
+
+    server.on('GET /v1/secrets', (_req, res) => sendJson(res, 200, { secrets: [stored] }));
+    expect(await Secrets.list(cfg())).toEqual([stored]);
+
+    server.on('DELETE /v1/secrets/GITHUB_TOKEN', (_req, res) => sendJson(res, 204, undefined));
+    server.on('DELETE /v1/secrets/NOPE', (_req, res) => wireError(res, 404, 'secret_not_found', 'No secret NOPE exists for your tenant.'));
+    expect(await Secrets.remove('GITHUB_TOKEN', cfg())).toBe(true);
+    expect(await Secrets.remove('NOPE', cfg())).toBe(false);
+    expect(server.requests.every((r) => r.auth === 'Bearer sgk_test')).toBe(true);
+
+    server.on('PUT /v1/secrets/BAD', (_req, res) =>
+      sendJson(res, 400, { error: { code: 'policy_invalid', message: "hosts[0]: '*' is too broad", requestId: 'req_1', details: { field: 'hosts[0]' } } }),
+    );
+    const err = await Secrets.set('BAD', 'value', { ...cfg(), hosts: ['*'] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err).toMatchObject({ code: 'policy_invalid', details: { field: 'hosts[0]' } });
+  });
+
+  it('lists approvals and decides them, statically or on the handle', async () => {
+    const sbx = await create();
+    server.on(`GET /v1/sandboxes/${SBX}/approvals`, (_req, res) => sendJson(res, 200, { approvals: [approval('apr_a')] }));
+    expect(await sbx.approvals()).toEqual([approval('apr_a')]);
+    const a = capture('POST /v1/approvals/apr_a', 204, () => undefined);
+    const b = capture('POST /v1/approvals/apr_b', 204, () => undefined);
+    await Sandbox.approve('apr_a', { ...cfg(), sandboxId: SBX, ttlS: 600 });
+    await Sandbox.deny('apr_b', { ...cfg(), sandboxId: SBX });
+    await sbx.approve('apr_a');
+    await sbx.deny('apr_b');
+    expect(a).toEqual([{ sandboxId: SBX, decision: 'approve', ttlS: 600 }, { sandboxId: SBX, decision: 'approve' }]);
+    expect(b).toEqual([{ sandboxId: SBX, decision: 'deny' }, { sandboxId: SBX, decision: 'deny' }]);
+    server.on('POST /v1/approvals/apr_gone', (_req, res) => wireError(res, 404, 'approval_not_found'));
+    await expect(sbx.approve('apr_gone')).rejects.toMatchObject({ code: 'approval_not_found', status: 404 });
+  });
+
+  it('calls back once per new pending request until stopped, reporting errors without stopping', async () => {
+    const sbx = await create();
+    const queue: ApprovalRequest[][] = [[approval('apr_a')], [approval('apr_a'), approval('apr_b')], [], [approval('apr_c')]];
+    let polls = 0;
+    server.on(`GET /v1/sandboxes/${SBX}/approvals`, (_req, res) => {
+      polls++;
+      if (polls === 3) return wireError(res, 502, 'gateway_unavailable');
+      sendJson(res, 200, { approvals: queue.shift() ?? [] });
+    });
+    const called: string[] = [];
+    const errors: unknown[] = [];
+    const stop = sbx.onApprovalRequest(
+      (r) => {
+        called.push(r.requestId);
+        if (r.requestId === 'apr_b') throw new Error('callback failed');
+      },
+      { intervalMs: 10, onError: (e) => errors.push(e) },
+    );
+    await expect.poll(() => called, { timeout: 5_000 }).toEqual(['apr_a', 'apr_b', 'apr_c']);
+    stop();
+    // A poll already in flight may still land; none starts after it.
+    await new Promise((r) => setTimeout(r, 50));
+    const after = polls;
+    await new Promise((r) => setTimeout(r, 50));
+    expect(polls).toBe(after);
+    expect(called).toEqual(['apr_a', 'apr_b', 'apr_c']);
+    expect(errors.map((e) => (e as { code?: string; message: string }).code ?? (e as Error).message)).toEqual(['callback failed', 'gateway_unavailable']);
+  });
+
+  it('filters events by type families', async () => {
+    const sbx = await create();
+    server.on(`GET /v1/sandboxes/${SBX}/events`, (_req, res) => sendJson(res, 200, { events: [{ seq: 1, type: 'egress.request' }] }));
+    expect((await sbx.events({ types: ['egress', 'secret'] })).map((e) => e.type)).toEqual(['egress.request']);
+    expect(server.requests.at(-1)!.query.get('type')).toBe('egress,secret');
+    await sbx.events();
+    expect(server.requests.at(-1)!.query.has('type')).toBe(false);
   });
 });
 

@@ -5,7 +5,7 @@ import type { ConnectionConfig } from './config.js';
 import { InvalidArgumentError, NotFoundError } from './errors.js';
 import { Files } from './files.js';
 import { Pty } from './pty.js';
-import type { SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
+import type { ApprovalRequest, NetworkPolicy, SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
 
 export interface SandboxCreateOptions extends ConnectionConfig {
   /** Template name or id; default "base". */
@@ -17,6 +17,34 @@ export interface SandboxCreateOptions extends ConnectionConfig {
   metadata?: Record<string, string>;
   /** Seconds between rolling snapshots (5…86400); default 60. */
   snapshotIntervalS?: number;
+  /** The egress policy; absent, the sandbox has no network at all. */
+  network?: Partial<NetworkPolicy>;
+  /** Names of tenant secrets (see Secrets.set): the sandbox sees each as an environment variable holding a placeholder. */
+  secrets?: string[];
+}
+
+export interface ApproveOptions extends ConnectionConfig {
+  sandboxId: string;
+  /** Also let the sandbox's later uses of the secret pass for this long (1…86400); absent: this request only. */
+  ttlS?: number;
+}
+
+export interface DenyOptions extends ConnectionConfig {
+  sandboxId: string;
+}
+
+export interface ApprovalWatchOptions {
+  /** How often to ask for pending requests; default 1000. */
+  intervalMs?: number;
+  /** Failures to poll, and errors thrown by the callback; without it they are dropped and polling goes on. */
+  onError?: (err: unknown) => void;
+}
+
+export interface EventsOptions {
+  /** Resume after an event already seen. */
+  afterSeq?: number;
+  /** Only these types or families: ['egress', 'secret'] is every egress.* and secret.* event. */
+  types?: string[];
 }
 
 export interface SandboxListOptions extends ConnectionConfig {
@@ -85,9 +113,10 @@ export class Sandbox {
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, ...config } = opts;
+    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    const info = await cp.json<SandboxInfo>('POST', '/v1/sandboxes', { json: { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS } });
+    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets };
+    const info = await cp.json<SandboxInfo>('POST', '/v1/sandboxes', { json });
     return new Sandbox(cp, info);
   }
 
@@ -143,6 +172,20 @@ export class Sandbox {
     }
   }
 
+  /** Lets a request held for approval use its secret; with ttlS, also the sandbox's later uses of it until then. */
+  static async approve(requestId: string, opts: ApproveOptions): Promise<void> {
+    const { sandboxId, ttlS, ...config } = opts;
+    const cp = await ControlPlane.open(config);
+    await cp.request('POST', `/v1/approvals/${encodeURIComponent(requestId)}`, { json: { sandboxId, decision: 'approve', ttlS } });
+  }
+
+  /** Refuses a request held for approval: the sandbox's client gets egress_approval_denied. */
+  static async deny(requestId: string, opts: DenyOptions): Promise<void> {
+    const { sandboxId, ...config } = opts;
+    const cp = await ControlPlane.open(config);
+    await cp.request('POST', `/v1/approvals/${encodeURIComponent(requestId)}`, { json: { sandboxId, decision: 'deny' } });
+  }
+
   /** The templates a sandbox can be created from. */
   static async listTemplates(config?: ConnectionConfig): Promise<TemplateInfo[]> {
     const cp = await ControlPlane.open(config);
@@ -182,13 +225,71 @@ export class Sandbox {
     return this.controlPlane.json<SandboxInfo>('POST', `${sandboxPath(this.id)}/snapshot-interval`, { json: { snapshotIntervalS } });
   }
 
-  /** The sandbox's events in log order; `afterSeq` resumes after an event already seen. Pages through them all. */
-  async events(opts: { afterSeq?: number } = {}): Promise<SandboxEvent[]> {
+  /** Replaces the egress policy of the running sandbox; answers the policy now in force. */
+  async setNetwork(network: Partial<NetworkPolicy>): Promise<NetworkPolicy> {
+    return (await this.controlPlane.json<{ network: NetworkPolicy }>('PUT', `${sandboxPath(this.id)}/network`, { json: network })).network;
+  }
+
+  /** Requests the sandbox's egress holds until someone approves using a secret in them. */
+  async approvals(): Promise<ApprovalRequest[]> {
+    return (await this.controlPlane.json<{ approvals: ApprovalRequest[] }>('GET', `${sandboxPath(this.id)}/approvals`)).approvals;
+  }
+
+  approve(requestId: string, opts: { ttlS?: number } = {}): Promise<void> {
+    return this.#decide(requestId, { decision: 'approve', ttlS: opts.ttlS });
+  }
+
+  deny(requestId: string): Promise<void> {
+    return this.#decide(requestId, { decision: 'deny' });
+  }
+
+  async #decide(requestId: string, body: { decision: 'approve' | 'deny'; ttlS?: number }): Promise<void> {
+    await this.controlPlane.request('POST', `/v1/approvals/${encodeURIComponent(requestId)}`, { json: { sandboxId: this.id, ...body } });
+  }
+
+  /**
+   * Polls for requests held for approval and calls `cb` once for each new one (decide it with approve or deny).
+   * Returns a function that stops polling; until then the timer keeps the process alive.
+   */
+  onApprovalRequest(cb: (request: ApprovalRequest) => void | Promise<void>, opts: ApprovalWatchOptions = {}): () => void {
+    const intervalMs = opts.intervalMs ?? 1000;
+    const report = (err: unknown) => opts.onError?.(err);
+    let seen = new Set<string>();
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    const poll = async () => {
+      try {
+        const pending = await this.approvals();
+        // Only ids still pending are remembered, so the set stays as small as the queue.
+        const next = new Set<string>();
+        for (const request of pending) {
+          next.add(request.requestId);
+          if (stopped || seen.has(request.requestId)) continue;
+          Promise.resolve()
+            .then(() => cb(request))
+            .catch(report);
+        }
+        seen = next;
+      } catch (err) {
+        report(err);
+      }
+      if (!stopped) timer = setTimeout(() => void poll(), intervalMs);
+    };
+    void poll();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }
+
+  /** The sandbox's events in log order, all pages; `types: ['egress', 'secret']` keeps what the egress gateway recorded. */
+  async events(opts: EventsOptions = {}): Promise<SandboxEvent[]> {
     const all: SandboxEvent[] = [];
     let afterSeq = opts.afterSeq;
+    const type = opts.types?.join(',');
     for (;;) {
       const { events } = await this.controlPlane.json<{ events: SandboxEvent[] }>('GET', `${sandboxPath(this.id)}/events`, {
-        query: { afterSeq, limit: EVENTS_PAGE },
+        query: { afterSeq, limit: EVENTS_PAGE, type },
       });
       all.push(...events);
       if (events.length < EVENTS_PAGE) return all;

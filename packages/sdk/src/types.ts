@@ -31,8 +31,49 @@ export interface SandboxInfo {
   sourceSnapshotId: string | null;
   /** ISO 8601; null unless the state is paused. */
   pausedAt: string | null;
+  /** The egress policy in force; null: the sandbox has no network at all. */
+  network: NetworkPolicy | null;
+  /** Names of the tenant secrets bound to it. */
+  secrets: string[];
   /** Only in the answers that start a sandbox: create, resume, fork. */
   access?: Access;
+}
+
+/**
+ * Egress rules, `host[:port] [METHOD] [/path-prefix]`: an exact host, `*.domain` (its subdomains) or an IP; no port
+ * means 80 and 443 in allow rules, every port in deny rules. Deny wins; a destination no allow rule names is denied.
+ */
+export interface NetworkPolicy {
+  allow: string[];
+  deny: string[];
+}
+
+/** A tenant secret as the API shows it: never its value. */
+export interface SecretInfo {
+  name: string;
+  hosts: string[];
+  header: string | null;
+  format: string | null;
+  bodyContentTypes: string[];
+  approval: 'none' | 'required';
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A request the sandbox's egress holds until someone approves using a secret in it. */
+export interface ApprovalRequest {
+  requestId: string;
+  sandboxId: string;
+  /** The secret's name. */
+  secret: string;
+  host: string;
+  port: number;
+  method: string;
+  path: string;
+  /** ISO 8601. */
+  requestedAt: string;
+  /** ISO 8601: denied unless decided by then. */
+  expiresAt: string;
 }
 
 /** One retained point of a sandbox's timeline; resume or fork from it. */
