@@ -42,14 +42,23 @@ export async function send(url: URL, token: string, req: HttpRequest): Promise<R
   const abort = new AbortController();
   const timer = req.timeoutMs > 0 ? setTimeout(() => abort.abort(), req.timeoutMs) : undefined;
   let res: Response;
-  try {
-    res = await fetch(url, {
+  const attempt = () =>
+    fetch(url, {
       method: req.method,
       headers,
       body,
       signal: abort.signal,
       ...(isStreamBody(req.body) ? { duplex: 'half' } : {}),
     } as RequestInit);
+  try {
+    try {
+      res = await attempt();
+    } catch (err) {
+      // A kept-alive connection the server closed as idle just as it was reused: a GET never reached the server's
+      // handler, so sending it again on a fresh connection is safe (other methods are not retried: they may have).
+      if (req.method !== 'GET' || abort.signal.aborted || !isStaleConnection(err)) throw err;
+      res = await attempt();
+    }
   } catch (err) {
     if (abort.signal.aborted) {
       throw new TimeoutError('timeout', `${req.method} ${url.origin}${url.pathname} got no response within ${req.timeoutMs} ms`, { cause: err });
@@ -61,6 +70,11 @@ export async function send(url: URL, token: string, req: HttpRequest): Promise<R
   }
   if (!res.ok) throw await readError(res);
   return res;
+}
+
+function isStaleConnection(err: unknown): boolean {
+  const code = (err as { cause?: { code?: string } }).cause?.code;
+  return code === 'UND_ERR_SOCKET' || code === 'ECONNRESET';
 }
 
 export function connectionError(url: URL, err: unknown): ConnectionError {
