@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir, cpus } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
+import { fileURLToPath } from 'node:url';
 import type { Duplex } from 'node:stream';
 import Table from 'cli-table3';
 import { Redacted } from '@sandglass/core';
@@ -71,7 +72,16 @@ async function measure(label: string, one: () => Promise<number>): Promise<{ lab
   return { label, lat, rps: N / ((performance.now() - t0) / 1000) };
 }
 
-async function main(): Promise<void> {
+export interface EgressBenchResult {
+  label: string;
+  n: number;
+  rps: number;
+  p50Ms: number;
+  p95Ms: number;
+}
+
+/** Direct vs through the proxy, one kept-alive connection each, in one process; `npm run bench` includes it. */
+export async function egressBench(): Promise<EgressBenchResult[]> {
   const dir = mkdtempSync(join(tmpdir(), 'sg-bench-egress-'));
   // The "real" upstream's CA: any CA will do; the sandbox CA class makes one in a line.
   const upstreamCa = await SandboxCa.generate({ name: 'bench upstream' });
@@ -105,18 +115,22 @@ async function main(): Promise<void> {
   const d = await measure('direct (kept-alive TLS)', () => get(direct, { host: '127.0.0.1', port, servername: HOST, headers: { ...headers, 'x-api-key': 'direct' } }));
   const p = await measure('through egress proxy (CONNECT + interception + substitution)', () => get(viaProxy, { host: HOST, port, headers: { ...headers, 'x-api-key': placeholder } }));
 
-  const table = new Table({ head: ['path', 'n', 'req/s', 'p50', 'p95'], style: { head: [], border: [] } });
-  for (const r of [d, p]) table.push([r.label, N, r.rps.toFixed(0), `${pct(r.lat, 50).toFixed(3)} ms`, `${pct(r.lat, 95).toFixed(3)} ms`]);
-  console.log(`egress interception, ${process.platform} ${cpus().length} cores, node ${process.version}${quick ? ' (BENCH_QUICK)' : ''}`);
-  console.log(table.toString());
-  console.log(`added p50: ${(pct(p.lat, 50) - pct(d.lat, 50)).toFixed(3)} ms per request (target < 2 ms)`);
-
   direct.destroy();
   viaProxy.destroy();
   await close();
   proxy.close();
   upstream.close();
   rmSync(dir, { recursive: true, force: true });
+  return [d, p].map((r) => ({ label: r.label, n: N, rps: r.rps, p50Ms: pct(r.lat, 50), p95Ms: pct(r.lat, 95) }));
 }
 
-await main();
+async function main(): Promise<void> {
+  const [d, p] = await egressBench();
+  const table = new Table({ head: ['path', 'n', 'req/s', 'p50', 'p95'], style: { head: [], border: [] } });
+  for (const r of [d!, p!]) table.push([r.label, r.n, r.rps.toFixed(0), `${r.p50Ms.toFixed(3)} ms`, `${r.p95Ms.toFixed(3)} ms`]);
+  console.log(`egress interception, ${process.platform} ${cpus().length} cores, node ${process.version}${quick ? ' (BENCH_QUICK)' : ''}`);
+  console.log(table.toString());
+  console.log(`added p50: ${(p!.p50Ms - d!.p50Ms).toFixed(3)} ms per request (target < 2 ms)`);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await main();

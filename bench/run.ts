@@ -12,6 +12,7 @@ import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import { Sandbox } from '@sandglass/sdk';
 import { start } from '@sandglass/server';
 import { BASE_TEMPLATE, bootAgentTimeoutMs, bootGuest, connectAgent, vmConfig } from '@sandglass/gateway';
+import { egressBench } from './egress.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -214,13 +215,22 @@ async function snapshotPhase(): Promise<void> {
   }
 }
 
-/** BENCH_ONLY=snapshots runs just the time-travel phase (its rows print, docs/benchmarks.md is left alone). */
+/** Phase 4: what egress interception (CONNECT, TLS termination, policy, secret substitution) adds per request. */
+async function egressPhase(): Promise<void> {
+  const [direct, proxied] = await egressBench();
+  for (const r of [direct!, proxied!]) {
+    rows.push({ what: `HTTPS request, ${r.label}`, n: r.n, p50: ms(r.p50Ms), p95: ms(r.p95Ms), other: `${r.rps.toFixed(0)} req/s` });
+  }
+  rows.push({ what: 'added by the egress proxy per request (p50)', n: proxied!.n, p50: ms(proxied!.p50Ms - direct!.p50Ms), p95: '', other: 'target < 2 ms' });
+}
+
+/** BENCH_ONLY=snapshots|egress runs just that phase (its rows print, docs/benchmarks.md is left alone). */
 const only = process.env.BENCH_ONLY;
 
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
-  if (only === 'snapshots') {
-    await snapshotPhase();
+  if (only === 'snapshots' || only === 'egress') {
+    await (only === 'snapshots' ? snapshotPhase() : egressPhase());
     printRows();
     return;
   }
@@ -341,6 +351,7 @@ async function main(): Promise<void> {
   }
 
   await snapshotPhase();
+  await egressPhase();
 
   const header = printRows();
   const md =

@@ -714,6 +714,11 @@ export class NetConnection extends Duplex {
   /** @internal */
   onData(bytes: Buffer): void {
     if (this.endReceived || this.released) return;
+    if (this.destroyed) {
+      // Closed gracefully on our side (see _destroy): drain what the guest still sends until its END.
+      this.link.granter.consumed(bytes.length);
+      return;
+    }
     this.idleTimer?.refresh();
     if (this.push(bytes)) this.link.granter.consumed(bytes.length);
     else this.heldBytes += bytes.length;
@@ -769,6 +774,13 @@ export class NetConnection extends Duplex {
   override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
     clearTimeout(this.idleTimer);
     this.pendingWrite = undefined;
+    // A close without error after our END (an HTTP server finishing a `Connection: close` response destroys its
+    // socket) is graceful: the guest must still get every byte already sent, so no abort; the stream is released
+    // when the guest's END arrives.
+    if (!err && this.endSent && !this.released) {
+      callback(null);
+      return;
+    }
     if (!this.released) {
       const error: ErrorInfo = { code: 'io', message: err ? `host aborted the connection: ${err.message}` : 'host closed the connection' };
       this.link.send(encodeJsonFrame(FrameType.end, this.stream, { error }));
