@@ -1,5 +1,5 @@
 // Per-tenant encrypted, content-addressed chunks and snapshot manifests over a ChunkBackend, with crash-safe mark-and-sweep GC.
-import { Blake3Hasher } from '@napi-rs/blake-hash';
+import { createBLAKE3, type IHasher } from 'hash-wasm';
 import { compress, decompress } from 'zstd-napi';
 import { invalidArgument, SandglassError, systemClock, type Clock } from '@sandglass/core';
 import { seal, unseal, type KeyProvider } from '@sandglass/kms';
@@ -119,7 +119,9 @@ export class ChunkStore {
       this.#keys.dataKey(tenantId, 'chunk-data'),
       this.#keys.dataKey(tenantId, 'manifest'),
     ]);
-    return new Tenant(this.#shared, tenantId, { chunkId: chunkIdKey, chunkData: chunkDataKey, manifest: manifestSealKey });
+    // Keyed BLAKE3 (WASM): the hasher keeps the key and is re-initialised per chunk.
+    const idHasher = await createBLAKE3(256, chunkIdKey);
+    return new Tenant(this.#shared, tenantId, { chunkData: chunkDataKey, manifest: manifestSealKey }, idHasher);
   }
 
   /**
@@ -235,11 +237,12 @@ class Tenant implements TenantStore {
   constructor(
     private readonly shared: Shared,
     readonly tenantId: string,
-    private readonly keys: { chunkId: Buffer; chunkData: Buffer; manifest: Buffer },
+    private readonly keys: { chunkData: Buffer; manifest: Buffer },
+    private readonly idHasher: IHasher,
   ) {}
 
   chunkId(data: Buffer): string {
-    return Blake3Hasher.newKeyed(this.keys.chunkId).update(data).digest('hex');
+    return this.idHasher.init().update(data).digest('hex');
   }
 
   /** Durable and visible when it resolves. */
