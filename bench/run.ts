@@ -363,6 +363,7 @@ async function main(): Promise<void> {
     `("warm pool hit", waiting for the pool to refill between creates). Under TCG a new QEMU starts with an empty ` +
     `translation cache, so the first guest process after a restore costs ~0.3 s; the pool pays that before the create. ` +
     "The first exec result is `commands.run('true')` (`/bin/bash -c true`).\n\n" +
+    `Phase 3 (time travel) runs four sandboxes side by side (256 MiB and 1 GiB guests, idle and writing 10 MiB of random data a minute) and snapshots each once a minute: "bytes stored" is what each later snapshot added to the store (new chunks, compressed and encrypted, plus the manifest); a writer's random data lands twice, in the page cache (memory) and on disk. The pause rows are the guest's stop→cont time of every snapshot of the idle sandboxes; fork and resume are measured to a first exec next to a create from the template (pool off). Phase 4 measures one kept-alive HTTPS connection directly and through the egress proxy (CONNECT, TLS interception with the sandbox CA, policy, a header substitution), all in one process.\n\n` +
     `| measure | n | p50 | p95 | note |\n|---|---|---|---|---|\n` +
     rows.map((r) => `| ${r.what} | ${r.n} | ${r.p50} | ${r.p95} | ${r.other} |`).join('\n') +
     '\n';
