@@ -1,5 +1,6 @@
 // The node gateway: runs sandbox VMs restored from templates and serves their data plane (commands, files, PTYs).
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { SandglassError, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
 import { detectAccel, type Accel } from '@sandglass/vmm';
@@ -151,8 +152,13 @@ export class Gateway {
     } catch {
       // No run directory yet.
     }
-    // RAM files of those VMs and half-written captures go; template and snapshot images are still good caches.
-    this.ram.removeStale((name) => name.endsWith('.img'));
+    // RAM files of those VMs and half-written captures go; snapshot images and the images of templates that still
+    // exist are good caches (a template rebuilt under a new key leaves its old image behind otherwise).
+    this.ram.removeStale((name) => {
+      if (name.startsWith('snap-') && name.endsWith('.img')) return true;
+      const tpl = /^template-([0-9a-f]{16})\.img$/.exec(name);
+      return tpl !== null && existsSync(join(this.opts.home.artifacts, `template-${tpl[1]}`));
+    });
   }
 
   async ensureBaseTemplate(onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
