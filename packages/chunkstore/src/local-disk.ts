@@ -25,10 +25,7 @@ export class LocalDiskBackend implements ChunkBackend {
   }
 
   async stage(key: string, data: Buffer): Promise<void> {
-    const path = this.#path(key);
-    const dir = dirname(path);
-    const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
-    this.#inFlight.add(tmp);
+    const { path, dir, tmp } = this.#tempFor(key);
     try {
       await ensureDir(dir);
       await writeFile(tmp, data, { mode: 0o600, flag: 'wx' });
@@ -61,10 +58,7 @@ export class LocalDiskBackend implements ChunkBackend {
   }
 
   async put(key: string, data: Buffer): Promise<void> {
-    const path = this.#path(key);
-    const dir = dirname(path);
-    const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
-    this.#inFlight.add(tmp);
+    const { path, dir, tmp } = this.#tempFor(key);
     try {
       await ensureDir(dir);
       const fh = await open(tmp, 'wx', 0o600);
@@ -177,6 +171,15 @@ export class LocalDiskBackend implements ChunkBackend {
         if (info) yield { key, sizeBytes: info.size, mtimeMs: info.mtimeMs };
       }
     }
+  }
+
+  /** Where `key` lives, and a fresh temp name beside it, registered as in flight (never swept as abandoned). */
+  #tempFor(key: string): { path: string; dir: string; tmp: string } {
+    const path = this.#path(key);
+    const dir = dirname(path);
+    const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
+    this.#inFlight.add(tmp);
+    return { path, dir, tmp };
   }
 
   #path(key: string): string {

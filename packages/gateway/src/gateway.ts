@@ -132,7 +132,6 @@ export class Gateway {
       ram: this.ram,
       events: opts.events,
       index: opts.snapshotIndex,
-      templateByKey: (key) => this.templates.byKey(key),
       accel: this.accel,
       clock: opts.clock,
       logger: opts.logger,
@@ -270,13 +269,15 @@ export class Gateway {
     }
     const dir = sandboxDir(this.opts.home.run, req.id);
     const template = this.templates.byKey(m.vm.templateKey);
-    if (!template) throw new SandglassError('template_not_found', `Snapshot ${req.snapshotId} needs template ${m.vm.template}, which this node does not have.`);
+    if (!template) {
+      throw new SandglassError('template_not_found', `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node does not have.`);
+    }
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);
     const t0 = performance.now();
     let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
     try {
-      prepared = await this.snapshots.prepareRestore(m, dir);
+      prepared = await this.snapshots.prepareRestore(m, dir, template);
     } catch (err) {
       this.sandboxes.delete(req.id);
       rmSync(dir, { recursive: true, force: true });

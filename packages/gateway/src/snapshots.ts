@@ -58,8 +58,6 @@ export interface SnapshotManagerOptions {
   ram: RamFiles;
   events: GatewayEvents;
   index: SnapshotIndex;
-  /** Finds a template snapshot by key: the frozen disk a snapshot's delta sits on. */
-  templateByKey: (key: string) => TemplateSnapshot | undefined;
   accel: Accel;
   clock: Clock;
   random?: Random;
@@ -296,18 +294,15 @@ export class SnapshotManager {
   }
 
   /**
-   * Prepares a restore of `m` into VM `vmId`: the RAM image (from the node's cache or rebuilt from verified chunks),
-   * the device state and a disk overlay over the template's frozen layer. Returns the source and the capture base
-   * the restored sandbox continues from.
+   * Prepares a restore of `m` into `dir`: the RAM image (from the node's cache or rebuilt from verified chunks), the
+   * device state and a disk overlay over `template`'s frozen layer (the template the manifest names). Returns the
+   * source and the capture base the restored sandbox continues from.
    */
   async prepareRestore(
     m: ManifestBody,
     dir: string,
-  ): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; template: TemplateSnapshot; network?: NetworkSpec }> {
-    const template = this.opts.templateByKey(m.vm.templateKey);
-    if (!template) {
-      throw new SandglassError('template_not_found', `Snapshot ${m.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node no longer has.`);
-    }
+    template: TemplateSnapshot,
+  ): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; network?: NetworkSpec }> {
     const tenant = await this.opts.store.tenant(m.tenantId);
     const image = this.imagePath(m.snapshotId);
     if (existsSync(image)) {
@@ -326,7 +321,6 @@ export class SnapshotManager {
       source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel }, statePath, memImage: image, disk: { prepared: paths.disk } },
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
       commands: m.agent.commands as CommandRecord[],
-      template,
       network: m.network as NetworkSpec | undefined,
     };
   }
