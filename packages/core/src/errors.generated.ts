@@ -37,6 +37,9 @@ export const ERROR_CATALOGUE = {
   policy_invalid: { status: 400, retryable: false, message: "The network policy is malformed or too broad (such as '*' or '*.com'); details name the rule." },
   secret_not_found: { status: 404, retryable: false, message: "No secret with this name exists for your tenant." },
   approval_not_found: { status: 404, retryable: false, message: "No pending approval request with this id exists (it may have been decided or timed out)." },
+  api_key_not_found: { status: 404, retryable: false, message: "No API key with this id exists in a tenant you may manage." },
+  api_key_revoked: { status: 401, retryable: false, message: "This API key was revoked; ask an admin of your tenant for a new one." },
+  api_key_expired: { status: 401, retryable: false, message: "This API key is past its expiry; ask an admin of your tenant for a new one." },
   internal: { status: 500, retryable: true, message: "An unexpected error; the server logged the cause under the request id." },
 } as const;
 
