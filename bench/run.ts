@@ -7,10 +7,10 @@ import { cpus } from 'node:os';
 import { Readable } from 'node:stream';
 import Table from 'cli-table3';
 import { homeLayout } from '@sandglass/core';
-import { detectAccel, qemuVersion } from '@sandglass/vmm';
+import { qemuVersion, type AccelChoice } from '@sandglass/vmm';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import { Sandbox } from '@sandglass/sdk';
-import { start } from '@sandglass/server';
+import { nodeAccel, start } from '@sandglass/server';
 import { BASE_TEMPLATE, bootAgentTimeoutMs, bootGuest, connectAgent, vmConfig } from '@sandglass/gateway';
 import { egressBench } from './egress.js';
 
@@ -41,12 +41,14 @@ function addLatency(what: string, xs: number[], other = ''): void {
 async function coldBoots(n: number): Promise<number[]> {
   const layout = homeLayout(home);
   const image = await ensureGuestImage({ home });
+  // The accelerator the server will prove too (same probe, same cached verdict).
+  accel = await nodeAccel(layout, image, defaultKernelArgs().join(' '));
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
     const dir = join(layout.run, `bench-cold-${i}`);
     rmSync(dir, { recursive: true, force: true });
     const t0 = performance.now();
-    const config = vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, detectAccel());
+    const config = vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, accel.accel, accel.cpu);
     const vm = await bootGuest(image, defaultKernelArgs().join(' '), { id: `bench-cold-${i}`, dir, config });
     const agent = await connectAgent(vm, { timeoutMs: bootAgentTimeoutMs(config) });
     out.push(performance.now() - t0);
@@ -58,6 +60,7 @@ async function coldBoots(n: number): Promise<number[]> {
 }
 
 let coldP50 = Number.NaN;
+let accel: AccelChoice | undefined;
 
 async function waitForWarm(gatewayUrl: string): Promise<void> {
   for (let i = 0; i < 600; i++) {
@@ -77,7 +80,7 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
 function printRows(): string {
   const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });
   for (const r of rows) table.push([r.what, r.n, r.p50, r.p95, r.other]);
-  const header = `accel ${detectAccel()}, ${qemuVersion()}, ${process.platform} ${cpus().length} cores`;
+  const header = `accel ${accel ? `${accel.accel} (-cpu ${accel.cpu})` : 'unknown'}, ${qemuVersion()}, ${process.platform} ${cpus().length} cores`;
   console.log(header);
   console.log(table.toString());
   return header;

@@ -163,6 +163,20 @@ export function buildProgram(state: RunState): Command {
       }),
     );
 
+  program
+    .command('doctor')
+    .description('what this host offers (KVM and its probe, cgroups, namespaces, QEMU, memory) and what Sandglass will use')
+    .option('--no-probe', 'report the cached accelerator verdict only (the probe boots the guest, building its image if missing)')
+    .option('--json', 'print the report as JSON')
+    .action(
+      act(async (flags: { probe: boolean; json?: boolean }) => {
+        const { doctor, formatDoctor } = await import('@sandglass/server');
+        const report = await doctor({ probe: flags.probe });
+        if (flags.json) printJson(report);
+        else process.stdout.write(formatDoctor(report));
+      }),
+    );
+
   addCreateOptions(program.command('create').description('create a sandbox and print its id'))
     .option('--json', 'print the sandbox as JSON')
     .action(

@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { SandglassError, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
-import { detectAccel, type Accel } from '@sandglass/vmm';
+import type { Accel, AccelChoice } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import type { RetentionPolicy } from '@sandglass/snapshots';
@@ -54,7 +54,8 @@ export interface GatewayOptions {
   nodeSecret: Buffer;
   clock: Clock;
   logger: Logger;
-  accel?: Accel;
+  /** The accelerator and CPU model the probe proved for this host (chooseAccel). */
+  accel: AccelChoice;
   /** Host memory the node may give to guests; default 75% of the host's RAM. */
   guestMemoryBudgetMib?: number;
   /** How a hung VM is told from a slow one. */
@@ -107,6 +108,8 @@ export class Gateway {
   readonly sandboxes = new Map<string, Sandbox>();
   readonly templates: TemplateStore;
   readonly accel: Accel;
+  /** The `-cpu` model every VM of this node gets. */
+  readonly cpu: string;
   private readonly budgetMib: number;
   private baseStatus: { status: 'building' | 'ready' | 'failed'; key?: string; error?: string } = { status: 'building' };
   private pool?: WarmPool;
@@ -115,7 +118,8 @@ export class Gateway {
   readonly network: NetworkManager;
 
   constructor(readonly opts: GatewayOptions) {
-    this.accel = opts.accel ?? detectAccel();
+    this.accel = opts.accel.accel;
+    this.cpu = opts.accel.cpu;
     this.templates = new TemplateStore(opts.home.artifacts, opts.image, opts.kernelArgs, opts.logger);
     this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
@@ -133,6 +137,7 @@ export class Gateway {
       events: opts.events,
       index: opts.snapshotIndex,
       accel: this.accel,
+      cpu: this.cpu,
       clock: opts.clock,
       logger: opts.logger,
       concurrency: opts.captureConcurrency,
@@ -162,7 +167,7 @@ export class Gateway {
 
   async ensureBaseTemplate(onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
     try {
-      const t = await this.templates.ensure(BASE_TEMPLATE.name, vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, this.accel), onProgress);
+      const t = await this.templates.ensure(BASE_TEMPLATE.name, vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, this.accel, this.cpu), onProgress);
       this.baseStatus = { status: 'ready', key: t.key };
       this.pool ??= new WarmPool(t, this.opts.warmPoolSize ?? DEFAULT_WARM_POOL, (id) => sandboxDir(this.opts.home.run, id), this.ram, this.opts.logger);
       this.pool.refill();
@@ -196,7 +201,7 @@ export class Gateway {
     }
     await this.network.validate(req.tenantId, req.network, req.secrets ?? []);
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
-    const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel));
+    const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel, this.cpu));
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const sbx = this.newSandbox(req.id, req.tenantId, template, warm?.dir ?? sandboxDir(this.opts.home.run, req.id), req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);

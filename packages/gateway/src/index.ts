@@ -5,3 +5,4 @@ export type { GatewayEvents, GatewayEvent } from './events.js';
 export { bootGuest, bootAgentTimeoutMs, vmConfig, type TemplateSnapshot } from './templates.js';
 export { connectAgent } from './agent-link.js';
 export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';
+export { kvmProbeAttempt } from './accel-probe.js';

@@ -59,6 +59,8 @@ export interface SnapshotManagerOptions {
   events: GatewayEvents;
   index: SnapshotIndex;
   accel: Accel;
+  /** The node's `-cpu` model: a snapshot restores under this node's accelerator, not the one it was taken under. */
+  cpu: string;
   clock: Clock;
   random?: Random;
   logger: Logger;
@@ -318,7 +320,7 @@ export class SnapshotManager {
     await materializeDisk(tenant, m, paths.disk, template.diskPath);
     chownToVm(paths.disk);
     return {
-      source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel }, statePath, memImage: image, disk: { prepared: paths.disk } },
+      source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel, cpu: this.opts.cpu }, statePath, memImage: image, disk: { prepared: paths.disk } },
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
       commands: m.agent.commands as CommandRecord[],
       network: m.network as NetworkSpec | undefined,

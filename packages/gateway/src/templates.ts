@@ -140,6 +140,6 @@ export function bootAgentTimeoutMs(config: VmConfig): number {
   return config.accel === 'kvm' ? 30_000 : 120_000;
 }
 
-export function vmConfig(memoryMib: number, vcpus: number, accel: Accel): VmConfig {
-  return { memoryMib, vcpus, accel };
+export function vmConfig(memoryMib: number, vcpus: number, accel: Accel, cpu: string): VmConfig {
+  return { memoryMib, vcpus, accel, cpu };
 }

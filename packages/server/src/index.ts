@@ -1,2 +1,4 @@
 // @sandglass/server: the embedded deployment (`sandglass up`) wiring the control plane, one gateway, SQLite and local storage.
 export { up, start, type UpOptions, type Running } from './up.js';
+export { doctor, formatDoctor, type DoctorReport } from './doctor.js';
+export { nodeAccel } from './accel.js';

@@ -14,6 +14,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { reconcileNode } from './reconcile.js';
 import { grantVmTraverse } from './host-access.js';
 import { progressPrinter } from './progress.js';
+import { nodeAccel } from './accel.js';
 
 export interface UpOptions {
   port?: number;
@@ -93,6 +94,14 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
   progress.finish();
 
+  const kernelArgs = defaultKernelArgs().join(' ');
+  // Proven, not assumed: a /dev/kvm that opens may still be unable to boot a 64-bit guest (incomplete nested virtualization).
+  progress.update({ step: 'accelerator', message: 'checking which accelerator boots a guest' });
+  const accel = await nodeAccel(layout, image, kernelArgs);
+  progress.finish();
+  log.info({ accel: accel.accel, cpu: accel.cpu }, accel.reason);
+  process.stdout.write(`accelerator: ${accel.accel} (-cpu ${accel.cpu}): ${accel.reason}\n`);
+
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
   const secret = nodeSecret(layout);
@@ -103,7 +112,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const gateway = new Gateway({
     home: layout,
     image,
-    kernelArgs: defaultKernelArgs().join(' '),
+    kernelArgs,
+    accel,
     events: { append: (e) => events.append(e, { clock }) },
     nodeSecret: secret,
     clock,

@@ -1,19 +1,8 @@
 // Facts about the host the VMM needs: KVM or TCG, the unprivileged VM user, the QEMU version.
-import { accessSync, constants } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 
+/** The accelerator a VM runs under; which one a host gets is proven by chooseAccel (accel.ts), never assumed. */
 export type Accel = 'kvm' | 'tcg';
-
-/** KVM when /dev/kvm can be opened read-write, TCG otherwise; SANDGLASS_ACCEL=tcg forces TCG. */
-export function detectAccel(): Accel {
-  if (process.env.SANDGLASS_ACCEL === 'tcg') return 'tcg';
-  try {
-    accessSync('/dev/kvm', constants.R_OK | constants.W_OK);
-    return 'kvm';
-  } catch {
-    return 'tcg';
-  }
-}
 
 export const VM_USER = 'sandglass-vm';
 

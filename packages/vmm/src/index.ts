@@ -3,3 +3,4 @@ export * from './qemu.js';
 export * from './qmp.js';
 export * from './cgroup.js';
 export * from './host.js';
+export * from './accel.js';

@@ -16,6 +16,8 @@ export interface VmConfig {
   memoryMib: number;
   vcpus: number;
   accel: Accel;
+  /** QEMU `-cpu` model: the one the accelerator probe proved (see accel.ts); default `host` under KVM, `max` under TCG. */
+  cpu?: string;
 }
 
 /** Files of one VM's runtime directory. */
@@ -94,7 +96,8 @@ function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: stri
   return [
     '-name', `sandglass-${id}`,
     '-M', 'microvm,pic=off,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
-    ...(config.accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', `tcg,tb-size=${TCG_TB_MIB}`, '-cpu', 'max']),
+    ...(config.accel === 'kvm' ? ['-accel', 'kvm'] : ['-accel', `tcg,tb-size=${TCG_TB_MIB}`]),
+    '-cpu', config.cpu ?? (config.accel === 'kvm' ? 'host' : 'max'),
     '-smp', String(config.vcpus),
     '-m', `${config.memoryMib}M`,
     '-object', `memory-backend-file,id=mem,size=${config.memoryMib}M,mem-path=${memPath},share=on`,
