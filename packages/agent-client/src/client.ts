@@ -86,6 +86,8 @@ interface PendingCall {
 
 interface StreamHandler {
   data(payload: Buffer): void;
+  /** Agent→host streams with credit: DATA beyond what was granted resets the stream instead of reaching data(). */
+  granter?: Granter;
   end(err: AgentError | undefined): void;
   window?(bytes: number): void;
   /** Relayed connections: the agent dropped them (hello); nothing more may be sent on the stream. */
@@ -101,11 +103,25 @@ interface WriteWaiter {
 
 export type NetOpenListener = (conn: NetConnection, info: NetOpenInfo) => void;
 
+/** The agent broke the protocol on one stream; the stream was reset, the connection stays. */
+export interface ProtocolViolation {
+  kind: 'credit_exceeded';
+  stream: number;
+  /** Credit the host had granted and bytes the offending frame carried. */
+  creditBytes: number;
+  frameBytes: number;
+}
+
+/** Longest error message kept from the agent: it ends up in logs, events and API responses. */
+export const MAX_AGENT_MESSAGE_CHARS = 1024;
+
 export interface AgentClient {
   on(event: 'event', listener: (ev: AgentEvent) => void): this;
   on(event: 'close', listener: (err: AgentError) => void): this;
   /** A guest program connected to the relay listener (netListen). Without a listener the connection is refused. */
   on(event: 'net.open', listener: NetOpenListener): this;
+  /** The agent sent more than a stream's credit: the stream was reset (END bad_request) and its consumer failed. */
+  on(event: 'violation', listener: (v: ProtocolViolation) => void): this;
   once(event: 'event', listener: (ev: AgentEvent) => void): this;
   once(event: 'close', listener: (err: AgentError) => void): this;
   once(event: 'net.open', listener: NetOpenListener): this;
@@ -220,6 +236,7 @@ export class AgentClient extends EventEmitter {
     const streamId = this.allocId('stream');
     const granter = this.granter(streamId, windowBytes);
     this.streams.set(streamId, {
+      granter,
       data: (payload) => {
         if (payload.length < 9) return;
         onData(payload[0] as OutputFd, Number(payload.readBigUInt64BE(1)), payload.subarray(9));
@@ -297,7 +314,7 @@ export class AgentClient extends EventEmitter {
     const stream = new FileReadStream(granter, () => {
       if (this.streams.delete(streamId) && !this.closedError) this.write(encodeFrame(FrameType.end, streamId));
     });
-    this.streams.set(streamId, { data: (p) => stream.onData(p), end: (err) => stream.onEnd(err) });
+    this.streams.set(streamId, { granter, data: (p) => stream.onData(p), end: (err) => stream.onEnd(err) });
     try {
       const { sizeBytes } = await this.call<{ sizeBytes: number }>('file.read', { path, streamId, window: windowBytes }, opts);
       stream.sizeBytes = sizeBytes;
@@ -307,6 +324,31 @@ export class AgentClient extends EventEmitter {
       stream.destroy();
       throw err;
     }
+  }
+
+  /**
+   * Reads a whole guest file into memory, for the node's own use of a guest file (the CA bundle). The guest controls
+   * its content and size, so it is read only up to maxBytes: a bigger file (by the size the agent states, or by what
+   * actually arrives) is cancelled and rejects with `too_large`, having held at most maxBytes plus one window.
+   */
+  async readFileCapped(path: string, maxBytes: number, opts: CallOptions = {}): Promise<Buffer> {
+    const stream = await this.readFile(path, { ...opts, windowBytes: Math.min(DEFAULT_WINDOW_BYTES, Math.max(64 * 1024, maxBytes)) });
+    const tooLarge = () => new AgentError('too_large', `${path} is larger than the ${maxBytes} bytes the host reads of it`);
+    if (stream.sizeBytes > maxBytes) {
+      stream.destroy();
+      throw tooLarge();
+    }
+    const parts: Buffer[] = [];
+    let totalBytes = 0;
+    for await (const chunk of stream) {
+      totalBytes += (chunk as Buffer).length;
+      if (totalBytes > maxBytes) {
+        stream.destroy();
+        throw tooLarge();
+      }
+      parts.push(chunk as Buffer);
+    }
+    return Buffer.concat(parts, totalBytes);
   }
 
   /** Writes a file atomically; resolves once the agent has synced and renamed it into place. */
@@ -419,7 +461,7 @@ export class AgentClient extends EventEmitter {
         clearTimeout(call.timer);
         const body = parseJson(frame.payload) as { result?: unknown; error?: ErrorInfo } | undefined;
         if (!body) call.reject(new AgentError('agent_protocol', `unparseable reply to ${call.method}`));
-        else if (body.error) call.reject(new AgentError(body.error.code, body.error.message));
+        else if (body.error) call.reject(agentErrorOf(body.error));
         else call.resolve(body.result ?? {});
         return;
       }
@@ -436,15 +478,19 @@ export class AgentClient extends EventEmitter {
         this.emit('event', ev);
         return;
       }
-      case FrameType.data:
-        this.streams.get(frame.channel)?.data(frame.payload);
+      case FrameType.data: {
+        const handler = this.streams.get(frame.channel);
+        if (!handler) return;
+        if (handler.granter && !handler.granter.received(frame.payload.length)) this.resetOverCredit(frame.channel, handler, frame.payload.length);
+        else handler.data(frame.payload);
         return;
+      }
       case FrameType.end: {
         const handler = this.streams.get(frame.channel);
         if (!handler) return;
         if (!handler.bidirectional) this.streams.delete(frame.channel);
         const body = frame.payload.length > 0 ? (parseJson(frame.payload) as { error?: ErrorInfo } | undefined) : undefined;
-        handler.end(body?.error ? new AgentError(body.error.code, body.error.message) : undefined);
+        handler.end(body?.error ? agentErrorOf(body.error) : undefined);
         return;
       }
       case FrameType.window:
@@ -467,8 +513,9 @@ export class AgentClient extends EventEmitter {
     const windowBytes = ev.window > 0 ? ev.window : DEFAULT_WINDOW_BYTES;
     const recvWindow = ev.recvWindow > 0 ? ev.recvWindow : DEFAULT_NET_RECV_WINDOW_BYTES;
     let handler: StreamHandler | undefined;
-    const conn = new NetConnection({ stream: streamId, peer: String(ev.peer) }, recvWindow, {
-      granter: this.granter(streamId, windowBytes),
+    const granter = this.granter(streamId, windowBytes);
+    const conn = new NetConnection({ stream: streamId, peer: String(ev.peer).slice(0, 64) }, recvWindow, {
+      granter,
       send: (frame) => {
         if (!this.closedError) this.write(frame);
       },
@@ -477,6 +524,7 @@ export class AgentClient extends EventEmitter {
       },
     });
     handler = {
+      granter,
       data: (p) => conn.onData(p),
       end: (err) => conn.onEnd(err),
       window: (n) => conn.onWindow(n),
@@ -491,27 +539,49 @@ export class AgentClient extends EventEmitter {
     const waiter = this.writeWaiters.get(ev.streamId);
     if (!waiter) return;
     this.writeWaiters.delete(ev.streamId);
-    if (ev.event === 'file.written') waiter.resolve(ev.sizeBytes);
-    else waiter.reject(new AgentError(ev.error.code, ev.error.message));
+    if (ev.event === 'file.written') waiter.resolve(Number.isSafeInteger(ev.sizeBytes) ? ev.sizeBytes : 0);
+    else waiter.reject(agentErrorOf(ev.error));
+  }
+
+  /**
+   * The agent sent more than the stream's credit: everything it sends is buffered on the host only within what was
+   * granted, so the stream is reset rather than delivered (END bad_request tells the agent, as it does to a host that
+   * oversends), its consumer fails, and the violation is reported once.
+   */
+  private resetOverCredit(streamId: number, handler: StreamHandler, frameBytes: number): void {
+    this.streams.delete(streamId);
+    const error: ErrorInfo = { code: 'bad_request', message: 'stream exceeded the flow-control credit the host granted' };
+    if (!this.closedError) this.write(encodeJsonFrame(FrameType.end, streamId, { error }));
+    const creditBytes = handler.granter!.creditBytes + frameBytes;
+    handler.end(new AgentError('agent_protocol', `the agent sent ${frameBytes} bytes on stream ${streamId} with ${creditBytes} bytes of credit: stream reset`));
+    this.emit('violation', { kind: 'credit_exceeded', stream: streamId, creditBytes, frameBytes } satisfies ProtocolViolation);
   }
 
   /** Batches WINDOW grants: a grant per quarter window keeps the pipe full with few frames. */
   private granter(streamId: number, windowBytes: number): Granter {
     const thresholdBytes = Math.max(1, Math.floor(windowBytes / 4));
     let ungrantedBytes = 0;
-    const flush = () => {
-      if (ungrantedBytes === 0 || this.closedError || !this.streams.has(streamId)) return;
-      const payload = Buffer.allocUnsafe(4);
-      payload.writeUInt32BE(ungrantedBytes);
-      ungrantedBytes = 0;
-      this.write(encodeFrame(FrameType.window, streamId, payload));
-    };
-    return {
+    const granter: Granter = {
+      // What the agent may still send: the window, less what arrived, plus what was granted back.
+      creditBytes: windowBytes,
+      received: (bytes) => {
+        granter.creditBytes -= bytes;
+        return granter.creditBytes >= 0;
+      },
       consumed: (bytes) => {
         ungrantedBytes += bytes;
         if (ungrantedBytes >= thresholdBytes) flush();
       },
     };
+    const flush = () => {
+      if (ungrantedBytes === 0 || this.closedError || !this.streams.has(streamId)) return;
+      const payload = Buffer.allocUnsafe(4);
+      payload.writeUInt32BE(ungrantedBytes);
+      granter.creditBytes += ungrantedBytes;
+      ungrantedBytes = 0;
+      this.write(encodeFrame(FrameType.window, streamId, payload));
+    };
+    return granter;
   }
 
   /** Every frame goes out here: held back while the channel is quiesced for a snapshot, in order. */
@@ -602,6 +672,10 @@ export class AgentClient extends EventEmitter {
 }
 
 interface Granter {
+  /** Bytes the agent may still send on the stream. */
+  creditBytes: number;
+  /** DATA of this many bytes arrived; false when it went beyond the credit. */
+  received(bytes: number): boolean;
   /** The consumer took these bytes: they may be granted back to the agent. */
   consumed(bytes: number): void;
 }
@@ -824,6 +898,13 @@ async function* chunksOf(data: Uint8Array | string | Readable | AsyncIterable<Ui
   for await (const chunk of data) {
     yield typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   }
+}
+
+/** An error the agent sent; code and message are the guest's words, so both are bounded before they travel further. */
+function agentErrorOf(error: ErrorInfo): AgentError {
+  const code = typeof error?.code === 'string' && /^[a-z_]{1,32}$/.test(error.code) ? error.code : 'agent_protocol';
+  const message = typeof error?.message === 'string' ? error.message : 'the agent sent an error without a message';
+  return new AgentError(code, message.length > MAX_AGENT_MESSAGE_CHARS ? `${message.slice(0, MAX_AGENT_MESSAGE_CHARS)}…` : message);
 }
 
 function parseJson(payload: Buffer): unknown {

@@ -10,7 +10,9 @@ export {
   type CallOptions,
   type NetListenOptions,
   type NetOpenListener,
+  MAX_AGENT_MESSAGE_CHARS,
   type OutputFd,
+  type ProtocolViolation,
   type StreamOptions,
   type WriteFileOptions,
 } from './client.js';
