@@ -5,9 +5,9 @@ import { kvmProbeAttempt } from '@sandglass/gateway';
 import type { GuestImage } from '@sandglass/images';
 import { chooseAccel, probeCacheKey, qemuVersion, type AccelChoice } from '@sandglass/vmm';
 
-/** Where the verdict is cached, keyed by host boot and QEMU version. */
+/** Where the verdict is cached, keyed by host boot and QEMU version: beside the guest image it was proven with. */
 export function accelCacheFile(layout: HomeLayout): string {
-  return join(layout.root, 'accel.json');
+  return join(layout.artifacts, 'accel.json');
 }
 
 export function nodeAccel(layout: HomeLayout, image: GuestImage, kernelArgs: string): Promise<AccelChoice> {

@@ -9,18 +9,18 @@ import { chooseAccel, cachedAccel, KVM_CPU_MODELS, parseAccelSetting, probeCache
 type Behaviour = 'hang' | 'abort' | 'ok';
 
 const FAKE_QEMU = `
-const cpu = process.argv[1];
-const how = JSON.parse(process.argv[2])[cpu];
+const how = JSON.parse(process.argv[2])[process.argv[1]];
 if (how === 'abort') { process.stderr.write('qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\\n'); process.exit(1); }
 if (how === 'ok') { process.stdout.write('hello\\n'); process.exit(0); }
 setInterval(() => {}, 1000);
 `;
 
-/** A probe attempt that runs a fake QEMU process behaving per CPU model; records every pid it started. */
+/** A probe attempt that runs a fake QEMU process behaving per CPU model (`tcg` for the control boot); records every pid it started. */
 function fakeQemu(behaviour: Record<string, Behaviour>, pids: number[]): ProbeAttempt {
-  return (cpu, signal) =>
+  return ({ accel, cpu }, signal) =>
     new Promise<void>((resolve, reject) => {
-      const child = spawn(process.execPath, ['-e', FAKE_QEMU, cpu, JSON.stringify(behaviour)], { stdio: ['ignore', 'pipe', 'pipe'] });
+      // The TCG control boot is keyed `tcg` in `behaviour`; KVM attempts by CPU model.
+      const child = spawn(process.execPath, ['-e', FAKE_QEMU, accel === 'tcg' ? 'tcg' : cpu, JSON.stringify(behaviour)], { stdio: ['ignore', 'pipe', 'pipe'] });
       pids.push(child.pid!);
       let err = '';
       let out = '';
@@ -62,7 +62,7 @@ describe('chooseAccel', () => {
 
   it('falls back to TCG with one line saying why when every model hangs or aborts, leaving no process behind', async () => {
     const pids: number[] = [];
-    const c = await chooseAccel({ attempt: fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'hang', max: 'hang' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 });
+    const c = await chooseAccel({ attempt: fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'hang', max: 'hang', tcg: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 });
     expect(c.accel).toBe('tcg');
     expect(c.cpu).toBe('max');
     expect(c.reason).toMatch(/^KVM present but a guest did not boot within 0.3 s: using TCG/);
@@ -70,11 +70,20 @@ describe('chooseAccel', () => {
     expect(c.attempts.map((a) => a.cpu)).toEqual([...KVM_CPU_MODELS]);
     expect(c.attempts[1]!.error).toMatch(/no agent hello within/);
     expect(pids.filter(alive)).toEqual([]);
+    // Three KVM attempts and the TCG control boot.
+    expect(pids).toHaveLength(4);
+  });
+
+  it('caches nothing and fails when the guest does not boot under TCG either: the fault is not KVM', async () => {
+    const cacheFile = join(dir, 'accel.json');
+    const attempt = fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'abort', max: 'abort', tcg: 'abort' }, []);
+    await expect(chooseAccel({ attempt, cacheFile, cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 })).rejects.toThrow(/neither KVM nor TCG/);
+    expect(cachedAccel(cacheFile, 'k')).toBeUndefined();
   });
 
   it('SANDGLASS_ACCEL=kvm turns a failed probe into an error; tcg skips the probe', async () => {
     const pids: number[] = [];
-    await expect(chooseAccel({ setting: 'kvm', attempt: fakeQemu({ host: 'hang', 'host,-arch-capabilities': 'abort', max: 'abort' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 })).rejects.toThrow(/SANDGLASS_ACCEL=kvm but KVM present but a guest did not boot|SANDGLASS_ACCEL=kvm/);
+    await expect(chooseAccel({ setting: 'kvm', attempt: fakeQemu({ host: 'hang', 'host,-arch-capabilities': 'abort', max: 'abort', tcg: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 })).rejects.toThrow(/SANDGLASS_ACCEL=kvm but KVM present but a guest did not boot|SANDGLASS_ACCEL=kvm/);
     const before = pids.length;
     const t = await chooseAccel({ setting: 'tcg', attempt: fakeQemu({ host: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm });
     expect(t).toMatchObject({ accel: 'tcg', cpu: 'max' });
@@ -108,7 +117,7 @@ describe('chooseAccel', () => {
 
   it('a cached TCG verdict still fails SANDGLASS_ACCEL=kvm', async () => {
     const cacheFile = join(dir, 'accel.json');
-    const attempt = fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'abort', max: 'abort' }, []);
+    const attempt = fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'abort', max: 'abort', tcg: 'ok' }, []);
     await chooseAccel({ attempt, cacheFile, cacheKey: 'k', kvmDevice: kvm });
     await expect(chooseAccel({ setting: 'kvm', attempt, cacheFile, cacheKey: 'k', kvmDevice: kvm })).rejects.toThrow(/SANDGLASS_ACCEL=kvm/);
   });

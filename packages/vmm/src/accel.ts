@@ -8,6 +8,8 @@ export const KVM_CPU_MODELS = ['host', 'host,-arch-capabilities', 'max'] as cons
 /** The CPU model under TCG. */
 export const TCG_CPU_MODEL = 'max';
 export const DEFAULT_PROBE_TIMEOUT_MS = 10_000;
+/** The TCG control boot: slow by nature, so its limit is a cold boot's under TCG. */
+export const DEFAULT_CONTROL_TIMEOUT_MS = 120_000;
 // Bump when what a probe proves changes: older cached verdicts are then probed again.
 const PROBE_RECIPE = 1;
 
@@ -33,11 +35,16 @@ export interface ProbeResult {
   error?: string;
 }
 
+export interface ProbeTarget {
+  accel: Accel;
+  cpu: string;
+}
+
 /**
- * Boots the real guest under KVM with this CPU model and resolves once its agent answered `hello`; rejects with what
- * went wrong. It must stop the VM when `signal` aborts (the probe's time limit ran out) and before it settles.
+ * Boots the real guest under this accelerator and CPU model and resolves once its agent answered `hello`; rejects
+ * with what went wrong. It must stop the VM when `signal` aborts (the probe's time limit ran out) and before it settles.
  */
-export type ProbeAttempt = (cpu: string, signal: AbortSignal) => Promise<void>;
+export type ProbeAttempt = (target: ProbeTarget, signal: AbortSignal) => Promise<void>;
 
 export interface ChooseAccelOptions {
   /** SANDGLASS_ACCEL: `kvm` turns a failed probe into an error, `tcg` skips it; default `auto`. */
@@ -48,6 +55,7 @@ export interface ChooseAccelOptions {
   /** What a cached verdict is valid for (host boot, QEMU version); see probeCacheKey. */
   cacheKey: string;
   timeoutMs?: number;
+  controlTimeoutMs?: number;
   kvmDevice?: string;
 }
 
@@ -104,7 +112,8 @@ function writeCache(file: string | undefined, entry: CacheEntry): void {
 }
 
 /** Runs one attempt under a time limit; a hang is aborted and reported as such. */
-async function timed(attempt: ProbeAttempt, cpu: string, timeoutMs: number): Promise<ProbeResult> {
+async function timed(attempt: ProbeAttempt, target: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
+  const { cpu } = target;
   const ctl = new AbortController();
   const t0 = performance.now();
   let timer: NodeJS.Timeout | undefined;
@@ -114,7 +123,7 @@ async function timed(attempt: ProbeAttempt, cpu: string, timeoutMs: number): Pro
       reject(new Error(`no agent hello within ${timeoutMs / 1000} s`));
     }, timeoutMs);
   });
-  const run = attempt(cpu, ctl.signal);
+  const run = attempt(target, ctl.signal);
   try {
     await Promise.race([run, limit]);
     return { cpu, ok: true, ms: Math.round(performance.now() - t0) };
@@ -147,11 +156,22 @@ export async function chooseAccel(opts: ChooseAccelOptions): Promise<AccelChoice
     const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS;
     const attempts: ProbeResult[] = [];
     for (const cpu of KVM_CPU_MODELS) {
-      const r = await timed(opts.attempt, cpu, timeoutMs);
+      const r = await timed(opts.attempt, { accel: 'kvm', cpu }, timeoutMs);
       attempts.push(r);
       if (r.ok) break;
     }
     const won = attempts.find((a) => a.ok);
+    if (!won) {
+      // The control: a guest that fails under TCG too says nothing about KVM (a broken image, a permission), and such
+      // a verdict must not be cached as "KVM does not work" for the rest of the host's boot.
+      const control = await timed(opts.attempt, { accel: 'tcg', cpu: TCG_CPU_MODEL }, opts.controlTimeoutMs ?? DEFAULT_CONTROL_TIMEOUT_MS);
+      if (!control.ok) {
+        throw new SandglassError(
+          'vm_failed',
+          `the guest boots under neither KVM nor TCG, so the accelerator cannot be chosen: TCG: ${control.error}; ${attempts.map((a) => `KVM -cpu ${a.cpu}: ${a.error}`).join('; ')}`,
+        );
+      }
+    }
     entry = won
       ? { key: opts.cacheKey, accel: 'kvm', cpu: won.cpu, reason: `KVM boots a guest with -cpu ${won.cpu} (agent ready in ${(won.ms / 1000).toFixed(1)} s)`, attempts, at: new Date().toISOString() }
       : {
