@@ -155,7 +155,10 @@ for host in ['127.0.0.2', '10.0.2.2', '1.1.1.1', '169.254.169.254']:
     const scanned: string[] = [];
     const scan = (path: string) => {
       const st = statSync(path);
-      if (st.isDirectory()) return readdirSync(path).forEach((n) => scan(join(path, n)));
+      if (st.isDirectory()) {
+        for (const n of readdirSync(path)) scan(join(path, n));
+        return;
+      }
       if (!st.isFile()) return;
       scanned.push(path);
       const buf = readFileSync(path);

@@ -9,7 +9,7 @@ import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { AgentClient, AgentError, NetConnection, type NetOpenInfo, type ProcExitEvent, type ProcStartParams } from './index.js';
+import { AgentClient, AgentError, type NetConnection, type NetOpenInfo, type ProcExitEvent, type ProcStartParams } from './index.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const agentDir = path.join(repoRoot, 'agent');
@@ -560,7 +560,7 @@ describe('relayed guest connections (net.listen) and env defaults', () => {
     onConn = relayToEcho;
     const payloads = Array.from({ length: 20 }, () => randomBytes(100 * 1024 + Math.floor(Math.random() * 1000)));
     const echoed = await Promise.all(payloads.map((p) => echoThrough(p)));
-    echoed.forEach((e, i) => expect(e.equals(payloads[i]!)).toBe(true));
+    for (const [i, e] of echoed.entries()) expect(e.equals(payloads[i]!)).toBe(true);
   });
 
   it('drops relayed connections on hello, and the listener keeps accepting', async () => {

@@ -268,7 +268,7 @@ describe('sandglass errors and tables', () => {
     expect(r.code).toBe(0);
     const text = r.stdout.toString();
     expect(text).toContain(SBX);
-    expect(text).not.toMatch(/\u001b\[/);
+    expect(text).not.toContain('\u001b[');
   });
 });
 

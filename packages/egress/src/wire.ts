@@ -1,7 +1,7 @@
 // HTTP/1.1 details the proxy needs beyond node's parser: hop-by-hop headers, raw responses on detached sockets, errors.
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { SandglassError } from '@sandglass/core';
+import type { SandglassError } from '@sandglass/core';
 
 export type HeaderPairs = [string, string][];
 

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
-import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, ProtocolError, SandglassError } from './errors.js';
+import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, ProtocolError, type SandglassError } from './errors.js';
 import { Sandbox, parseForkSource } from './sandbox.js';
 import { Secrets } from './secrets.js';
 import { frame, readBody, sendJson, startTestServer, wireError, type TestServer } from './test-server.js';
