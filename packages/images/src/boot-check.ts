@@ -58,6 +58,7 @@ async function main(): Promise<void> {
     const consoleLog = join(dir, 'console.log');
     const agentSock = join(dir, 'agent.sock');
     const kernel = useBzImage ? join(image.kernelPath, '..', 'vmlinuz') : image.kernelPath;
+    // biome-ignore format: QEMU arguments read as one flag and its value per line
     const args = [
       '-M', 'microvm,pic=off,x-option-roms=off', '-nodefaults', '-no-user-config', '-nographic', '-m', '256', '-cpu', 'max',
       '-kernel', kernel, '-initrd', image.initramfsPath, '-append', defaultKernelArgs().join(' '),

@@ -93,6 +93,7 @@ const TCG_TB_MIB = 32;
 const VMM_OVERHEAD_MIB = 192;
 
 function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: string, diskPath: string): string[] {
+  // biome-ignore format: QEMU arguments read as one flag and its value per line
   return [
     '-name', `sandglass-${id}`,
     '-M', 'microvm,pic=off,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
@@ -466,6 +467,7 @@ async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
 export async function bootVm(spec: BootSpec): Promise<Vm> {
   const paths = prepareVmDir(spec.dir);
   if (!existsSync(paths.disk)) await createOverlay(paths.disk, spec.rootfsPath, 'raw');
+  // biome-ignore format: QEMU arguments read as one flag and its value per line
   const args = [
     ...machineArgs(spec.id, paths, spec.config, spec.memPath, paths.disk),
     '-kernel', spec.kernelPath,
