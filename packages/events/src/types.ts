@@ -71,6 +71,10 @@ export interface EventDataMap {
   'snapshot.failed': Open<{ reason: string; code: string; attempt?: number; willRetry?: boolean }>;
   'snapshot.deleted': Open<{ snapshotId: string; why: 'retention' | 'user' }>;
   'gc.completed': Open<object>;
+  /** The guest agent sent past a stream's credit; the stream was reset. Recorded once per sandbox. */
+  'agent.protocol_violation': Open<{ kind: string; stream: number; creditBytes: number; frameBytes: number }>;
+  /** The sandbox reached its event quota: its further events in this window are dropped (lifecycle events never are). */
+  'quota.events_dropped': Open<{ maxPerWindow: number; windowS: number; firstDroppedType: string }>;
   'command.started': Open<object>;
   'command.exited': Open<object>;
   'file.written': Open<object>;

@@ -12,7 +12,7 @@ import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type Te
 import { WarmPool } from './pool.js';
 import { RamFiles } from './ram.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
-import type { GatewayEvents } from './events.js';
+import { EventQuota, type GatewayEvents } from './events.js';
 import { NetworkManager, type NetworkSpec, type SecretResolver } from './network.js';
 import type { PolicyInput } from '@sandglass/egress';
 
@@ -118,6 +118,8 @@ export class Gateway {
   readonly network: NetworkManager;
 
   constructor(readonly opts: GatewayOptions) {
+    // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
+    this.opts = { ...opts, events: new EventQuota(opts.events, { clock: opts.clock, logger: opts.logger }) };
     this.accel = opts.accel.accel;
     this.cpu = opts.accel.cpu;
     this.templates = new TemplateStore(opts.home.artifacts, opts.image, opts.kernelArgs, opts.logger);
@@ -125,7 +127,7 @@ export class Gateway {
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
     this.cleanStaleRunDirs();
     this.network = new NetworkManager({
-      events: opts.events,
+      events: this.opts.events,
       secrets: opts.secrets,
       logger: opts.logger,
       tenantOf: (id) => this.sandboxes.get(id)?.tenantId,
@@ -134,7 +136,7 @@ export class Gateway {
     this.snapshots = new SnapshotManager({
       store: opts.store,
       ram: this.ram,
-      events: opts.events,
+      events: this.opts.events,
       index: opts.snapshotIndex,
       accel: this.accel,
       cpu: this.cpu,

@@ -14,6 +14,8 @@ const CA_BUNDLE = `${CA_DIR}/ca-bundle.crt`;
 const SYSTEM_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 const CA_MARK_BEGIN = '# --- Sandglass sandbox egress CA (begin) ---';
 const CA_MARK_END = '# --- Sandglass sandbox egress CA (end) ---';
+/** Debian's bundle is ~220 KB; a guest's bigger than this is not read (nor rewritten). */
+export const MAX_SYSTEM_BUNDLE_BYTES = 2 * 1024 * 1024;
 
 /** A tenant secret as the gateway may use it: metadata, and the value only through value() at the moment of use. */
 export interface ResolvedSecret {
@@ -147,20 +149,23 @@ export class NetworkManager {
     await agent.writeFile(CA_FILE, pem);
     await agent.writeFile('/usr/local/share/ca-certificates/sandglass-egress.crt', pem).catch(() => {});
     let system = '';
+    let keepSystem = false;
     try {
-      const stream = await agent.readFile(SYSTEM_BUNDLE);
-      const parts: Buffer[] = [];
-      for await (const chunk of stream) parts.push(chunk as Buffer);
-      system = Buffer.concat(parts).toString('utf8');
-    } catch {
-      // A guest image without ca-certificates: the bundle is then our CA alone.
+      // The guest owns this file (root in the guest can make it any size): read on every start, so capped.
+      system = (await agent.readFileCapped(SYSTEM_BUNDLE, MAX_SYSTEM_BUNDLE_BYTES)).toString('utf8');
+    } catch (err) {
+      // A guest image without ca-certificates: the bundle is then our CA alone; one past the cap is left as it is.
+      keepSystem = (err as { code?: string }).code === 'too_large';
     }
     // A restored guest carries the previous CA's block: replace it rather than pile CAs up.
     const begin = system.indexOf(CA_MARK_BEGIN);
     const end = system.indexOf(CA_MARK_END);
     if (begin >= 0 && end > begin) system = system.slice(0, begin) + system.slice(end + CA_MARK_END.length + 1);
-    const withOurs = `${system.replace(/\n*$/, '\n')}${CA_MARK_BEGIN}\n${pem}${CA_MARK_END}\n`;
-    await agent.writeFile(SYSTEM_BUNDLE, withOurs).catch(() => {});
+    // Not a /\n*$/ regex: on guest text with long runs of newlines that backtracks quadratically.
+    let bodyEnd = system.length;
+    while (bodyEnd > 0 && system.charCodeAt(bodyEnd - 1) === 10) bodyEnd--;
+    const withOurs = `${system.slice(0, bodyEnd)}\n${CA_MARK_BEGIN}\n${pem}${CA_MARK_END}\n`;
+    if (!keepSystem) await agent.writeFile(SYSTEM_BUNDLE, withOurs).catch(() => {});
     await agent.writeFile(CA_BUNDLE, withOurs);
   }
 

@@ -3,7 +3,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { newId, SandglassError, type Clock, type Logger } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
-import type { AgentClient } from '@sandglass/agent-client';
+import type { AgentClient, ProtocolViolation } from '@sandglass/agent-client';
 import { mapAgentError } from './agent-link.js';
 import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
 import type { RamFiles } from './ram.js';
@@ -109,6 +109,7 @@ export class Sandbox {
       const { vm, agent } = warm ?? (await restoreSnapshot(await (from as { source: () => Promise<RestoreSource> }).source(), this.id, this.dir, this.ram, () => this.abortIfEnded()));
       this.vm = vm;
       this.agent = agent;
+      agent.on('violation', (v) => this.onViolation(v));
       vm.exited.then((exit) => {
         if (exit.expected) return;
         const why = vm.shutdownReason ? `guest went down (${vm.shutdownReason})` : `QEMU exited (code ${exit.code}, signal ${exit.signal})`;
@@ -279,17 +280,22 @@ export class Sandbox {
     return rec;
   }
 
+  /**
+   * The agent's events are the guest's words: a proc.exit counts once per command the node started, only with
+   * well-formed fields; replays, exits of unknown ids and anything else are ignored (they would be events to record).
+   */
   private onAgentEvent(ev: Record<string, unknown>): void {
-    if (ev.event !== 'proc.exit') return;
-    const rec = this.commands.get(ev.id as string);
+    if (ev.event !== 'proc.exit' || typeof ev.id !== 'string') return;
+    const rec = this.commands.get(ev.id);
     if (!rec) {
-      if (this.starting.has(ev.id as string)) this.starting.set(ev.id as string, ev);
+      if (this.starting.has(ev.id) && this.starting.get(ev.id) === undefined) this.starting.set(ev.id, ev);
       return;
     }
+    if (rec.state !== 'running') return;
     rec.state = 'exited';
-    rec.exitCode = (ev.exitCode as number | null) ?? null;
-    rec.signal = (ev.signal as string | null) ?? null;
-    rec.outputBytes = (ev.outputBytes as number) ?? rec.outputBytes;
+    rec.exitCode = Number.isSafeInteger(ev.exitCode) ? (ev.exitCode as number) : null;
+    rec.signal = typeof ev.signal === 'string' && /^SIG[A-Z0-9+-]{1,12}$/.test(ev.signal) ? ev.signal : null;
+    rec.outputBytes = Number.isSafeInteger(ev.outputBytes) && (ev.outputBytes as number) >= 0 ? (ev.outputBytes as number) : rec.outputBytes;
     rec.endedAt = new Date(this.clock.nowMs()).toISOString();
     clearTimeout(this.commandTimers.get(rec.id));
     this.commandTimers.delete(rec.id);
@@ -299,6 +305,15 @@ export class Sandbox {
       sandboxId: this.id,
       data: { commandId: rec.id, exitCode: rec.exitCode, signal: rec.signal, timedOut: rec.timedOut, outputBytes: rec.outputBytes },
     });
+  }
+
+  private violations = 0;
+
+  /** The agent broke flow control (the client already reset that stream): recorded once, counted after. */
+  private onViolation(v: ProtocolViolation): void {
+    if (this.violations++ > 0) return;
+    this.log.warn({ sandboxId: this.id, ...v }, 'the guest agent exceeded a stream\'s credit: stream reset');
+    void Promise.resolve(this.events.append({ type: 'agent.protocol_violation', tenantId: this.tenantId, sandboxId: this.id, data: { ...v } })).catch(() => {});
   }
 
   /**

@@ -1,0 +1,114 @@
+// A sandbox whose agent misbehaves (a double speaking the real protocol): replayed and unknown exits, credit overruns, event floods.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createLogger, type Clock } from '@sandglass/core';
+import type { Vm } from '@sandglass/vmm';
+import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
+import { EventQuota, type GatewayEvent } from './events.js';
+import type { RamFiles } from './ram.js';
+import { Sandbox } from './sandbox.js';
+import type { TemplateSnapshot } from './templates.js';
+
+const log = createLogger('test', 'silent');
+let agent: HostileAgent | undefined;
+let sandbox: Sandbox | undefined;
+
+afterEach(async () => {
+  await sandbox?.end('killed');
+  await agent?.close();
+  sandbox = undefined;
+  agent = undefined;
+});
+
+/** A running Sandbox linked to a hostile agent; the VM is a stand-in that never exits (no QEMU in unit tests). */
+async function hostileSandbox(events: GatewayEvent[], clock: Clock = { nowMs: () => Date.now() }) {
+  agent = await HostileAgent.connect();
+  const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
+  const ram = { remove: () => {} } as unknown as RamFiles;
+  const sink = new EventQuota({ append: (e: GatewayEvent) => void events.push(e) }, { clock, maxPerWindow: 50, windowMs: 60_000 });
+  sandbox = new Sandbox('sbx_hostile', 'ten_a', {} as TemplateSnapshot, mkdtempSync(join(tmpdir(), 'sbx-')), 600, sink, clock, log, () => {}, ram, 60);
+  await sandbox.start({ warm: { vm, agent: agent.client } });
+  return { agent, sandbox };
+}
+
+describe('a sandbox whose agent misbehaves', () => {
+  it('records one command.exited however often the agent replays proc.exit, and none for unknown ids', async () => {
+    const events: GatewayEvent[] = [];
+    const { agent, sandbox } = await hostileSandbox(events);
+    agent.onCall = (call) => void agent.reply(call.id, call.method === 'proc.start' ? { pid: 42 } : {});
+    const rec = await sandbox.startCommand({ argv: ['true'] });
+    const exit = { event: 'proc.exit', id: rec.id, exitCode: 0, signal: null, outputBytes: 3 };
+    for (let i = 0; i < 5; i++) await agent.event(exit);
+    await agent.event({ ...exit, exitCode: 7 });
+    await agent.event({ event: 'proc.exit', id: 'cmd_unknown', exitCode: 1, signal: null, outputBytes: 0 });
+    await agent.event({ event: 'proc.exit', id: 42, exitCode: 1 });
+    await agent.client.ping();
+    const exited = events.filter((e) => e.type === 'command.exited');
+    expect(exited).toHaveLength(1);
+    expect(exited[0]!.data).toMatchObject({ commandId: rec.id, exitCode: 0 });
+    expect(rec.exitCode).toBe(0);
+  });
+
+  it('takes only well-formed exit fields from the agent', async () => {
+    const events: GatewayEvent[] = [];
+    const { agent, sandbox } = await hostileSandbox(events);
+    agent.onCall = (call) => void agent.reply(call.id, call.method === 'proc.start' ? { pid: 42 } : {});
+    const rec = await sandbox.startCommand({ argv: ['true'] });
+    await agent.event({ event: 'proc.exit', id: rec.id, exitCode: 'x'.repeat(100_000), signal: 'y'.repeat(100_000), outputBytes: -5 });
+    await agent.client.ping();
+    const exited = events.find((e) => e.type === 'command.exited')!;
+    expect(exited.data).toMatchObject({ exitCode: null, signal: null, outputBytes: 0 });
+    expect(JSON.stringify(exited).length).toBeLessThan(1000);
+  });
+
+  it('records a credit overrun once, however many streams the agent overruns', async () => {
+    const events: GatewayEvent[] = [];
+    const { agent } = await hostileSandbox(events);
+    agent.client.on('net.open', (c) => c.on('error', () => {}));
+    for (let i = 1; i <= 3; i++) {
+      const stream = 0x80000000 + i;
+      await agent.event({ event: 'net.open', stream, peer: '127.0.0.1:1', window: 1024, recvWindow: 1024 });
+      await agent.data(stream, Buffer.alloc(4096));
+    }
+    await agent.client.ping();
+    expect(events.filter((e) => e.type === 'agent.protocol_violation')).toHaveLength(1);
+  });
+});
+
+describe('the per-sandbox event quota', () => {
+  it('passes events up to the cap, then records one quota.events_dropped and drops the rest until the window ends', () => {
+    let nowMs = 0;
+    const events: GatewayEvent[] = [];
+    const quota = new EventQuota({ append: (e: GatewayEvent) => void events.push(e) }, { clock: { nowMs: () => nowMs }, maxPerWindow: 10, windowMs: 1000 });
+    const ev = (sandboxId: string, type = 'egress.request') => ({ type, tenantId: 'ten_a', sandboxId, data: {} });
+    for (let i = 0; i < 10_000; i++) quota.append(ev('sbx_a'));
+    quota.append(ev('sbx_a', 'sandbox.failed'));
+    quota.append(ev('sbx_b'));
+    expect(events.filter((e) => e.sandboxId === 'sbx_a' && e.type === 'egress.request')).toHaveLength(10);
+    expect(events.filter((e) => e.type === 'quota.events_dropped')).toEqual([
+      { type: 'quota.events_dropped', tenantId: 'ten_a', sandboxId: 'sbx_a', data: { maxPerWindow: 10, windowS: 1, firstDroppedType: 'egress.request' } },
+    ]);
+    expect(events.some((e) => e.type === 'sandbox.failed')).toBe(true);
+    expect(events.filter((e) => e.sandboxId === 'sbx_b')).toHaveLength(1);
+    nowMs = 1000;
+    quota.append(ev('sbx_a'));
+    expect(events.filter((e) => e.sandboxId === 'sbx_a' && e.type === 'egress.request')).toHaveLength(11);
+  });
+
+  it('holds a sandbox whose guest floods exits to the cap', async () => {
+    const events: GatewayEvent[] = [];
+    const { agent, sandbox } = await hostileSandbox(events);
+    let pid = 100;
+    agent.onCall = (call) => void agent.reply(call.id, call.method === 'proc.start' ? { pid: pid++ } : {});
+    for (let i = 0; i < 40; i++) {
+      const rec = await sandbox.startCommand({ argv: ['true'] });
+      await agent.event({ event: 'proc.exit', id: rec.id, exitCode: 0, signal: null, outputBytes: 0 });
+    }
+    await agent.client.ping();
+    // 40 started + 40 exited against a cap of 50: 50 recorded, then one notice.
+    expect(events.filter((e) => e.type.startsWith('command.'))).toHaveLength(50);
+    expect(events.filter((e) => e.type === 'quota.events_dropped')).toHaveLength(1);
+  });
+});
