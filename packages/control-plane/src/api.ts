@@ -89,12 +89,25 @@ export interface Tenant {
   createdAt: string;
 }
 
-export interface ApiKey {
+/** An API key as listed: metadata only, never the key or its hash. */
+export interface ApiKeyInfo {
   id: string;
   tenantId: string;
   name?: string;
-  key: string;
   role: ApiKeyRole;
+  /** The key's first characters, to tell keys apart. */
+  prefix: string;
+  createdAt: string;
+  createdByKeyId: string | null;
+  expiresAt: string | null;
+  /** To the minute. */
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+}
+
+/** A key just created: the only answer that ever carries the key itself. */
+export interface ApiKey extends ApiKeyInfo {
+  key: string;
 }
 
 /** The body after validation: the spec's defaults are filled in. */

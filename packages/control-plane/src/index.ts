@@ -26,6 +26,20 @@ export {
   type GatewaySnapshotReply,
   type PlacementRequest,
 } from './gateways.js';
-export { authenticate, bootstrapLocal, createTenant, issueApiKey, generateApiKey, hashApiKey, DEFAULT_TENANT, type BootstrapOptions, type IssueKeyOptions, type Principal } from './keys.js';
+export {
+  ApiKeyService,
+  authenticate,
+  bootstrapLocal,
+  createTenant,
+  issueApiKey,
+  generateApiKey,
+  hashApiKey,
+  toApiKeyInfo,
+  DEFAULT_TENANT,
+  type BootstrapOptions,
+  type CreateApiKeyInput,
+  type IssueKeyOptions,
+  type Principal,
+} from './keys.js';
 export { upsertTemplate, findTemplate, listTemplates, type TemplateUpsert } from './templates.js';
 export * from './api.js';

@@ -1,11 +1,12 @@
-// API keys: generation, hashing (only a SHA-256 hash is stored), authentication, and the local admin key of `sandglass up`.
+// API keys: generation, hashing (only a SHA-256 hash is stored), authentication, who may manage which keys, and the local operator key of `sandglass up`.
 import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemClock, systemRandom, type Clock, type Random } from '@sandglass/core';
-import { toIso, type ApiKeyRole, type Schema, type TenantRow } from '@sandglass/db';
+import { fromIso, toIso, type ApiKeyRole, type ApiKeyRow, type Schema, type TenantRow } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
+import type { ApiKey, ApiKeyInfo } from './api.js';
 
 export interface Principal {
   tenantId: string;
@@ -15,21 +16,42 @@ export interface Principal {
 
 const KEY_PATTERN = /^sg_[A-Za-z0-9_-]{43}$/;
 const PREFIX_LENGTH = 10;
+/** last_used_at is refreshed at most this often, so authenticating is a read, not a write, on almost every request. */
+const LAST_USED_RESOLUTION_MS = 60_000;
 
 export function generateApiKey(random: Random = systemRandom): string {
   return `sg_${random.bytes(32).toString('base64url')}`;
 }
 
+/**
+ * Unkeyed SHA-256 is enough: a key is 256 random bits, so there is nothing to guess or precompute, and the lookup by hash
+ * leaks no timing an attacker could use (they would have to choose hashes, that is, invert SHA-256).
+ */
 export function hashApiKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-/** The tenant and role behind an `Authorization: Bearer sg_…` header; anything else is `unauthenticated`. */
-export async function authenticate(db: Kysely<Schema>, authorization: string | undefined): Promise<Principal> {
+/**
+ * The tenant and role behind an `Authorization: Bearer sg_…` header, checked against the database on every request so a
+ * revocation holds from the next request on. Unknown or malformed: `unauthenticated`; revoked: `api_key_revoked`; past its
+ * expiry: `api_key_expired`. The two latter only ever answer someone holding a once-valid key, which cannot be guessed.
+ */
+export async function authenticate(db: Kysely<Schema>, authorization: string | undefined, clock: Clock): Promise<Principal> {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
   if (!m) throw new SandglassError('unauthenticated', 'Send Authorization: Bearer <api key>.');
-  const row = await db.selectFrom('api_keys').select(['id', 'tenant_id', 'role']).where('key_hash', '=', hashApiKey(m[1]!)).executeTakeFirst();
+  if (!KEY_PATTERN.test(m[1]!)) throw new SandglassError('unauthenticated', 'The API key is not known.');
+  const row = await db
+    .selectFrom('api_keys')
+    .select(['id', 'tenant_id', 'role', 'expires_at', 'revoked_at', 'last_used_at'])
+    .where('key_hash', '=', hashApiKey(m[1]!))
+    .executeTakeFirst();
   if (!row) throw new SandglassError('unauthenticated', 'The API key is not known.');
+  const nowMs = clock.nowMs();
+  if (row.revoked_at !== null) throw new SandglassError('api_key_revoked', 'This API key was revoked.');
+  if (row.expires_at !== null && fromIso(row.expires_at) <= nowMs) throw new SandglassError('api_key_expired', 'This API key has expired.');
+  if (row.last_used_at === null || nowMs - fromIso(row.last_used_at) >= LAST_USED_RESOLUTION_MS) {
+    await db.updateTable('api_keys').set({ last_used_at: toIso(nowMs) }).where('id', '=', row.id).execute();
+  }
   return { tenantId: row.tenant_id, keyId: row.id, role: row.role };
 }
 
@@ -37,27 +59,138 @@ export interface IssueKeyOptions {
   clock: Clock;
   random?: Random;
   name?: string;
-  /** Register this key instead of generating one (the local admin key file, reused after the database was reset). */
+  /** Register this key instead of generating one (the local key file, reused after the database was reset). */
   key?: string;
   createdByKeyId?: string;
+  expiresAtMs?: number;
 }
 
 /** Stores the key's hash and appends `api_key.created` in one transaction; returns the key, which is never stored. */
-export async function issueApiKey(db: Kysely<Schema>, events: EventLog, tenantId: string, role: ApiKeyRole, opts: IssueKeyOptions): Promise<{ id: string; key: string }> {
+export async function issueApiKey(db: Kysely<Schema>, events: EventLog, tenantId: string, role: ApiKeyRole, opts: IssueKeyOptions): Promise<ApiKey> {
   const key = opts.key ?? generateApiKey(opts.random);
-  const id = newId('key', (opts.random ?? systemRandom).bytes);
-  const prefix = key.slice(0, PREFIX_LENGTH);
+  const row: ApiKeyRow = {
+    id: newId('key', (opts.random ?? systemRandom).bytes),
+    tenant_id: tenantId,
+    name: opts.name ?? null,
+    role,
+    key_hash: hashApiKey(key),
+    prefix: key.slice(0, PREFIX_LENGTH),
+    created_at: toIso(opts.clock.nowMs()),
+    created_by_key_id: opts.createdByKeyId ?? null,
+    expires_at: opts.expiresAtMs === undefined ? null : toIso(opts.expiresAtMs),
+    revoked_at: null,
+    revoked_by_key_id: null,
+    last_used_at: null,
+  };
   await db.transaction().execute(async (trx) => {
-    await trx
-      .insertInto('api_keys')
-      .values({ id, tenant_id: tenantId, name: opts.name ?? null, role, key_hash: hashApiKey(key), prefix, created_at: toIso(opts.clock.nowMs()) })
-      .execute();
-    await events.append(
-      { type: 'api_key.created', tenantId, data: { keyId: id, role, prefix, name: opts.name, createdByKeyId: opts.createdByKeyId } },
-      { clock: opts.clock, random: opts.random, trx },
-    );
+    await trx.insertInto('api_keys').values(row).execute();
+    const data = { keyId: row.id, role, prefix: row.prefix, name: opts.name, createdByKeyId: opts.createdByKeyId, expiresAt: row.expires_at ?? undefined };
+    await events.append({ type: 'api_key.created', tenantId, data }, { clock: opts.clock, random: opts.random, trx });
   });
-  return { id, key };
+  return { ...toApiKeyInfo(row), key };
+}
+
+export function toApiKeyInfo(row: ApiKeyRow): ApiKeyInfo {
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    ...(row.name === null ? {} : { name: row.name }),
+    role: row.role,
+    prefix: row.prefix,
+    createdAt: row.created_at,
+    createdByKeyId: row.created_by_key_id,
+    expiresAt: row.expires_at,
+    lastUsedAt: row.last_used_at,
+    revokedAt: row.revoked_at,
+  };
+}
+
+/** The body of a key creation after validation (the spec fills in role). */
+export interface CreateApiKeyInput {
+  name?: string;
+  role: ApiKeyRole;
+  /** Absent: the caller's own tenant. */
+  tenantId?: string;
+  expiresInS?: number;
+  expiresAt?: string;
+}
+
+/**
+ * Who may manage which keys. member: none. admin: member and admin keys of its own tenant only; another tenant's id
+ * answers exactly as an unknown one (tenant_not_found, api_key_not_found), and operator keys are out of its reach.
+ * operator: every tenant's keys; operator keys only in its own tenant, the platform's. Every refusal changes nothing.
+ */
+export class ApiKeyService {
+  constructor(private readonly deps: { db: Kysely<Schema>; events: EventLog; clock: Clock; random?: Random }) {}
+
+  async create(by: Principal, input: CreateApiKeyInput): Promise<ApiKey> {
+    const tenantId = await this.managedTenant(by, input.tenantId);
+    if (input.role === 'operator') {
+      if (by.role !== 'operator') throw new SandglassError('permission_denied', 'Only an operator key may create operator keys.', { details: { field: 'role' } });
+      if (tenantId !== by.tenantId) {
+        throw new SandglassError('invalid_argument', "Operator keys belong to the operator's own tenant; leave tenantId out.", { details: { field: 'role' } });
+      }
+    }
+    const nowMs = this.deps.clock.nowMs();
+    let expiresAtMs: number | undefined;
+    if (input.expiresInS !== undefined && input.expiresAt !== undefined) {
+      throw new SandglassError('invalid_argument', 'Give expiresInS or expiresAt, not both.', { details: { field: 'expiresAt' } });
+    }
+    if (input.expiresInS !== undefined) expiresAtMs = nowMs + input.expiresInS * 1000;
+    if (input.expiresAt !== undefined) {
+      expiresAtMs = Date.parse(input.expiresAt);
+      if (!(expiresAtMs > nowMs)) throw new SandglassError('invalid_argument', 'expiresAt must be a time in the future.', { details: { field: 'expiresAt' } });
+    }
+    return issueApiKey(this.deps.db, this.deps.events, tenantId, input.role, {
+      clock: this.deps.clock,
+      random: this.deps.random,
+      name: input.name,
+      createdByKeyId: by.keyId,
+      expiresAtMs,
+    });
+  }
+
+  /** The keys of one tenant (the caller's by default), oldest first: metadata only, never the key or its hash. */
+  async list(by: Principal, tenantId?: string): Promise<ApiKeyInfo[]> {
+    const tenant = await this.managedTenant(by, tenantId);
+    const rows = await this.deps.db.selectFrom('api_keys').selectAll().where('tenant_id', '=', tenant).orderBy('created_at').orderBy('id').execute();
+    return rows.map(toApiKeyInfo);
+  }
+
+  /** Refuses the key from the next request on and records `api_key.revoked`; revoking a revoked key changes nothing. */
+  async revoke(by: Principal, keyId: string): Promise<ApiKeyInfo> {
+    this.mayManageKeys(by);
+    const { db, events, clock } = this.deps;
+    return db.transaction().execute(async (trx) => {
+      const row = await trx.selectFrom('api_keys').selectAll().where('id', '=', keyId).executeTakeFirst();
+      if (!row || (by.role !== 'operator' && row.tenant_id !== by.tenantId)) {
+        throw new SandglassError('api_key_not_found', `No API key ${keyId} exists in a tenant you may manage.`);
+      }
+      if (row.role === 'operator' && by.role !== 'operator') throw new SandglassError('permission_denied', 'Only an operator key may revoke an operator key.');
+      if (row.revoked_at !== null) return toApiKeyInfo(row);
+      const revoked: ApiKeyRow = { ...row, revoked_at: toIso(clock.nowMs()), revoked_by_key_id: by.keyId };
+      await trx.updateTable('api_keys').set({ revoked_at: revoked.revoked_at, revoked_by_key_id: by.keyId }).where('id', '=', keyId).execute();
+      await events.append(
+        { type: 'api_key.revoked', tenantId: row.tenant_id, data: { keyId, role: row.role, prefix: row.prefix, revokedByKeyId: by.keyId } },
+        { clock, random: this.deps.random, trx },
+      );
+      return toApiKeyInfo(revoked);
+    });
+  }
+
+  private mayManageKeys(by: Principal): void {
+    if (by.role === 'member') throw new SandglassError('permission_denied', 'Only an admin or operator API key may manage API keys.');
+  }
+
+  /** The tenant whose keys the caller asked for, when it may manage them; another tenant looks like no tenant at all to an admin. */
+  private async managedTenant(by: Principal, tenantId: string | undefined): Promise<string> {
+    this.mayManageKeys(by);
+    const wanted = tenantId ?? by.tenantId;
+    const notFound = () => new SandglassError('tenant_not_found', `No tenant ${wanted} exists.`);
+    if (by.role !== 'operator' && wanted !== by.tenantId) throw notFound();
+    if (!(await this.deps.db.selectFrom('tenants').select('id').where('id', '=', wanted).executeTakeFirst())) throw notFound();
+    return wanted;
+  }
 }
 
 /** Creates the tenant and appends `tenant.created` in one transaction; a taken name is a `conflict`. */
@@ -76,17 +209,20 @@ export async function createTenant(db: Kysely<Schema>, events: EventLog, name: s
 export interface BootstrapOptions {
   db: Kysely<Schema>;
   events: EventLog;
-  /** Where the admin key is kept, mode 0600 ($SANDGLASS_HOME/admin-key). */
+  /** Where the operator key is kept, mode 0600 ($SANDGLASS_HOME/admin-key). */
   keyFile: string;
   clock?: Clock;
   random?: Random;
 }
 
+/** The tenant `sandglass up` creates, in which the local operator key acts for sandboxes, secrets and snapshots. */
 export const DEFAULT_TENANT = 'default';
 
 /**
- * The embedded deployment's first run: tenant `default` and an admin key written to keyFile. An existing key file is
- * reused (and registered again if the database was reset), so the CLI's saved key keeps working.
+ * The embedded deployment's first run: tenant `default` and the operator key, written to keyFile. An existing key file is
+ * reused (and registered again if the database was reset), so the CLI's saved key keeps working; an earlier version's
+ * admin key there becomes the operator key. A revoked or expired key in the file stays refused: remove the file and
+ * start again for a new one.
  */
 export async function bootstrapLocal(opts: BootstrapOptions): Promise<string> {
   const clock = opts.clock ?? systemClock;
@@ -96,15 +232,25 @@ export async function bootstrapLocal(opts: BootstrapOptions): Promise<string> {
   const existing = readKeyFile(opts.keyFile);
   if (existing !== undefined) {
     chmodSync(opts.keyFile, 0o600);
-    const known = await opts.db.selectFrom('api_keys').select('id').where('key_hash', '=', hashApiKey(existing)).executeTakeFirst();
-    if (!known) await issueApiKey(opts.db, opts.events, tenant.id, 'admin', { clock, random: opts.random, name: 'local admin', key: existing });
+    const known = await opts.db.selectFrom('api_keys').select(['id', 'role', 'tenant_id']).where('key_hash', '=', hashApiKey(existing)).executeTakeFirst();
+    if (!known) await issueApiKey(opts.db, opts.events, tenant.id, 'operator', { clock, random: opts.random, name: 'local operator', key: existing });
+    else if (known.role !== 'operator') {
+      if (known.tenant_id !== tenant.id) throw new Error(`${opts.keyFile} holds a key of another tenant than ${DEFAULT_TENANT}; remove it to have a new one made`);
+      await opts.db.transaction().execute(async (trx) => {
+        await trx.updateTable('api_keys').set({ role: 'operator' }).where('id', '=', known.id).execute();
+        await opts.events.append(
+          { type: 'api_key.role_changed', tenantId: tenant.id, data: { keyId: known.id, from: known.role, to: 'operator' } },
+          { clock, random: opts.random, trx },
+        );
+      });
+    }
     return existing;
   }
   const key = generateApiKey(opts.random);
   // File first: if the database write then fails, the next start finds the file and registers it.
   mkdirSync(dirname(opts.keyFile), { recursive: true, mode: 0o700 });
   writeFileSync(opts.keyFile, `${key}\n`, { mode: 0o600, flag: 'wx' });
-  await issueApiKey(opts.db, opts.events, tenant.id, 'admin', { clock, random: opts.random, name: 'local admin', key });
+  await issueApiKey(opts.db, opts.events, tenant.id, 'operator', { clock, random: opts.random, name: 'local operator', key });
   return key;
 }
 

@@ -271,7 +271,7 @@ describe('health and auth', () => {
   it('stores only a hash of each key', async () => {
     const rows = await database.db.selectFrom('api_keys').selectAll().execute();
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ key_hash: hashApiKey(adminKey), prefix: adminKey.slice(0, 10), role: 'admin' });
+    expect(rows[0]).toMatchObject({ key_hash: hashApiKey(adminKey), prefix: adminKey.slice(0, 10), role: 'operator' });
     expect(JSON.stringify(rows)).not.toContain(adminKey);
     expect(JSON.stringify(await events.list())).not.toContain(adminKey);
   });
@@ -609,11 +609,14 @@ describe('admin routes', () => {
     expect(role.json().error.details.field).toBe('role');
   });
 
-  it('makes admin keys when asked', async () => {
+  it('makes admin keys when asked, which manage their own tenant’s keys but create no tenants', async () => {
     const b = await tenantB();
     const k = await call('POST', `/v1/tenants/${b.tenantId}/api-keys`, { json: { role: 'admin' } });
     expect(k.json()).toMatchObject({ tenantId: b.tenantId, role: 'admin', key: expect.stringMatching(/^sg_[A-Za-z0-9_-]{43}$/) });
-    expect((await call('POST', '/v1/tenants', { key: k.json().key, json: { name: 'c' } })).statusCode).toBe(201);
+    expect((await call('POST', `/v1/tenants/${b.tenantId}/api-keys`, { key: k.json().key, json: {} })).statusCode).toBe(201);
+    const tenant = await call('POST', '/v1/tenants', { key: k.json().key, json: { name: 'c' } });
+    expect(tenant.statusCode).toBe(403);
+    expect(tenant.json().error.code).toBe('permission_denied');
   });
 });
 

@@ -16,9 +16,9 @@ import {
 import type { SandboxState, Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
-import { toTemplate, toTenant, type ApiKey, type ApprovalDecision, type CreateSandboxRequest, type ForkRequest, type NetworkPolicy, type ResumeSandboxRequest } from './api.js';
+import { toTemplate, toTenant, type ApprovalDecision, type CreateSandboxRequest, type ForkRequest, type NetworkPolicy, type ResumeSandboxRequest } from './api.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
-import { authenticate, createTenant, issueApiKey, type Principal } from './keys.js';
+import { ApiKeyService, authenticate, createTenant, type CreateApiKeyInput, type Principal } from './keys.js';
 import { SandboxService, type EventsQuery } from './sandboxes.js';
 import { SecretStore, type SecretInput } from './secrets.js';
 import { listTemplates } from './templates.js';
@@ -70,6 +70,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   const { db, events, clock } = opts;
   const secrets = new SecretStore({ db, events, clock, keys: opts.keys ?? NO_KEYS });
+  const apiKeys = new ApiKeyService({ db, events, clock });
   const sandboxes = new SandboxService({
     secrets,
     db,
@@ -85,16 +86,16 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   const principals = new WeakMap<FastifyRequest, Principal>();
   app.addHook('onRequest', async (req) => {
     if (req.routeOptions.url !== undefined && PUBLIC_ROUTES.has(req.routeOptions.url)) return;
-    principals.set(req, await authenticate(db, req.headers.authorization));
+    principals.set(req, await authenticate(db, req.headers.authorization, clock));
   });
   // A POST without a body means "all defaults"; validation then names any field that is required.
   app.addHook('preValidation', async (req) => {
     if (req.body === undefined && req.routeOptions.schema?.body) req.body = {};
   });
   const who = (req: FastifyRequest): Principal => principals.get(req)!;
-  const admin = (req: FastifyRequest): Principal => {
+  const operator = (req: FastifyRequest): Principal => {
     const p = who(req);
-    if (p.role !== 'admin') throw new SandglassError('permission_denied', 'Only an admin API key may manage tenants and keys.');
+    if (p.role !== 'operator') throw new SandglassError('permission_denied', 'Only an operator API key may create tenants.');
     return p;
   };
 
@@ -151,21 +152,16 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/forks', async (req, reply) => reply.code(201).send(await sandboxes.fork(who(req), req.body as ForkRequest)));
 
   route('POST', '/v1/tenants', async (req, reply) => {
-    const by = admin(req);
+    const by = operator(req);
     const tenant = await createTenant(db, events, (req.body as { name: string }).name, { clock, createdByKeyId: by.keyId });
     return reply.code(201).send(toTenant(tenant));
   });
-  route('POST', '/v1/tenants/{id}/api-keys', async (req, reply) => {
-    const by = admin(req);
-    const tenantId = idOf(req);
-    const body = req.body as { name?: string; role: 'member' | 'admin' };
-    if (!(await db.selectFrom('tenants').select('id').where('id', '=', tenantId).executeTakeFirst())) {
-      throw new SandglassError('tenant_not_found', `No tenant ${tenantId} exists.`);
-    }
-    const { id, key } = await issueApiKey(db, events, tenantId, body.role, { clock, name: body.name, createdByKeyId: by.keyId });
-    const out: ApiKey = { id, tenantId, ...(body.name === undefined ? {} : { name: body.name }), key, role: body.role };
-    return reply.code(201).send(out);
-  });
+  route('POST', '/v1/tenants/{id}/api-keys', async (req, reply) =>
+    reply.code(201).send(await apiKeys.create(who(req), { ...(req.body as Omit<CreateApiKeyInput, 'tenantId'>), tenantId: idOf(req) })),
+  );
+  route('POST', '/v1/api-keys', async (req, reply) => reply.code(201).send(await apiKeys.create(who(req), req.body as CreateApiKeyInput)));
+  route('GET', '/v1/api-keys', async (req) => ({ apiKeys: await apiKeys.list(who(req), (req.query as { tenantId?: string }).tenantId) }));
+  route('DELETE', '/v1/api-keys/{id}', async (req) => apiKeys.revoke(who(req), idOf(req)));
 
   return {
     app,

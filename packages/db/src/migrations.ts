@@ -171,11 +171,45 @@ const secrets: Migration = {
   },
 };
 
+const apiKeyLifecycle: Migration = {
+  async up(db: Kysely<any>) {
+    // Rebuilt rather than altered: SQLite cannot change the role CHECK in place, and it must learn 'operator'.
+    await db.schema
+      .createTable('api_keys_v2')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull().references('tenants.id'))
+      .addColumn('name', 'text')
+      .addColumn('role', 'text', (c) => c.notNull().check(inList('role', ['member', 'admin', 'operator'])))
+      .addColumn('key_hash', 'text', (c) => c.notNull().unique())
+      .addColumn('prefix', 'text', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addColumn('created_by_key_id', 'text')
+      .addColumn('expires_at', 'text')
+      .addColumn('revoked_at', 'text')
+      .addColumn('revoked_by_key_id', 'text')
+      .addColumn('last_used_at', 'text')
+      .execute();
+    const cols = ['id', 'tenant_id', 'name', 'role', 'key_hash', 'prefix', 'created_at'];
+    await db.insertInto('api_keys_v2').columns(cols).expression(db.selectFrom('api_keys').select(cols)).execute();
+    await db.schema.dropTable('api_keys').execute();
+    await db.schema.alterTable('api_keys_v2').renameTo('api_keys').execute();
+    await db.schema.createIndex('api_keys_tenant_created').on('api_keys').columns(['tenant_id', 'created_at']).execute();
+  },
+};
+
+const secretTransport: Migration = {
+  async up(db: Kysely<any>) {
+    // Opt-ins a secret needs to be sent in clear text or on a protocol upgrade; existing secrets get neither.
+    await db.schema.alterTable('secrets').addColumn('allow_plaintext', 'integer', (c) => c.notNull().defaultTo(0)).execute();
+    await db.schema.alterTable('secrets').addColumn('allow_upgrade', 'integer', (c) => c.notNull().defaultTo(0)).execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
 }
 
 export const migrationProvider: MigrationProvider = {
-  getMigrations: async () => ({ '0001_initial': initial, '0002_snapshots': snapshots, '0003_secrets': secrets }),
+  getMigrations: async () => ({ '0001_initial': initial, '0002_snapshots': snapshots, '0003_secrets': secrets, '0004_api_key_lifecycle': apiKeyLifecycle, '0005_secret_transport': secretTransport }),
 };

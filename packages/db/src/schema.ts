@@ -10,7 +10,12 @@ export interface TenantsTable {
   created_at: IsoTime;
 }
 
-export type ApiKeyRole = 'member' | 'admin';
+/**
+ * member: uses its tenant's sandboxes, secrets and snapshots. admin: also manages its own tenant's member and admin keys.
+ * operator: the platform's own role, not a tenant's: creates tenants and manages keys in every tenant (it acts in the tenant
+ * its key belongs to, `default` in `sandglass up`, for everything else).
+ */
+export type ApiKeyRole = 'member' | 'admin' | 'operator';
 
 export interface ApiKeysTable {
   id: string;
@@ -22,6 +27,15 @@ export interface ApiKeysTable {
   /** The first characters of the key, so a person can tell keys apart. */
   prefix: string;
   created_at: IsoTime;
+  /** The key that created this one; null for the local operator key `sandglass up` writes. */
+  created_by_key_id: string | null;
+  /** Refused from this instant on; null: never expires. */
+  expires_at: IsoTime | null;
+  /** Refused from this instant on; a revoked key is never reinstated. */
+  revoked_at: IsoTime | null;
+  revoked_by_key_id: string | null;
+  /** Refreshed at most once a minute, so authentication does not write on every request. */
+  last_used_at: IsoTime | null;
 }
 
 export type TemplateStatus = 'ready' | 'building' | 'failed';
@@ -103,6 +117,10 @@ export interface SecretsTable {
   /** JSON text of the media types whose request bodies are searched for the placeholder. */
   body_content_types: string;
   approval: SecretApproval;
+  /** 1: the value may also be substituted into requests that go upstream in clear text. */
+  allow_plaintext: Generated<number>;
+  /** 1: the value may also be substituted into protocol-upgrade (WebSocket) requests, whose frames are not masked. */
+  allow_upgrade: Generated<number>;
   /** Base64 of kms seal(dataKey(tenant, 'secret'), value, aad = `${tenant_id}/${name}`); the value is never stored in clear. */
   value_sealed: string;
   created_at: IsoTime;

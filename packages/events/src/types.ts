@@ -80,7 +80,12 @@ export interface EventDataMap {
   'file.written': Open<object>;
   'file.removed': Open<object>;
   'tenant.created': Open<{ name: string }>;
-  'api_key.created': Open<{ keyId: string; role: string }>;
+  /** data.createdByKeyId is the actor (absent for the local operator key); never the key or its hash. */
+  'api_key.created': Open<{ keyId: string; role: string; prefix: string; createdByKeyId?: string; expiresAt?: string }>;
+  /** Refused from now on; data.revokedByKeyId is the actor. */
+  'api_key.revoked': Open<{ keyId: string; role: string; prefix: string; revokedByKeyId: string }>;
+  /** The local key file's key, registered as admin by an earlier version, became the operator key at start. */
+  'api_key.role_changed': Open<{ keyId: string; from: string; to: string }>;
   /** A tenant secret was created or replaced: its configuration, never its value. */
   'secret.set': Open<{ name: string; hosts: string[]; header: string | null; approval: 'none' | 'required' }>;
   'secret.removed': Open<{ name: string }>;
