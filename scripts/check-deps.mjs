@@ -1,0 +1,218 @@
+#!/usr/bin/env node
+// Checks that each workspace package declares exactly what its sources import, so a package can be lifted out of the
+// monorepo (or installed alone) without a hidden dependency on what npm happened to hoist, and without dead entries.
+// Plain Node without dependencies: it runs before anything is built. Usage: node scripts/check-deps.mjs
+//
+// Rules, per packages/<name>:
+// - A file of src/ is runtime code when it is reachable through relative imports from an entry point: src/index.ts
+//   (the package's export) or a file nothing imports (a program such as the CLI's main.ts). Every other file, that is
+//   *.test.ts and the helpers only tests import, is test code.
+// - Every package that runtime code imports, type-only imports included, is in "dependencies": workspace packages
+//   publish their TypeScript sources, so a consumer's type check reads these imports too.
+// - A package that only test code imports is in the package's "devDependencies" or the root package.json (where the
+//   test runner lives); workspace packages (@sandglass/*) are not in the root, so tests declare them in the package.
+// - Nothing is declared that nothing imports: an unused "dependencies" entry, one that only tests use (it belongs in
+//   "devDependencies"), or an unused "devDependencies" entry (`@types/x` counts as used when `x` is).
+// - The root's own code (tests/, bench/, scripts/, bin/, *.config.ts) imports only what the root declares or a workspace package.
+// - One version of each external package across all package.json files.
+// node: builtins (and bare builtin names) are not dependencies. Imports are found by a lexical scan (comments removed,
+// string literals kept): `import … from`, `export … from`, side-effect `import '…'`, `import('…')` and `require('…')`.
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const SOURCE = /\.(ts|mts|cts|js|mjs|cjs)$/;
+const builtins = new Set(builtinModules);
+
+function readJson(path) {
+  return JSON.parse(readFileSync(path, 'utf8'));
+}
+
+function walk(dir, out = []) {
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    if (e.name === 'node_modules' || e.name.startsWith('.')) continue;
+    const p = join(dir, e.name);
+    if (e.isDirectory()) walk(p, out);
+    else if (SOURCE.test(e.name)) out.push(p);
+  }
+  return out;
+}
+
+/** Removes comments but keeps string contents, so `// import x from 'y'` in a comment is not an import. */
+function stripComments(text) {
+  const pattern = String.raw`\/\*[\s\S]*?\*\/|(^|[^:\\\x22\x27\x60])\/\/[^\n]*|(\x27(?:[^\x27\\\n]|\\.)*\x27|\x22(?:[^\x22\\\n]|\\.)*\x22|\x60(?:[^\x60\\]|\\.)*\x60)`;
+  return text.replace(new RegExp(pattern, 'g'), (_m, pre, str) => (str !== undefined ? str : pre !== undefined ? pre : ''));
+}
+
+// Quotes are written \x22 and \x27 here so this file's own regular expressions do not read as strings to stripComments.
+const Q = String.raw`[\x22\x27]`;
+const SPEC = String.raw`([^\x22\x27\n]+)`;
+const IMPORT_PATTERNS = [
+  // import x from 'm'; import { a, type b } from 'm'; import type T from 'm'; export { a } from 'm'; export * from 'm'
+  new RegExp(String.raw`(?:^|[\s;}])(?:import|export)\s+(?:type\s+)?[\w$*{}\s,]*?\s*from\s*${Q}${SPEC}${Q}`, 'g'),
+  // import 'm' (side effects only)
+  new RegExp(String.raw`(?:^|[\s;}])import\s*${Q}${SPEC}${Q}`, 'g'),
+  // import('m'), require('m')
+  new RegExp(String.raw`(?:\bimport|\brequire)\s*\(\s*${Q}${SPEC}${Q}\s*\)`, 'g'),
+];
+
+/** Specifiers a file imports, in order. */
+function importsOf(file) {
+  const text = stripComments(readFileSync(file, 'utf8'));
+  const specs = [];
+  for (const re of IMPORT_PATTERNS) for (const m of text.matchAll(re)) specs.push(m[1]);
+  return specs;
+}
+
+/** `@scope/name/sub` → `@scope/name`; `name/sub` → `name`; undefined for relative paths and builtins. */
+function packageOf(spec) {
+  if (spec.startsWith('.') || spec.startsWith('/') || spec.startsWith('node:')) return undefined;
+  const parts = spec.split('/');
+  const name = spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
+  return builtins.has(name) ? undefined : name;
+}
+
+/** The source file a relative specifier names (`./x.js` is `./x.ts` on disk), if it exists. */
+function resolveRelative(from, spec) {
+  const base = resolve(dirname(from), spec);
+  for (const candidate of [base, base.replace(/\.js$/, '.ts'), base.replace(/\.mjs$/, '.mts'), `${base}.ts`, join(base, 'index.ts')]) {
+    try {
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      // try the next spelling
+    }
+  }
+  return undefined;
+}
+
+const root = readJson(join(repo, 'package.json'));
+const packagesDir = join(repo, 'packages');
+const workspaces = readdirSync(packagesDir, { withFileTypes: true })
+  .filter((e) => e.isDirectory())
+  .map((e) => ({ dir: join(packagesDir, e.name), manifest: readJson(join(packagesDir, e.name, 'package.json')) }));
+const workspaceNames = new Set(workspaces.map((w) => w.manifest.name));
+
+const rootFiles = [
+  ...walk(join(repo, 'tests')),
+  ...walk(join(repo, 'bench')),
+  ...walk(join(repo, 'scripts')),
+  ...walk(join(repo, 'bin')).concat(readdirSync(join(repo, 'bin')).map((f) => join(repo, 'bin', f))),
+  ...readdirSync(repo)
+    .filter((f) => /\.config\.(ts|mts|js|mjs)$/.test(f))
+    .map((f) => join(repo, f)),
+].filter((f, i, all) => all.indexOf(f) === i && statSync(f).isFile());
+const packageFiles = workspaces.flatMap((w) => walk(join(w.dir, 'src')));
+
+// Who imports whom (relative imports only, across the whole repo): a file nobody imports is an entry point.
+const importsByFile = new Map();
+const imported = new Set();
+for (const f of [...rootFiles, ...packageFiles]) {
+  const specs = importsOf(f);
+  importsByFile.set(f, specs);
+  for (const s of specs) {
+    if (!s.startsWith('.')) continue;
+    const target = resolveRelative(f, s);
+    if (target) imported.add(target);
+  }
+}
+
+const problems = [];
+const isTest = (f) => /\.test\.[cm]?[jt]s$/.test(f);
+
+for (const { dir, manifest } of workspaces) {
+  const name = manifest.name;
+  const where = relative(repo, join(dir, 'package.json'));
+  const files = walk(join(dir, 'src'));
+  const entries = files.filter((f) => !isTest(f) && (f === join(dir, 'src', 'index.ts') || !imported.has(f)));
+  const runtime = new Set();
+  const visit = (f) => {
+    if (runtime.has(f) || !f.startsWith(dir + '/')) return;
+    runtime.add(f);
+    for (const s of importsByFile.get(f) ?? []) {
+      if (!s.startsWith('.')) continue;
+      const target = resolveRelative(f, s);
+      if (target) visit(target);
+    }
+  };
+  for (const e of entries) visit(e);
+
+  /** package → the first file importing it, for the message. */
+  const runtimeImports = new Map();
+  const testImports = new Map();
+  for (const f of files) {
+    const into = runtime.has(f) ? runtimeImports : testImports;
+    for (const s of importsByFile.get(f) ?? []) {
+      const pkg = packageOf(s);
+      if (pkg && pkg !== name && !into.has(pkg)) into.set(pkg, relative(repo, f));
+    }
+  }
+  const deps = new Set(Object.keys(manifest.dependencies ?? {}));
+  const devDeps = new Set(Object.keys(manifest.devDependencies ?? {}));
+  const rootDeclared = new Set([...Object.keys(root.dependencies ?? {}), ...Object.keys(root.devDependencies ?? {})]);
+  const used = (pkg, set) => set.has(pkg) || (pkg.startsWith('@types/') && set.has(pkg.slice('@types/'.length).replace(/^(.+?)__(.+)$/, '@$1/$2')));
+
+  for (const [pkg, file] of runtimeImports) {
+    if (!deps.has(pkg)) problems.push(`${where}: "${pkg}" is imported by ${file} but not in "dependencies"`);
+  }
+  for (const [pkg, file] of testImports) {
+    if (runtimeImports.has(pkg) || deps.has(pkg) || devDeps.has(pkg)) continue;
+    if (rootDeclared.has(pkg) && !workspaceNames.has(pkg)) continue;
+    problems.push(`${where}: "${pkg}" is imported by ${file} (test code) but not in "devDependencies"`);
+  }
+  for (const pkg of deps) {
+    if (used(pkg, runtimeImports)) continue;
+    problems.push(
+      testImports.has(pkg)
+        ? `${where}: "${pkg}" is in "dependencies" but only test code imports it (${testImports.get(pkg)}): move it to "devDependencies"`
+        : `${where}: "${pkg}" is in "dependencies" but nothing in src/ imports it`,
+    );
+  }
+  for (const pkg of devDeps) {
+    if (used(pkg, testImports) || used(pkg, runtimeImports)) continue;
+    problems.push(`${where}: "${pkg}" is in "devDependencies" but nothing in src/ imports it`);
+  }
+}
+
+// The root's own code: tests, benchmarks, scripts and the launcher.
+const rootDeclared = new Set([...Object.keys(root.dependencies ?? {}), ...Object.keys(root.devDependencies ?? {})]);
+for (const f of rootFiles) {
+  for (const s of importsByFile.get(f) ?? []) {
+    const pkg = packageOf(s);
+    if (pkg && !rootDeclared.has(pkg) && !workspaceNames.has(pkg)) {
+      problems.push(`package.json: "${pkg}" is imported by ${relative(repo, f)} but not in the root "dependencies" or "devDependencies"`);
+    }
+  }
+}
+
+// One version of each external package: two pins of one package would install two copies, or silently one.
+const versions = new Map();
+for (const [where, m] of [['package.json', root], ...workspaces.map((w) => [relative(repo, join(w.dir, 'package.json')), w.manifest])]) {
+  for (const field of ['dependencies', 'devDependencies']) {
+    for (const [pkg, version] of Object.entries(m[field] ?? {})) {
+      if (workspaceNames.has(pkg)) continue;
+      if (!versions.has(pkg)) versions.set(pkg, new Map());
+      versions.get(pkg).set(version, [...(versions.get(pkg).get(version) ?? []), where]);
+    }
+  }
+}
+for (const [pkg, byVersion] of versions) {
+  if (byVersion.size > 1) {
+    problems.push(`"${pkg}" is pinned at different versions: ${[...byVersion].map(([v, where]) => `${v} (${where.join(', ')})`).join('; ')}`);
+  }
+}
+
+const unique = [...new Set(problems)];
+if (unique.length > 0) {
+  for (const p of unique) console.error(p);
+  console.error(`check-deps: ${unique.length} problem(s); fix the package.json files, then run \`npm install --no-audit --no-fund\` to update package-lock.json`);
+  process.exit(1);
+}
+console.log(`check-deps: ${workspaces.length} packages declare what they import`);
