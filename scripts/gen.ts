@@ -30,9 +30,42 @@ export function renderDocs(cat: Record<string, Entry>): string {
     `| code | HTTP | retryable | meaning |\n|---|---|---|---|\n${rows}\n`;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+/** Every generated file, by path from the repository root, with the content the generator gives it. */
+export function generate(): Array<{ path: string; content: string }> {
   const cat = loadCatalogue();
-  writeFileSync(`${root}packages/core/src/errors.generated.ts`, renderTs(cat));
-  writeFileSync(`${root}docs/errors.md`, renderDocs(cat));
-  console.log(`wrote ${Object.keys(cat).length} error codes`);
+  return [
+    { path: 'packages/core/src/errors.generated.ts', content: renderTs(cat) },
+    { path: 'docs/errors.md', content: renderDocs(cat) },
+  ];
+}
+
+function readOrUndefined(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const args = process.argv.slice(2);
+  for (const a of args) {
+    if (a !== '--check') {
+      console.error(`unknown option ${a} (usage: tsx scripts/gen.ts [--check])`);
+      process.exit(2);
+    }
+  }
+  const files = generate();
+  if (args.includes('--check')) {
+    // Writes nothing: CI must see the drift, not repair it behind the author's back.
+    const stale = files.filter((f) => readOrUndefined(`${root}${f.path}`) !== f.content).map((f) => f.path);
+    if (stale.length > 0) {
+      console.error(`generated files out of date: ${stale.join(', ')}; run \`npm run gen\` and commit the result`);
+      process.exit(1);
+    }
+    console.log(`generated files up to date (${files.map((f) => f.path).join(', ')})`);
+  } else {
+    for (const f of files) writeFileSync(`${root}${f.path}`, f.content);
+    console.log(`wrote ${files.map((f) => f.path).join(', ')}`);
+  }
 }
