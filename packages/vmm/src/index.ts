@@ -4,3 +4,4 @@ export * from './qmp.js';
 export * from './cgroup.js';
 export * from './host.js';
 export * from './accel.js';
+export { ConsoleRing, CONSOLE_RING_BYTES } from './console.js';

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { SandglassError } from '@sandglass/core';
 import { QmpClient, type QmpEvent } from './qmp.js';
 import { createCgroup, type Cgroup } from './cgroup.js';
+import { ConsoleLink } from './console.js';
 import { vmIdentity, type Accel } from './host.js';
 
 const execFileP = promisify(execFile);
@@ -25,7 +26,8 @@ export interface VmPaths {
   dir: string;
   qmpSocket: string;
   agentSocket: string;
-  consoleLog: string;
+  /** Where QEMU's serial console connects (the gateway listens: see ConsoleLink). */
+  consoleSocket: string;
   disk: string;
 }
 
@@ -34,7 +36,7 @@ export function vmPaths(dir: string): VmPaths {
     dir,
     qmpSocket: join(dir, 'qmp.sock'),
     agentSocket: join(dir, 'agent.sock'),
-    consoleLog: join(dir, 'console.log'),
+    consoleSocket: join(dir, 'console.sock'),
     disk: join(dir, 'disk.qcow2'),
   };
 }
@@ -106,7 +108,8 @@ function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: stri
     '-sandbox', SANDBOX_ARGS,
     '-chardev', `socket,id=qmp,path=${paths.qmpSocket},server=on,wait=off`,
     '-mon', 'chardev=qmp,mode=control',
-    '-chardev', `file,id=console,path=${paths.consoleLog}`,
+    // Not a file: a guest printing forever would fill the host's disk. The gateway keeps a bounded ring instead.
+    '-chardev', `socket,id=console,path=${paths.consoleSocket},server=off`,
     '-serial', 'chardev:console',
     '-drive', `id=root,file=${diskPath},format=qcow2,if=none,discard=unmap`,
     '-device', 'virtio-blk-device,drive=root',
@@ -256,6 +259,7 @@ export class Vm {
     dir: string,
     /** The file that holds guest RAM (mapped shared by QEMU). */
     readonly memPath: string,
+    private readonly console: ConsoleLink,
   ) {
     this.paths = vmPaths(dir);
     child.stderr?.setEncoding('utf8');
@@ -266,6 +270,7 @@ export class Vm {
     this.exited = new Promise((resolve) => {
       child.once('exit', (code, signal) => {
         this.qmp?.close();
+        this.console.close();
         this.cgroup.remove();
         resolve({ code, signal, expected: this.stopping, stderrTail: this.stderr.trim() });
       });
@@ -280,14 +285,14 @@ export class Vm {
     return this.child.exitCode === null && this.child.signalCode === null;
   }
 
-  /** The last bytes of the guest's serial console, for failure reports. */
+  /** The last bytes of the guest's serial console, for failure reports (from the ring: at most its size). */
   consoleTail(maxBytes = 4096): string {
-    try {
-      const buf = readFileSync(this.paths.consoleLog);
-      return buf.subarray(Math.max(0, buf.length - maxBytes)).toString('utf8');
-    } catch {
-      return '';
-    }
+    return this.console.ring.tail(maxBytes).toString('utf8');
+  }
+
+  /** Bytes the guest printed on its console since this VM started; the host keeps only the ring's worth. */
+  get consoleBytes(): number {
+    return this.console.ring.totalBytes;
   }
 
   /** Proportional set size of the QEMU process: its fair share of memory shared with other VMs. */
@@ -433,8 +438,10 @@ export class Vm {
   }
 }
 
-function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, args: string[], extraFds: number[] = []): Vm {
+async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, args: string[], extraFds: number[] = []): Promise<Vm> {
   const who = vmIdentity();
+  // Listening before QEMU starts: its console chardev connects once, at start, and QEMU exits if nobody answers.
+  const consoleLink = await ConsoleLink.listen(vmPaths(dir).consoleSocket, chownToVm);
   const cgroup = createCgroup(id, { memoryBytes: (config.memoryMib + VMM_OVERHEAD_MIB) * 1024 * 1024, cpus: config.vcpus });
   const child = spawn('qemu-system-x86_64', args, {
     stdio: ['ignore', 'pipe', 'pipe', ...extraFds],
@@ -449,7 +456,7 @@ function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, a
       // The process died at once; the exit handler reports why.
     }
   }
-  return new Vm(id, config, child, cgroup, dir, memPath);
+  return new Vm(id, config, child, cgroup, dir, memPath, consoleLink);
 }
 
 async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
@@ -474,7 +481,7 @@ export async function bootVm(spec: BootSpec): Promise<Vm> {
     '-initrd', spec.initrdPath,
     '-append', spec.append,
   ];
-  const vm = spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args);
+  const vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args);
   await attachQmp(vm, 10_000);
   return vm;
 }
@@ -489,7 +496,7 @@ export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
   let vm: Vm;
   try {
     const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath), '-incoming', 'defer'];
-    vm = spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, [stateFd]);
+    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, [stateFd]);
   } finally {
     closeSync(stateFd);
   }
