@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox, SandglassError } from '@sandglass/sdk';
+import { deriveNodeKeys, loadNodeSecret } from '@sandglass/core';
+import { rawRequest } from '../packages/gateway/src/test-support.js';
 import { home as sharedHome } from './helpers.js';
 
 const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
@@ -15,7 +17,7 @@ symlinkSync(join(sharedHome, 'artifacts'), join(home, 'artifacts'));
 const port = Number(process.env.SANDGLASS_TEST_PORT ?? 17070) + 20;
 let child: ChildProcess | undefined;
 
-async function up(failpoints = ''): Promise<{ apiUrl: string; apiKey: string; gatewayUrl: string; nodeSecret: string }> {
+async function up(failpoints = ''): Promise<{ apiUrl: string; apiKey: string; gatewayUrl: string; internalSocket: string; internalBearer: string }> {
   rmSync(join(home, 'server.json'), { force: true });
   child = spawn(bin, ['up', '--port', String(port)], {
     env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_WARM_POOL: '0', SANDGLASS_LOG_LEVEL: 'warn', SANDGLASS_FAILPOINTS: failpoints },
@@ -30,7 +32,8 @@ async function up(failpoints = ''): Promise<{ apiUrl: string; apiKey: string; ga
     apiUrl: `http://127.0.0.1:${port}`,
     apiKey: readFileSync(join(home, 'admin-key'), 'utf8').trim(),
     gatewayUrl: `http://127.0.0.1:${port + 1}`,
-    nodeSecret: readFileSync(join(home, 'node-secret'), 'utf8').trim(),
+    internalSocket: join(home, 'internal', 'gateway.sock'),
+    internalBearer: deriveNodeKeys(loadNodeSecret(join(home, 'node-secret'))).internalBearer.toString('hex'),
   };
 }
 
@@ -96,11 +99,10 @@ describe('snapshot faults', () => {
     expect(later.parentId).toBe(first.id);
 
     // 4. GC removes the orphaned chunks of the crashed capture and keeps everything committed.
-    const gc = await fetch(`${s.gatewayUrl}/internal/v1/maintenance`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${s.nodeSecret}`, 'content-type': 'application/json' },
+    const gc = await rawRequest({ socketPath: s.internalSocket }, 'POST', '/internal/v1/maintenance', {
+      headers: { authorization: `Bearer ${s.internalBearer}`, 'content-type': 'application/json' },
       body: JSON.stringify({ gcGraceMs: 0 }),
-    }).then((r) => r.json() as Promise<{ gc: { abandonedWrites: number; deletedChunks: number } }>);
+    }).then((r) => JSON.parse(r.body) as { gc: { abandonedWrites: number; deletedChunks: number } });
     // The crashed capture had staged its chunks (written, never synced or published): GC removes them.
     expect(gc.gc.abandonedWrites).toBeGreaterThan(0);
     const [fork] = await Sandbox.fork(first.id, cfg2);

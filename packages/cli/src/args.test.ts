@@ -106,9 +106,9 @@ describe('egress options', () => {
     for (const bad of ['0', '0m', '25h', '2d', '1.5h', '10 min', '-1', 'm', '']) expect(() => parseDurationS(bad), bad).toThrow(InvalidArgumentError);
   });
 
-  it('reads key lifetimes from a minute to ten years', () => {
+  it('reads key lifetimes from a second to ten years', () => {
     expect([parseKeyExpiryS('3600'), parseKeyExpiryS('90m'), parseKeyExpiryS('12h'), parseKeyExpiryS('30d'), parseKeyExpiryS('3650d')]).toEqual([3600, 5400, 43200, 2592000, 315360000]);
-    for (const bad of ['59', '59s', '0d', '3651d', '1.5d', '30 days', '-1d', 'd', '']) expect(() => parseKeyExpiryS(bad), bad).toThrow(InvalidArgumentError);
+    for (const bad of ['0', '0s', '0d', '3651d', '1.5d', '30 days', '-1d', 'd', '']) expect(() => parseKeyExpiryS(bad), bad).toThrow(InvalidArgumentError);
   });
 
   it('takes a secret value from stdin without one trailing newline, and refuses an empty one', () => {

@@ -46,11 +46,11 @@ export function parseDurationS(value: string): number {
   return seconds;
 }
 
-/** An API key's lifetime as `3600`, `90m`, `12h` or `30d`, in whole seconds (one minute to ten years, as the server takes). */
+/** An API key's lifetime as `3600`, `90m`, `12h` or `30d`, in whole seconds (one second to ten years, as the server takes). */
 export function parseKeyExpiryS(value: string): number {
   const m = /^(\d+)([smhd]?)$/.exec(value.trim());
   const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2] || 's']! : Number.NaN;
-  if (!(seconds >= 60 && seconds <= 3650 * 86400)) throw new InvalidArgumentError(`'${value}' is not a lifetime of 1 min to 3650 d; write 3600, 90m, 12h or 30d`);
+  if (!(seconds >= 1 && seconds <= 3650 * 86400)) throw new InvalidArgumentError(`'${value}' is not a lifetime of 1 s to 3650 d; write 3600, 90m, 12h or 30d`);
   return seconds;
 }
 

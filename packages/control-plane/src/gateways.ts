@@ -1,11 +1,17 @@
 // Placement and the node gateway's internal API as seen from the control plane: it only ever talks to gateways over HTTP.
-import { errorFromBody, SandglassError } from '@sandglass/core';
+import { request } from 'node:http';
+import { deriveNodeKeys, errorFromBody, SandglassError } from '@sandglass/core';
 import type { ApprovalRequest, NetworkPolicy, Snapshot } from './api.js';
 
 export interface GatewayEndpoint {
   id: string;
-  /** Base URL of the gateway: its internal API lives under /internal/v1, its data plane under /v1. */
+  /** Base URL of the gateway's data plane (/v1), which SDKs are handed. */
   url: string;
+  /**
+   * Where its internal API (/internal/v1) listens, never the data plane's port: `unix:/abs/path.sock` (the embedded
+   * node's socket), or an `http://` base URL for a node reached over a private network.
+   */
+  internalUrl: string;
 }
 
 export interface PlacementRequest {
@@ -90,14 +96,14 @@ export interface GatewayClientOptions {
 
 const sandboxPath = (id: string) => `/internal/v1/sandboxes/${encodeURIComponent(id)}`;
 
-/** Calls a gateway's internal API with the node secret; its errors come back as the same SandglassError. */
+/** Calls a gateway's internal API with the key derived from the node secret; its errors come back as the same SandglassError. */
 export class GatewayClient {
   readonly #authorization: string;
   readonly #createTimeoutMs: number;
   readonly #requestTimeoutMs: number;
 
   constructor(nodeSecret: Buffer, opts: GatewayClientOptions = {}) {
-    this.#authorization = `Bearer ${nodeSecret.toString('hex')}`;
+    this.#authorization = `Bearer ${deriveNodeKeys(nodeSecret).internalBearer.toString('hex')}`;
     this.#createTimeoutMs = opts.createTimeoutMs ?? 120_000;
     this.#requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
   }
@@ -152,27 +158,26 @@ export class GatewayClient {
   }
 
   async #call(gateway: GatewayEndpoint, method: string, path: string, body: unknown, timeoutMs: number): Promise<unknown> {
-    let res: Response;
+    let res: { status: number; text: string };
     try {
-      res = await fetch(new URL(path, gateway.url), {
-        method,
-        headers: { authorization: this.#authorization, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      res = await send(gateway.internalUrl, method, path, {
+        authorization: this.#authorization,
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
+        timeoutMs,
       });
     } catch (err) {
       const timedOut = (err as Error).name === 'TimeoutError';
       const why = timedOut ? `did not answer within ${timeoutMs / 1000} s` : 'cannot be reached';
-      throw new SandglassError('gateway_unavailable', `Gateway ${gateway.id} (${gateway.url}) ${why}; retry later.`, { cause: err });
+      throw new SandglassError('gateway_unavailable', `Gateway ${gateway.id} (${gateway.internalUrl}) ${why}; retry later.`, { cause: err });
     }
-    const text = await res.text();
+    const { text } = res;
     let parsed: unknown;
     try {
       parsed = text === '' ? undefined : JSON.parse(text);
     } catch {
       parsed = undefined;
     }
-    if (res.ok) return parsed;
+    if (res.status >= 200 && res.status < 300) return parsed;
     const err = errorFromBody(res.status, parsed);
     // The caller's credentials are fine; a gateway refusing ours is a deployment fault, not the caller's.
     if (err.code === 'unauthenticated' || err.code === 'permission_denied') {
@@ -180,4 +185,37 @@ export class GatewayClient {
     }
     throw err;
   }
+}
+
+/** One HTTP request to `unix:/path.sock` or an `http://` base URL; the whole exchange is bounded by timeoutMs. */
+function send(
+  base: string,
+  method: string,
+  path: string,
+  opts: { authorization: string; body?: string; timeoutMs: number },
+): Promise<{ status: number; text: string }> {
+  const target = base.startsWith('unix:') ? { socketPath: base.slice('unix:'.length), path } : urlTarget(base, path);
+  const headers: Record<string, string> = { authorization: opts.authorization };
+  if (opts.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = String(Buffer.byteLength(opts.body));
+  }
+  const signal = AbortSignal.timeout(opts.timeoutMs);
+  return new Promise((resolve, reject) => {
+    const fail = (err: unknown) => reject(signal.aborted ? signal.reason : err);
+    const req = request({ ...target, method, headers, signal }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', fail);
+    });
+    req.on('error', fail);
+    req.end(opts.body);
+  });
+}
+
+function urlTarget(base: string, path: string): { host: string; port: number; path: string } {
+  const url = new URL(path, base);
+  if (url.protocol !== 'http:') throw new Error(`a gateway's internal URL must be unix:/path or http://, got ${base}`);
+  return { host: url.hostname, port: Number(url.port || 80), path: `${url.pathname}${url.search}` };
 }

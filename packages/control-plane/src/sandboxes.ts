@@ -1,6 +1,6 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
-import { errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock } from '@sandglass/core';
+import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock } from '@sandglass/core';
 import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import type { EventLog, StoredEvent } from '@sandglass/events';
@@ -73,7 +73,12 @@ interface SnapshotChoice {
  * No transaction is ever held across a gateway call: in the embedded deployment the gateway appends to the same database meanwhile.
  */
 export class SandboxService {
-  constructor(private readonly deps: SandboxServiceDeps) {}
+  /** Signs data-plane tokens: the node secret's access-token key, never the secret itself nor the internal bearer. */
+  readonly #accessTokenKey: Buffer;
+
+  constructor(private readonly deps: SandboxServiceDeps) {
+    this.#accessTokenKey = deriveNodeKeys(deps.nodeSecret).accessToken;
+  }
 
   async create(who: Principal, req: CreateSandboxRequest): Promise<Sandbox> {
     const { db, events, gateways, gatewayClient, clock } = this.deps;
@@ -390,8 +395,8 @@ export class SandboxService {
 
   async #gatewayOf(row: SandboxRow): Promise<GatewayEndpoint> {
     const known = row.gateway_id === null ? undefined : await this.deps.gateways.get(row.gateway_id);
+    // Not the recorded data-plane URL in its place: the internal API (and its bearer) never goes to that port.
     if (known) return known;
-    if (row.gateway_id !== null && row.gateway_url !== null) return { id: row.gateway_id, url: row.gateway_url };
     throw new SandglassError('gateway_unavailable', `The gateway that runs sandbox ${row.id} is not known any more.`);
   }
 
@@ -405,7 +410,7 @@ export class SandboxService {
     const expMs = this.deps.clock.nowMs() + ACCESS_TOKEN_TTL_MS;
     return {
       gatewayUrl: this.deps.publicGatewayUrl ?? gateway.url,
-      token: signAccessToken({ sbx: row.id, ten: row.tenant_id, exp: expMs }, this.deps.nodeSecret),
+      token: signAccessToken({ sbx: row.id, ten: row.tenant_id, exp: expMs }, this.#accessTokenKey),
       expiresAt: toIso(expMs),
     };
   }

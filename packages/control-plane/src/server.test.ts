@@ -9,7 +9,7 @@ import { Writable } from 'node:stream';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { pino } from 'pino';
 import addFormats from 'ajv-formats';
-import { createLogger, derefSchema, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
+import { createLogger, derefSchema, deriveNodeKeys, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
 import { openDatabase, toIso, type Database } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { LocalKeyring } from '@sandglass/kms';
@@ -28,6 +28,7 @@ import {
 } from './index.js';
 
 const SECRET = Buffer.alloc(32, 7);
+const NODE_KEYS = deriveNodeKeys(SECRET);
 
 /** What the fake gateway does with the next create: run it (recording sandbox.started, as the embedded gateway does) or fail. */
 type GatewayMode = 'ok' | 'vm_failed' | 'vm_failed_recorded';
@@ -83,7 +84,7 @@ beforeAll(async () => {
       res.writeHead(status, json === undefined ? {} : { 'content-type': 'application/json' });
       res.end(json === undefined ? undefined : JSON.stringify(json));
     };
-    if (req.headers.authorization !== `Bearer ${SECRET.toString('hex')}`) return reply(401, { error: { code: 'unauthenticated', message: 'node secret' } });
+    if (req.headers.authorization !== `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`) return reply(401, { error: { code: 'unauthenticated', message: 'node secret' } });
     if (req.method === 'POST' && req.url === '/internal/v1/sandboxes') {
       const b = body as { id: string; tenantId: string };
       if (mode === 'ok') {
@@ -154,7 +155,7 @@ beforeAll(async () => {
 });
 afterAll(() => new Promise<void>((resolve) => fakeGateway.close(() => resolve())));
 
-async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test', url: gatewayUrl })): Promise<void> {
+async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl })): Promise<void> {
   cp = createControlPlane({ db: database.db, events, gateways, nodeSecret: SECRET, clock, logger: createLogger('test', 'silent'), keys });
   await cp.app.ready();
 }
@@ -316,13 +317,13 @@ describe('POST /v1/sandboxes', () => {
     });
     expect(sbx.access.gatewayUrl).toBe(gatewayUrl);
     expect(sbx.access.expiresAt).toBe('2025-06-01T12:15:00.000Z');
-    expect(verifyAccessToken(sbx.access.token, SECRET, clock.nowMs())).toEqual({ sbx: sbx.id, ten: sbx.tenantId, exp: Date.UTC(2025, 5, 1, 12, 15) });
+    expect(verifyAccessToken(sbx.access.token, NODE_KEYS.accessToken, clock.nowMs())).toEqual({ sbx: sbx.id, ten: sbx.tenantId, exp: Date.UTC(2025, 5, 1, 12, 15) });
 
     expect(seen).toEqual([
       {
         method: 'POST',
         url: '/internal/v1/sandboxes',
-        authorization: `Bearer ${SECRET.toString('hex')}`,
+        authorization: `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`,
         body: { id: sbx.id, tenantId: sbx.tenantId, template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 60, snapshotIntervalS: 60 },
       },
     ]);
@@ -414,7 +415,7 @@ describe('POST /v1/sandboxes', () => {
     const deadUrl = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     await cp.close();
-    await start(singleGateway({ id: 'node_dead', url: deadUrl }));
+    await start(singleGateway({ id: 'node_dead', url: deadUrl, internalUrl: deadUrl }));
 
     const res = await call('POST', '/v1/sandboxes');
     expect(res.statusCode).toBe(502);
@@ -428,7 +429,7 @@ describe('POST /v1/sandboxes', () => {
     cp = createControlPlane({
       db: database.db,
       events,
-      gateways: singleGateway({ id: 'node_test', url: gatewayUrl }),
+      gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }),
       nodeSecret: Buffer.alloc(32, 1),
       clock,
       logger: createLogger('test', 'silent'),
@@ -536,7 +537,7 @@ describe('POST /v1/sandboxes/{id}/timeout and /access', () => {
     const access = await call('POST', `/v1/sandboxes/${sbx.id}/access`);
     expect(access.statusCode).toBe(200);
     expect(access.json()).toMatchObject({ gatewayUrl, expiresAt: '2025-06-01T12:16:00.000Z' });
-    expect(verifyAccessToken(access.json().token, SECRET, clock.nowMs()).sbx).toBe(sbx.id);
+    expect(verifyAccessToken(access.json().token, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(sbx.id);
 
     await call('DELETE', `/v1/sandboxes/${sbx.id}`);
     expect((await call('POST', `/v1/sandboxes/${sbx.id}/access`)).json().error.code).toBe('sandbox_not_running');
@@ -548,7 +549,7 @@ describe('POST /v1/sandboxes/{id}/timeout and /access', () => {
     cp = createControlPlane({
       db: database.db,
       events,
-      gateways: singleGateway({ id: 'node_test', url: gatewayUrl }),
+      gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }),
       nodeSecret: SECRET,
       clock,
       logger: createLogger('test', 'silent'),
@@ -862,7 +863,7 @@ describe('pause and resume', () => {
     expect(res.statusCode, res.body).toBe(200);
     const resumed = res.json();
     expect(resumed).toMatchObject({ id: sbx.id, state: 'running', pausedAt: null, expiresAt: toIso(clock.nowMs() + 300_000) });
-    expect(verifyAccessToken(resumed.access.token, SECRET, clock.nowMs()).sbx).toBe(sbx.id);
+    expect(verifyAccessToken(resumed.access.token, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(sbx.id);
     expect(seen).toMatchObject([
       { method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/resume`, body: { snapshotId: snapshot.id, tenantId: sbx.tenantId, timeoutS: 300, snapshotIntervalS: 60 } },
     ]);
@@ -935,7 +936,7 @@ describe('POST /v1/forks', () => {
     for (const fork of sandboxes) {
       expect(fork).toMatchObject({ state: 'running', template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 600, metadata: { run: 'a' }, snapshotIntervalS: 20, sourceSnapshotId: snapshotId });
       expect(fork.id).not.toBe(sbx.id);
-      expect(verifyAccessToken(fork.access.token, SECRET, clock.nowMs()).sbx).toBe(fork.id);
+      expect(verifyAccessToken(fork.access.token, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(fork.id);
       expect((await events.list({ sandboxId: fork.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.started', 'sandbox.forked']);
       expect((await events.list({ sandboxId: fork.id }))[0]!.data).toMatchObject({ sourceSnapshotId: snapshotId, snapshotIntervalS: 20, gatewayId: 'node_test' });
     }
@@ -943,7 +944,7 @@ describe('POST /v1/forks', () => {
       {
         method: 'POST',
         url: '/internal/v1/forks',
-        authorization: `Bearer ${SECRET.toString('hex')}`,
+        authorization: `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`,
         body: { snapshotId, tenantId: sbx.tenantId, sandboxes: sandboxes.map((s: { id: string }) => ({ id: s.id, timeoutS: 600, snapshotIntervalS: 20 })) },
       },
     ]);
@@ -1140,7 +1141,7 @@ describe('secrets', () => {
     let log = '';
     const sink = new Writable({ write: (chunk, _enc, done) => ((log += String(chunk)), done()) });
     await cp.close();
-    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl }), nodeSecret: SECRET, clock, logger: pino({ level: 'trace' }, sink), keys });
+    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }), nodeSecret: SECRET, clock, logger: pino({ level: 'trace' }, sink), keys });
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, value: `${TOKEN}\n` } });
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, extra: TOKEN } });
@@ -1159,7 +1160,7 @@ describe('secrets', () => {
 
   it('answers key_unavailable, storing nothing, when the deployment has no key provider', async () => {
     await cp.close();
-    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl }), nodeSecret: SECRET, clock, logger: createLogger('test', 'silent') });
+    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }), nodeSecret: SECRET, clock, logger: createLogger('test', 'silent') });
     const before = await secretState();
     const res = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
     expect(res.statusCode).toBe(503);

@@ -1,4 +1,5 @@
-// Short-lived data-plane access tokens: the control plane signs, the gateway verifies (shared node secret, HMAC-SHA256).
+// Short-lived data-plane access tokens: the control plane signs, the gateway verifies (HMAC-SHA256 under the node's
+// access-token key, derived from the node secret by deriveNodeKeys).
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { SandglassError } from './errors.js';
 
@@ -13,15 +14,21 @@ export interface AccessClaims {
 
 const b64 = (b: Buffer | string) => Buffer.from(b).toString('base64url');
 
-export function signAccessToken(claims: AccessClaims, secret: Buffer): string {
-  const body = b64(JSON.stringify(claims));
-  return `sgat_${body}.${b64(createHmac('sha256', secret).update(body).digest())}`;
+/** An empty or short key makes the MAC forgeable: refuse it rather than sign or verify anything under it. */
+function mac(key: Buffer, body: string): Buffer {
+  if (key.length < 32) throw new Error(`access-token key of ${key.length} bytes refused; derive it with deriveNodeKeys`);
+  return createHmac('sha256', key).update(body).digest();
 }
 
-export function verifyAccessToken(token: string, secret: Buffer, nowMs: number): AccessClaims {
+export function signAccessToken(claims: AccessClaims, key: Buffer): string {
+  const body = b64(JSON.stringify(claims));
+  return `sgat_${body}.${b64(mac(key, body))}`;
+}
+
+export function verifyAccessToken(token: string, key: Buffer, nowMs: number): AccessClaims {
   const m = /^sgat_([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(token);
   if (!m) throw new SandglassError('unauthenticated', 'The access token is malformed.');
-  const want = createHmac('sha256', secret).update(m[1]!).digest();
+  const want = mac(key, m[1]!);
   const got = Buffer.from(m[2]!, 'base64url');
   if (got.length !== want.length || !timingSafeEqual(got, want)) {
     throw new SandglassError('unauthenticated', 'The access token is not valid.');

@@ -6,4 +6,5 @@ export * from './log.js';
 export * from './home.js';
 export * from './http.js';
 export * from './access-token.js';
+export * from './node-secret.js';
 export * from './validation.js';

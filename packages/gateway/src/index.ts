@@ -1,6 +1,6 @@
 // @sandglass/gateway: the node daemon that runs sandbox VMs and serves their data plane.
 export { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
-export { createGatewayServer } from './server.js';
+export { createDataPlaneServer, createInternalServer, listenOnSocket } from './server.js';
 export type { GatewayEvents, GatewayEvent } from './events.js';
 export { bootGuest, bootAgentTimeoutMs, vmConfig, type TemplateSnapshot } from './templates.js';
 export { connectAgent } from './agent-link.js';

@@ -1,11 +1,11 @@
 // `sandglass up`: the embedded single-node deployment — control plane and one gateway in one process, SQLite, local storage.
-import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createLogger, homeLayout, systemClock, type HomeLayout } from '@sandglass/core';
+import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createLogger, homeLayout, loadNodeSecret, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
-import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, DEFAULT_WARM_POOL, createGatewayServer, type HealthPolicy } from '@sandglass/gateway';
+import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, DEFAULT_WARM_POOL, createDataPlaneServer, createInternalServer, listenOnSocket, type HealthPolicy } from '@sandglass/gateway';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
@@ -31,12 +31,6 @@ export interface Running {
   gatewayUrl: string;
   adminKeyFile: string;
   stop(): Promise<void>;
-}
-
-function nodeSecret(layout: HomeLayout): Buffer {
-  const file = `${layout.root}/node-secret`;
-  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
-  return Buffer.from(readFileSync(file, 'utf8').trim(), 'hex');
 }
 
 /** An integer setting from the environment, within [min, max]; a bad value stops start-up with the rule it broke. */
@@ -104,7 +98,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
 
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
-  const secret = nodeSecret(layout);
+  const secret = loadNodeSecret(`${layout.root}/node-secret`);
   const keys = new LocalKeyring({ dir: layout.keys });
   const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys, clock });
   const secretStore = new SecretStore({ db, keys, events, clock });
@@ -142,9 +136,17 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   progress.finish();
   await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'ready', memoryMib: BASE_TEMPLATE.memoryMib, artifactKey: tpl.key }, { clock });
 
-  const gatewayApp = await createGatewayServer(gateway);
+  const gatewayApp = await createDataPlaneServer(gateway);
   await gatewayApp.listen({ port: gatewayPort, host });
   const gatewayUrl = `http://${host}:${gatewayPort}`;
+  // The internal API never shares the data plane's port: a unix socket in a directory only this user can enter
+  // (the VM user's traverse ACL on the home does not reach into it).
+  const internalDir = join(layout.root, 'internal');
+  mkdirSync(internalDir, { recursive: true, mode: 0o700 });
+  chmodSync(internalDir, 0o700);
+  const internalSocket = join(internalDir, 'gateway.sock');
+  const internalApp = await createInternalServer(gateway);
+  await listenOnSocket(internalApp, internalSocket);
 
   // VMs of a previous run died with its process: their sandboxes go back to their last snapshot (paused), or fail.
   await reconcileNode(db, events, { liveIds: new Set(gateway.sandboxes.keys()), clock });
@@ -159,7 +161,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const cp = await createControlPlane({
     db,
     events,
-    gateways: singleGateway({ id: 'local', url: gatewayUrl }),
+    gateways: singleGateway({ id: 'local', url: gatewayUrl, internalUrl: `unix:${internalSocket}` }),
     nodeSecret: secret,
     clock,
     logger: log,
@@ -167,7 +169,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   });
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
-  writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', { mode: 0o600 });
+  writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, internalSocket, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', { mode: 0o600 });
 
   let stopping: Promise<void> | undefined;
   return {
@@ -181,6 +183,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
         await cp.close();
         await gateway.shutdown();
         await gatewayApp.close();
+        await internalApp.close();
         await closeDb();
       })()),
   };

@@ -1,0 +1,43 @@
+// Who may call a gateway route: the onRequest hooks its two plugins attach to their own routes.
+import { timingSafeEqual } from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
+import { SandglassError, verifyAccessToken, type Clock, type NodeKeys } from '@sandglass/core';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The route accepts its access token as `?access_token=` (WebSocket: a browser cannot set headers there). */
+    tokenInQuery?: boolean;
+  }
+}
+
+/** The bearer credential of a request: the Authorization header, or the query string where the route allows it. */
+function bearerOf(req: FastifyRequest, queryAllowed: boolean): string | undefined {
+  const h = req.headers.authorization;
+  if (h?.startsWith('Bearer ')) return h.slice(7).trim();
+  if (!queryAllowed) return undefined;
+  const q = (req.query as Record<string, unknown> | undefined)?.access_token;
+  return typeof q === 'string' ? q : undefined;
+}
+
+/**
+ * A data-plane route: a valid access token for the sandbox the route matched (`:id`, as the router decoded it).
+ * A route without an `:id` has no sandbox a token could open, so it is refused too.
+ */
+export function accessTokenHook(keys: NodeKeys, clock: Clock): (req: FastifyRequest) => Promise<void> {
+  return async (req) => {
+    const token = bearerOf(req, req.routeOptions.config.tokenInQuery === true);
+    if (!token) throw new SandglassError('unauthenticated', 'Send the access token from POST /v1/sandboxes/{id}/access as Authorization: Bearer.');
+    const claims = verifyAccessToken(token, keys.accessToken, clock.nowMs());
+    const id = (req.params as { id?: string } | undefined)?.id;
+    if (id === undefined || claims.sbx !== id) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
+  };
+}
+
+/** An internal route: the node's internal bearer key (hex), compared in constant time; never from a query string. */
+export function internalBearerHook(keys: NodeKeys): (req: FastifyRequest) => Promise<void> {
+  const want = Buffer.from(keys.internalBearer.toString('hex'));
+  return async (req) => {
+    const got = Buffer.from(bearerOf(req, false) ?? '');
+    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new SandglassError('unauthenticated', 'The internal node API needs the node secret.');
+  };
+}

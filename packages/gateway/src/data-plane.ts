@@ -1,0 +1,286 @@
+// The gateway's data plane (commands, files, PTYs over HTTP and WebSocket): every route opens one sandbox, with its token.
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { WebSocket } from 'ws';
+import { SandglassError, invalidArgument, toSandglassError, type NodeKeys } from '@sandglass/core';
+import type { SignalName } from '@sandglass/agent-client';
+import type { Gateway } from './gateway.js';
+import type { CommandRecord, Sandbox } from './sandbox.js';
+import { guestPath } from './paths.js';
+import { mapAgentError, viaAgent } from './agent-link.js';
+import { operation, type Method } from './spec.js';
+import { accessTokenHook } from './auth.js';
+
+const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
+const MAX_STDIN_BYTES = 16 * 1024 * 1024;
+
+type Params = { id: string; cid: string };
+
+function commandView(c: CommandRecord): Record<string, unknown> {
+  return {
+    id: c.id,
+    pid: c.pid,
+    argv: c.argv,
+    cwd: c.cwd ?? null,
+    pty: c.pty,
+    state: c.state,
+    exitCode: c.exitCode ?? null,
+    signal: c.signal ?? null,
+    timedOut: c.timedOut,
+    outputBytes: c.outputBytes,
+    startedAt: c.startedAt,
+    endedAt: c.endedAt ?? null,
+  };
+}
+
+/** A Readable that errors with payload_too_large once more than `max` bytes passed. */
+function limitBytes(max: number): Transform {
+  let n = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      n += chunk.length;
+      if (n > max) cb(new SandglassError('payload_too_large', `Uploads are limited to ${max} bytes.`));
+      else cb(null, chunk);
+    },
+  });
+}
+
+/**
+ * The data-plane routes as one encapsulated plugin: its onRequest hook runs only for a request the router matched to
+ * one of these routes (after percent-decoding) and checks the token against the decoded sandbox id. A request that
+ * matches no route never gets here: the server's not-found handler answers it.
+ */
+export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
+  return async (scope) => {
+    scope.addHook('onRequest', accessTokenHook(keys, gw.opts.clock));
+
+    type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+    const route = (method: Method, path: string, handler: Handler) => scope.route({ method, ...operation(method, path), handler });
+    const sbxOf = (req: FastifyRequest) => gw.get((req.params as Params).id);
+    const recordEvent = (s: Sandbox, type: string, data: Record<string, unknown>) =>
+      gw.opts.events.append({ type, tenantId: s.tenantId, sandboxId: s.id, data });
+
+    // ---- commands ----
+    route('POST', '/v1/sandboxes/{id}/commands', async (req, reply) => {
+      const body = req.body as { cmd?: string; argv?: string[]; cwd?: string; envs?: Record<string, string>; user?: string; stdin?: boolean; pty?: { cols: number; rows: number }; timeoutMs?: number };
+      if ((body.cmd === undefined) === (body.argv === undefined)) throw invalidArgument('cmd', 'give exactly one of cmd or argv');
+      const sbx = sbxOf(req);
+      // Not a login shell: the agent already gives every process PATH, HOME and friends, and under TCG sourcing the
+      // profile scripts costs ~0.3 s per command.
+      const argv = body.cmd !== undefined ? ['/bin/bash', '-c', body.cmd] : body.argv!;
+      const rec = await sbx.startCommand({
+        argv,
+        cwd: body.cwd !== undefined ? guestPath(body.cwd, 'cwd') : undefined,
+        envs: body.envs,
+        user: body.user,
+        stdin: body.stdin,
+        pty: body.pty,
+        timeoutMs: body.timeoutMs,
+      });
+      return reply.status(201).send(commandView(rec));
+    });
+
+    route('GET', '/v1/sandboxes/{id}/commands', async (req) => ({
+      commands: [...sbxOf(req).commands.values()].map(commandView),
+    }));
+
+    route('GET', '/v1/sandboxes/{id}/commands/{cid}', async (req) =>
+      commandView(sbxOf(req).command((req.params as Params).cid)),
+    );
+
+    const runningCommand = (req: FastifyRequest) => {
+      const sbx = sbxOf(req);
+      const rec = sbx.command((req.params as Params).cid);
+      if (rec.state === 'exited') throw new SandglassError('command_exited', `Command ${rec.id} has exited (code ${rec.exitCode}).`);
+      return { sbx, rec, agent: sbx.requireRunning() };
+    };
+
+    route('POST', '/v1/sandboxes/{id}/commands/{cid}/stdin', async (req, reply) => {
+      const { rec, agent } = runningCommand(req);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const c of req.raw as AsyncIterable<Buffer>) {
+        size += c.length;
+        if (size > MAX_STDIN_BYTES) throw new SandglassError('payload_too_large', `stdin writes are limited to ${MAX_STDIN_BYTES} bytes per request.`);
+        chunks.push(c);
+      }
+      const eof = (req.query as { eof?: boolean }).eof === true;
+      await viaAgent(agent.procStdin(rec.id, Buffer.concat(chunks), { eof }));
+      return reply.status(204).send();
+    });
+
+    route('POST', '/v1/sandboxes/{id}/commands/{cid}/signal', async (req, reply) => {
+      const { rec, agent } = runningCommand(req);
+      await viaAgent(agent.procSignal(rec.id, (req.body as { signal: SignalName }).signal));
+      return reply.status(204).send();
+    });
+
+    route('POST', '/v1/sandboxes/{id}/commands/{cid}/resize', async (req, reply) => {
+      const { rec, agent } = runningCommand(req);
+      if (!rec.pty) throw invalidArgument('cid', 'the command has no PTY to resize');
+      const { cols, rows } = req.body as { cols: number; rows: number };
+      await viaAgent(agent.procResize(rec.id, cols, rows));
+      return reply.status(204).send();
+    });
+
+    // The one route a browser reaches without headers: its token may come in the query string, and nowhere else.
+    scope.register(async (ws) => {
+      ws.addHook('preHandler', async (req) => {
+        const sbx = sbxOf(req);
+        sbx.command((req.params as Params).cid);
+        sbx.requireRunning();
+      });
+      const stream = operation('GET', '/v1/sandboxes/{id}/commands/{cid}/stream');
+      ws.get(stream.url, { websocket: true, schema: stream.schema, config: { tokenInQuery: true } }, (socket: WebSocket, req) => streamCommand(gw, socket, req));
+    });
+
+    // ---- files ----
+    const pathOf = (req: FastifyRequest, field = 'path') => guestPath((req.query as Record<string, string>)[field]!, field);
+
+    route('GET', '/v1/sandboxes/{id}/files', async (req, reply) => {
+      const sbx = sbxOf(req);
+      const agent = sbx.requireRunning();
+      const path = pathOf(req);
+      const st = await viaAgent(agent.stat(path), { path });
+      if (st.type === 'dir') throw new SandglassError('is_a_directory', `${path} is a directory; list it with /files/list.`, { details: { field: 'path' } });
+      const stream: Readable = await viaAgent(agent.readFile(path), { path });
+      return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(st.sizeBytes)).send(stream);
+    });
+
+    route('PUT', '/v1/sandboxes/{id}/files', async (req) => {
+      const sbx = sbxOf(req);
+      const agent = sbx.requireRunning();
+      const path = pathOf(req);
+      const declared = Number(req.headers['content-length'] ?? 0);
+      if (declared > MAX_UPLOAD_BYTES) throw new SandglassError('payload_too_large', `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes.`);
+      const mode = (req.query as { mode?: number }).mode;
+      const limited = limitBytes(MAX_UPLOAD_BYTES);
+      const piping = pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
+      const { sizeBytes } = await viaAgent(agent.writeFile(path, limited, { mode: mode ?? 0o644 }), { path });
+      await piping;
+      await recordEvent(sbx, 'file.written', { path, sizeBytes });
+      return { path, sizeBytes };
+    });
+
+    route('DELETE', '/v1/sandboxes/{id}/files', async (req, reply) => {
+      const sbx = sbxOf(req);
+      const path = pathOf(req);
+      if (path === '/') throw new SandglassError('path_outside_sandbox', 'Refusing to remove the guest root.', { details: { field: 'path' } });
+      await viaAgent(sbx.requireRunning().remove(path, { recursive: (req.query as { recursive?: boolean }).recursive ?? false }), { path });
+      await recordEvent(sbx, 'file.removed', { path });
+      return reply.status(204).send();
+    });
+
+    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => {
+      const path = pathOf(req);
+      return fileView(await viaAgent(sbxOf(req).requireRunning().stat(path), { path }));
+    });
+
+    route('GET', '/v1/sandboxes/{id}/files/list', async (req) => {
+      const path = pathOf(req);
+      const entries = await viaAgent(sbxOf(req).requireRunning().list(path, { depth: (req.query as { depth?: number }).depth ?? 1 }), { path });
+      return { entries: entries.map(fileView) };
+    });
+
+    route('POST', '/v1/sandboxes/{id}/files/mkdir', async (req) => {
+      const sbx = sbxOf(req);
+      const path = guestPath((req.body as { path: string }).path);
+      const { created } = await viaAgent(sbx.requireRunning().mkdir(path), { path });
+      if (created) await recordEvent(sbx, 'file.dir_created', { path });
+      return { created };
+    });
+
+    route('POST', '/v1/sandboxes/{id}/files/rename', async (req, reply) => {
+      const sbx = sbxOf(req);
+      const body = req.body as { from: string; to: string };
+      const from = guestPath(body.from, 'from');
+      const to = guestPath(body.to, 'to');
+      await viaAgent(sbx.requireRunning().rename(from, to), { path: from });
+      await recordEvent(sbx, 'file.renamed', { from, to });
+      return reply.status(204).send();
+    });
+  };
+}
+
+function fileView(st: { name: string; path: string; type: string; sizeBytes: number; mode: number; mtimeMs: number; symlinkTarget?: string }) {
+  return {
+    name: st.name,
+    path: st.path,
+    type: st.type,
+    sizeBytes: st.sizeBytes,
+    mode: st.mode,
+    mtime: new Date(st.mtimeMs).toISOString(),
+    ...(st.symlinkTarget !== undefined ? { symlinkTarget: st.symlinkTarget } : {}),
+  };
+}
+
+/** Relays one command's output (from an offset) to a WebSocket client, and its stdin/resize/signal messages back. */
+function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): void {
+  const sbx = gw.get((req.params as Params).id);
+  const rec = sbx.command((req.params as Params).cid);
+  const agent = sbx.requireRunning();
+  const fromOffset = Number((req.query as { fromOffset?: number }).fromOffset ?? 0);
+  // The agent's attach reply can arrive in the same read as the data and END that follow it (a command that
+  // already exited): everything is queued until `start` is on the wire, so the client sees start, data, exit in order.
+  let started = false;
+  const early: Array<() => void> = [];
+  const inOrder = (fn: () => void) => (started ? fn() : early.push(fn));
+  const sendData = (frame: Buffer) => {
+    if (socket.readyState === socket.OPEN) socket.send(frame, { binary: true });
+  };
+  const sendError = (err: unknown) => {
+    const se = toSandglassError(mapAgentError(err));
+    if (socket.readyState === socket.OPEN) {
+      socket.send(JSON.stringify({ type: 'error', ...se.toBody(req.id) }));
+      socket.close(1011, se.code);
+    }
+  };
+  const handle = agent.procAttach(
+    rec.id,
+    fromOffset,
+    (fd, offset, bytes) => {
+      const header = Buffer.allocUnsafe(9);
+      header[0] = fd;
+      header.writeBigUInt64BE(BigInt(offset), 1);
+      const frame = Buffer.concat([header, bytes]);
+      inOrder(() => sendData(frame));
+    },
+    (err) =>
+      inOrder(() => {
+        if (err) return sendError(err);
+        // The exit status comes with proc.exit; should the stream's end overtake it, ask before answering.
+        void sbx.exitStatus(rec.id).then(() => {
+          if (socket.readyState !== socket.OPEN) return;
+          socket.send(JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }));
+          socket.close(1000, 'exited');
+        });
+      }),
+  );
+  handle.then(
+    (info) => {
+      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: 'start', startOffset: info.startOffset, command: commandView(rec) }));
+      started = true;
+      for (const fn of early.splice(0)) fn();
+    },
+    sendError,
+  );
+  socket.on('message', (data: Buffer, isBinary: boolean) => {
+    if (isBinary) {
+      agent.procStdin(rec.id, data).catch(() => {});
+      return;
+    }
+    let msg: { type?: string; cols?: number; rows?: number; signal?: string };
+    try {
+      msg = JSON.parse(data.toString('utf8'));
+    } catch {
+      return;
+    }
+    if (msg.type === 'stdin_eof') agent.procStdin(rec.id, undefined, { eof: true }).catch(() => {});
+    else if (msg.type === 'resize' && rec.pty && msg.cols && msg.rows) agent.procResize(rec.id, msg.cols, msg.rows).catch(() => {});
+    else if (msg.type === 'signal' && typeof msg.signal === 'string') agent.procSignal(rec.id, msg.signal as SignalName).catch(() => {});
+  });
+  socket.on('close', () => {
+    handle.then((h) => h.detach()).catch(() => {});
+  });
+}

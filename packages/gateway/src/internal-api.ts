@@ -1,0 +1,113 @@
+// The gateway's internal node API, for the control plane only: served on its own listener, never the data plane's.
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { SandglassError, type NodeKeys } from '@sandglass/core';
+import type { PolicyInput } from '@sandglass/egress';
+import type { Gateway } from './gateway.js';
+import type { Sandbox } from './sandbox.js';
+import { internalBearerHook } from './auth.js';
+import { operation, type Method } from './spec.js';
+
+type Params = { id: string };
+
+function sandboxView(s: Sandbox): Record<string, unknown> {
+  return {
+    id: s.id,
+    tenantId: s.tenantId,
+    state: s.state,
+    pid: s.pid ?? null,
+    startedAt: s.startedAt,
+    expiresAt: new Date(s.expiresAtMs).toISOString(),
+    ...(s.failureReason ? { failureReason: s.failureReason } : {}),
+  };
+}
+
+/**
+ * The internal routes as one encapsulated plugin whose onRequest hook (run only for a matched route of this plugin)
+ * wants the node's internal bearer key, derived from the node secret for this purpose alone.
+ */
+export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
+  return async (scope) => {
+    scope.addHook('onRequest', internalBearerHook(keys));
+
+    type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+    const route = (method: Method, path: string, handler: Handler) => scope.route({ method, ...operation(method, path), handler });
+
+    route('POST', '/internal/v1/sandboxes', async (req, reply) => {
+      const sbx = await gw.createSandbox(req.body as Parameters<Gateway['createSandbox']>[0]);
+      return reply.status(201).send(sandboxView(sbx));
+    });
+    route('GET', '/internal/v1/sandboxes', async () => ({
+      sandboxes: [...gw.sandboxes.values()].map(sandboxView),
+    }));
+    route('DELETE', '/internal/v1/sandboxes/{id}', async (req, reply) => {
+      await gw.killSandbox((req.params as Params).id);
+      return reply.status(204).send();
+    });
+    route('POST', '/internal/v1/sandboxes/{id}/timeout', async (req, reply) => {
+      gw.get((req.params as Params).id).setExpiry(Date.parse((req.body as { expiresAt: string }).expiresAt));
+      return reply.status(204).send();
+    });
+    route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates() }));
+
+    // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
+    route('POST', '/internal/v1/sandboxes/{id}/snapshots', async (req, reply) => {
+      const name = (req.body as { name?: string } | undefined)?.name ?? null;
+      return reply.status(201).send({ snapshot: await gw.snapshotSandbox((req.params as Params).id, name) });
+    });
+    route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({
+      snapshot: await gw.pauseSandbox((req.params as Params).id),
+    }));
+    route('POST', '/internal/v1/sandboxes/{id}/resume', async (req) => {
+      const body = req.body as { snapshotId: string; tenantId: string; timeoutS: number; snapshotIntervalS?: number; network?: PolicyInput; secrets?: string[] };
+      return sandboxView(await gw.restoreSandbox({ id: (req.params as Params).id, ...body }, 'resume'));
+    });
+    route('POST', '/internal/v1/forks', async (req) => {
+      const body = req.body as { snapshotId: string; tenantId: string; sandboxes: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }> };
+      return { sandboxes: await gw.forkSandboxes(body.snapshotId, body.tenantId, body.sandboxes) };
+    });
+    route('DELETE', '/internal/v1/snapshots/{id}', async (req, reply) => {
+      await gw.deleteSnapshot((req.query as { tenantId: string }).tenantId, (req.params as { id: string }).id);
+      return reply.status(204).send();
+    });
+    route('PUT', '/internal/v1/sandboxes/{id}/snapshot-interval', async (req, reply) => {
+      gw.setSnapshotInterval((req.params as Params).id, (req.body as { snapshotIntervalS: number }).snapshotIntervalS);
+      return reply.status(204).send();
+    });
+    // ---- network: policy changes and approvals of secret use ----
+    route('PUT', '/internal/v1/sandboxes/{id}/network', async (req, reply) => {
+      gw.setNetwork((req.params as Params).id, req.body as { allow?: string[]; deny?: string[] });
+      return reply.status(204).send();
+    });
+    route('GET', '/internal/v1/sandboxes/{id}/approvals', async (req) => {
+      const id = (req.params as Params).id;
+      gw.get(id);
+      return {
+        approvals: gw.network.approvals.pending(id).map((a) => ({
+          requestId: a.requestId,
+          sandboxId: a.sandboxId,
+          secret: a.secret,
+          host: a.host,
+          port: a.port,
+          method: a.method,
+          path: a.path,
+          requestedAt: new Date(a.requestedAtMs).toISOString(),
+          expiresAt: new Date(a.expiresAtMs).toISOString(),
+        })),
+      };
+    });
+    route('POST', '/internal/v1/sandboxes/{id}/approvals/{requestId}', async (req, reply) => {
+      const { id, requestId } = req.params as { id: string; requestId: string };
+      const body = req.body as { decision: 'approve' | 'deny'; ttlS?: number };
+      // Only this sandbox's pending requests: a request id of another sandbox is as unknown as a made-up one.
+      if (!gw.network.approvals.pending(id).some((a) => a.requestId === requestId)) {
+        throw new SandglassError('approval_not_found', `No pending approval request ${requestId} for sandbox ${id} (decided, timed out, or never made).`, { details: { field: 'requestId' } });
+      }
+      gw.network.approvals.decide(requestId, body.decision, body.ttlS ? { ttlMs: body.ttlS * 1000 } : {});
+      return reply.status(204).send();
+    });
+    route('POST', '/internal/v1/maintenance', async (req) => {
+      const graceMs = (req.body as { gcGraceMs?: number } | undefined)?.gcGraceMs;
+      return gw.snapshots.maintain({ graceMs });
+    });
+  };
+}
