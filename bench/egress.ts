@@ -98,13 +98,14 @@ export async function egressBench(): Promise<EgressBenchResult[]> {
   const placeholder = newPlaceholder();
   const proxy = new EgressProxy({
     lookup: async (h) => (h === HOST ? ['127.0.0.1'] : []),
+    privateAllow: [`127.0.0.1:${port}`],
     upstreamCAs: [upstreamCa.certPem],
     approvals: new ApprovalBroker(),
     onEvent: () => {},
   });
   const sbx = await proxy.addSandbox('sbx_bench', {
-    policy: parsePolicy({ allow: [`${HOST}:${port}`, `127.0.0.1:${port}`] }),
-    secrets: [{ name: 'key', placeholder, hosts: [HOST], approval: 'none', value: async () => new Redacted(SECRET) }],
+    policy: parsePolicy({ allow: [`${HOST}:${port}`] }),
+    secrets: [{ name: 'key', placeholder, current: async () => ({ hosts: [`${HOST}:${port}`], approval: 'none', value: async () => new Redacted(SECRET) }) }],
   });
   const socketPath = join(dir, 'egress.sock');
   const close = await sbx.listen(socketPath);
@@ -112,8 +113,12 @@ export async function egressBench(): Promise<EgressBenchResult[]> {
   const direct = new https.Agent({ keepAlive: true, maxSockets: 1, ca: upstreamCa.certPem });
   const viaProxy = new TunnelAgent(socketPath, sbx.caCertPem);
   const headers = { host: `${HOST}:${port}` };
-  const d = await measure('direct (kept-alive TLS)', () => get(direct, { host: '127.0.0.1', port, servername: HOST, headers: { ...headers, 'x-api-key': 'direct' } }));
-  const p = await measure('through egress proxy (CONNECT + interception + substitution)', () => get(viaProxy, { host: HOST, port, headers: { ...headers, 'x-api-key': placeholder } }));
+  const d = await measure('direct (kept-alive TLS)', () =>
+    get(direct, { host: '127.0.0.1', port, servername: HOST, headers: { ...headers, 'x-api-key': 'direct' } }),
+  );
+  const p = await measure('through egress proxy (CONNECT + interception + substitution)', () =>
+    get(viaProxy, { host: HOST, port, headers: { ...headers, 'x-api-key': placeholder } }),
+  );
 
   direct.destroy();
   viaProxy.destroy();

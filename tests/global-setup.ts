@@ -17,6 +17,8 @@ declare module 'vitest' {
     sandglassHome: string;
     /** PEM files of the egress tests' upstream: a CA of the "outside world" and a leaf for the test host names. */
     egressPki: { caPem: string; certPem: string; keyPem: string };
+    /** Loopback ports the egress tests' upstreams listen on: the only internal destinations the node opens. */
+    egressUpstreamPorts: number[];
   }
 }
 
@@ -34,6 +36,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const pki = await makeUpstreamPki(EGRESS_TEST_HOSTS);
   const caFile = join(home, 'egress-upstream-ca.pem');
   writeFileSync(caFile, pki.caPem);
+  // Sandboxes reach loopback only where the operator opened it (SANDGLASS_EGRESS_PRIVATE_ALLOW): exactly these ports,
+  // never the gateway's or the control plane's.
+  const upstreamPorts = Array.from({ length: 8 }, (_, i) => port + 20 + i);
   const t0 = Date.now();
   server = spawn(join(root, 'bin/sandglass'), ['up', '--port', String(port)], {
     env: {
@@ -44,6 +49,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
       SANDGLASS_HEALTH_INTERVAL_MS: '2000',
       SANDGLASS_HEALTH_TIMEOUT_MS: '6000',
       SANDGLASS_EGRESS_HOSTS: EGRESS_TEST_HOSTS.map((h) => `${h}=127.0.0.1`).join(','),
+      SANDGLASS_EGRESS_PRIVATE_ALLOW: upstreamPorts.map((p) => `127.0.0.1:${p}`).join(','),
       SANDGLASS_EGRESS_CA_FILES: caFile,
       // Approval requests time out in seconds, so the timeout case is quick to test.
       SANDGLASS_APPROVAL_TIMEOUT_MS: '4000',
@@ -73,6 +79,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('sandglassApiKey', readFileSync(info.adminKeyFile, 'utf8').trim());
   project.provide('sandglassHome', home);
   project.provide('egressPki', pki);
+  project.provide('egressUpstreamPorts', upstreamPorts);
   return async () => {
     if (!server || server.exitCode !== null) return;
     const gone = new Promise((r) => server!.once('exit', r));

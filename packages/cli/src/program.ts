@@ -373,18 +373,28 @@ export function buildProgram(state: RunState): Command {
     .command('set')
     .description('create or replace a secret, reading its value from stdin (one trailing newline is dropped)')
     .argument('<NAME>', 'an environment variable name (A-Z, 0-9, _)')
-    .requiredOption('--hosts <hosts>', 'where the value may be sent: host, *.domain, host:port (comma-separated, repeatable)', collectList)
+    .requiredOption('--hosts <hosts>', 'where the value may be sent: host, *.domain, host:port; no port: 443 (comma-separated, repeatable)', collectList)
     .option('--header <name>', 'add this header to every request to those hosts')
     .option('--format <text>', "the header's value, with {value} for the secret (default '{value}'), e.g. 'Bearer {value}'")
     .option('--body-type <type>', 'search request bodies of this media type for the placeholder (repeatable)', collectRepeated)
     .addOption(new Option('--approval <mode>', 'required: every use waits for `sandglass approve`').choices(['none', 'required']))
+    .option('--allow-plaintext', 'also send the value in clear text (http://); by default only over verified TLS')
+    .option('--allow-upgrade', 'also send it on WebSocket upgrades, whose frames are not masked')
     .option('--json', 'print the stored configuration as JSON')
     .action(
-      act(async (name: string, flags: { hosts: string[]; header?: string; format?: string; bodyType?: string[]; approval?: 'none' | 'required'; json?: boolean }) => {
+      act(async (name: string, flags: { hosts: string[]; header?: string; format?: string; bodyType?: string[]; approval?: 'none' | 'required'; allowPlaintext?: boolean; allowUpgrade?: boolean; json?: boolean }) => {
         // Never a prompt: a typed value would echo, and an empty one is never what was meant.
         if (process.stdin.isTTY) throw new UsageError('secrets set reads the value from stdin; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com');
         const value = secretValueFromStdin(await readStdin());
-        const info = await Secrets.set(name, value, { hosts: flags.hosts, header: flags.header, format: flags.format, bodyContentTypes: flags.bodyType, approval: flags.approval });
+        const info = await Secrets.set(name, value, {
+          hosts: flags.hosts,
+          header: flags.header,
+          format: flags.format,
+          bodyContentTypes: flags.bodyType,
+          approval: flags.approval,
+          ...(flags.allowPlaintext ? { allowPlaintext: true } : {}),
+          ...(flags.allowUpgrade ? { allowUpgrade: true } : {}),
+        });
         if (flags.json) printJson(info);
       }),
     );

@@ -21,7 +21,7 @@ export interface SecretInput {
   /** ^[A-Z_][A-Z0-9_]{0,63}$ */
   name: string;
   value: string;
-  /** Where the value may be sent: exact hosts or *.suffix, optionally :port (no port: any port). */
+  /** Where the value may be sent: exact hosts or *.suffix, optionally :port (no port: 443 only). */
   hosts: string[];
   /** Injected on every request to a scoped host, as `format` with {value} replaced. */
   header?: string;
@@ -30,6 +30,10 @@ export interface SecretInput {
   /** Media types whose request bodies are searched for the placeholder. */
   bodyContentTypes?: string[];
   approval?: SecretApproval;
+  /** Also substitute into requests that go upstream in clear text (http://); default false: only over verified TLS. */
+  allowPlaintext?: boolean;
+  /** Also substitute into protocol-upgrade (WebSocket) requests, whose frames after the 101 are not masked; default false. */
+  allowUpgrade?: boolean;
 }
 
 /** A secret as the API shows it: everything but the value. */
@@ -40,6 +44,8 @@ export interface SecretInfo {
   format: string | null;
   bodyContentTypes: string[];
   approval: SecretApproval;
+  allowPlaintext: boolean;
+  allowUpgrade: boolean;
   createdAt: string;
   updatedAt: string;
 }
@@ -52,6 +58,8 @@ export interface ResolvedSecret {
   format: string | null;
   bodyContentTypes: string[];
   approval: SecretApproval;
+  allowPlaintext: boolean;
+  allowUpgrade: boolean;
   value(): Promise<Redacted<string>>;
 }
 
@@ -126,6 +134,8 @@ function toInfo(row: SecretRow): SecretInfo {
     format: row.format,
     bodyContentTypes: JSON.parse(row.body_content_types) as string[],
     approval: row.approval,
+    allowPlaintext: row.allow_plaintext === 1,
+    allowUpgrade: row.allow_upgrade === 1,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
@@ -160,6 +170,8 @@ export class SecretStore {
       format: header === null ? null : (input.format ?? '{value}'),
       body_content_types: JSON.stringify(input.bodyContentTypes ?? []),
       approval: input.approval ?? 'none',
+      allow_plaintext: input.allowPlaintext === true ? 1 : 0,
+      allow_upgrade: input.allowUpgrade === true ? 1 : 0,
     };
     let created = false;
     await this.#db.transaction().execute(async (trx) => {
@@ -170,7 +182,7 @@ export class SecretStore {
       } else {
         await trx.insertInto('secrets').values({ tenant_id: tenantId, name, ...config, value_sealed: sealed, created_at: now, updated_at: now }).execute();
       }
-      await this.#events.append({ type: 'secret.set', tenantId, data: { name, hosts: input.hosts, header, approval: config.approval } }, { clock: this.#clock, trx });
+      await this.#events.append({ type: 'secret.set', tenantId, data: { name, hosts: input.hosts, header, approval: config.approval, ...(input.allowPlaintext ? { allowPlaintext: true } : {}), ...(input.allowUpgrade ? { allowUpgrade: true } : {}) } }, { clock: this.#clock, trx });
     });
     return { secret: toInfo(await this.#row(tenantId, name)), created };
   }

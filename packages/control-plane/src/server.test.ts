@@ -1061,6 +1061,8 @@ describe('secrets', () => {
       format: 'Bearer {value}',
       bodyContentTypes: [],
       approval: 'none',
+      allowPlaintext: false,
+      allowUpgrade: false,
       createdAt: at(0),
       updatedAt: at(0),
     });

@@ -1,5 +1,6 @@
 // Host names and IP literals: canonical forms, and which addresses are internal (loopback, private, link-local, metadata …).
 import { isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
 
 export type HostKind = 'name' | 'ipv4' | 'ipv6';
 
@@ -68,25 +69,32 @@ function v6Words(ip: string): number[] {
 const METADATA = new Set(['169.254.169.254', '100.100.100.200', 'fd00:ec2::254']);
 
 function v4Range(b: number[]): string | undefined {
-  const [a, c] = [b[0]!, b[1]!];
+  const [a, c, d] = [b[0]!, b[1]!, b[2]!];
   if (a === 0) return 'this-network (0.0.0.0/8)';
   if (a === 10) return 'private (10.0.0.0/8)';
   if (a === 100 && c >= 64 && c <= 127) return 'shared CGNAT (100.64.0.0/10)';
   if (a === 127) return 'loopback (127.0.0.0/8)';
   if (a === 169 && c === 254) return 'link-local (169.254.0.0/16)';
   if (a === 172 && c >= 16 && c <= 31) return 'private (172.16.0.0/12)';
-  if (a === 192 && c === 0 && b[2] === 0) return 'IETF protocol assignments (192.0.0.0/24)';
+  if (a === 192 && c === 0 && d === 0) return 'IETF protocol assignments (192.0.0.0/24)';
+  if (a === 192 && c === 0 && d === 2) return 'documentation (192.0.2.0/24)';
+  if (a === 192 && c === 88 && d === 99) return '6to4 relay anycast (192.88.99.0/24)';
   if (a === 192 && c === 168) return 'private (192.168.0.0/16)';
   if (a === 198 && (c === 18 || c === 19)) return 'benchmarking (198.18.0.0/15)';
+  if (a === 198 && c === 51 && d === 100) return 'documentation (198.51.100.0/24)';
+  if (a === 203 && c === 0 && d === 113) return 'documentation (203.0.113.0/24)';
   if (a >= 224 && a <= 239) return 'multicast (224.0.0.0/4)';
+  if (b.every((x) => x === 255)) return 'broadcast (255.255.255.255)';
   if (a >= 240) return 'reserved (240.0.0.0/4)';
   return undefined;
 }
 
 /**
- * Why a destination address is internal — loopback, private, link-local, CGNAT, multicast, reserved or a cloud
- * metadata address — or undefined for a public one. IPv6 forms that embed an IPv4 address (mapped, compatible, NAT64,
- * 6to4) are judged by the embedded address.
+ * Why a destination address is not a public unicast one — loopback, private, link-local, CGNAT, multicast, broadcast,
+ * documentation, benchmarking, reserved or a cloud metadata address — or undefined for a public one. IPv6 is judged
+ * as an allow list: only global unicast (2000::/3) outside its special blocks passes; the IPv4-mapped and well-known
+ * NAT64 forms are judged by the IPv4 address they carry, and the tunnelling forms that embed one (IPv4-compatible,
+ * local-use NAT64, Teredo, 6to4) are refused whole, since what they reach depends on relays we do not control.
  */
 export function internalRange(ip: string): string | undefined {
   const canon = canonicalIp(ip);
@@ -94,16 +102,90 @@ export function internalRange(ip: string): string | undefined {
   if (METADATA.has(canon)) return `cloud metadata (${canon})`;
   if (isIP(canon) === 4) return v4Range(v4Bytes(canon));
   const w = v6Words(canon);
-  const embedded = (hi: number, lo: number) => [hi >> 8, hi & 255, lo >> 8, lo & 255];
-  if (w.slice(0, 7).every((x) => x === 0)) return w[7] === 1 ? 'loopback (::1)' : w[7] === 0 ? 'unspecified (::)' : 'IPv4-compatible (::/96)';
-  if (w.slice(0, 5).every((x) => x === 0) && w[5] === 0xffff) return v4Range(embedded(w[6]!, w[7]!));
-  if (w[0] === 0x64 && w[1] === 0xff9b && w.slice(2, 6).every((x) => x === 0)) return v4Range(embedded(w[6]!, w[7]!));
-  if (w[0] === 0x2002) return v4Range(embedded(w[1]!, w[2]!));
-  if (w[0] === 0x100 && w.slice(1, 4).every((x) => x === 0)) return 'discard (100::/64)';
+  const embedded = (hi: number, lo: number) => {
+    const b = [hi >> 8, hi & 255, lo >> 8, lo & 255];
+    return METADATA.has(b.join('.')) ? `cloud metadata (${b.join('.')})` : v4Range(b);
+  };
+  const zero = (from: number, to: number) => w.slice(from, to).every((x) => x === 0);
+  if (zero(0, 7)) return w[7] === 1 ? 'loopback (::1)' : w[7] === 0 ? 'unspecified (::)' : 'IPv4-compatible (::/96)';
+  if (zero(0, 6)) return 'IPv4-compatible (::/96)';
+  if (zero(0, 5) && w[5] === 0xffff) {
+    const r = embedded(w[6]!, w[7]!);
+    return r && `IPv4-mapped (::ffff:0:0/96) of ${r}`;
+  }
+  if (w[0] === 0x64 && w[1] === 0xff9b) {
+    if (zero(2, 6)) {
+      const r = embedded(w[6]!, w[7]!);
+      return r && `NAT64 (64:ff9b::/96) of ${r}`;
+    }
+    if (w[2] === 1) return 'local-use NAT64 (64:ff9b:1::/48)';
+  }
+  if (w[0] === 0x100 && zero(1, 4)) return 'discard (100::/64)';
   if ((w[0]! & 0xfe00) === 0xfc00) return 'unique-local (fc00::/7)';
   if ((w[0]! & 0xffc0) === 0xfe80) return 'link-local (fe80::/10)';
   if ((w[0]! & 0xffc0) === 0xfec0) return 'site-local (fec0::/10)';
   if ((w[0]! & 0xff00) === 0xff00) return 'multicast (ff00::/8)';
+  if ((w[0]! & 0xe000) !== 0x2000) return 'not global unicast (outside 2000::/3)';
+  if (w[0] === 0x2001 && w[1] === 0) return 'Teredo (2001::/32)';
+  if (w[0] === 0x2001 && w[1] === 0xdb8) return 'documentation (2001:db8::/32)';
+  if (w[0] === 0x2001 && w[1]! < 0x200) return 'IETF protocol assignments (2001::/23)';
+  if (w[0] === 0x2002) return '6to4 (2002::/16)';
+  if (w[0] === 0x3fff && w[1]! < 0x1000) return 'documentation (3fff::/20)';
+  return undefined;
+}
+
+/** `ip:port` keys as the operator's private allow list holds them (IPv6 in brackets). */
+export function addressKey(ip: string, port: number): string {
+  return `${hostForUrl({ kind: ip.includes(':') ? 'ipv6' : 'ipv4', host: ip })}:${port}`;
+}
+
+/**
+ * Parses SANDGLASS_EGRESS_PRIVATE_ALLOW: comma-separated `ip:port` or `[ipv6]:port`, each an IP literal with a port
+ * (never a name, range or wildcard: the operator opens exact destinations). Throws an Error naming the bad entry.
+ */
+export function parsePrivateAllow(text: string | undefined): string[] {
+  const out: string[] = [];
+  for (const entry of (text ?? '')
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
+    const hp = parseHostPort(entry);
+    if (!hp || hp.host.kind === 'name') throw new Error(`SANDGLASS_EGRESS_PRIVATE_ALLOW: ${JSON.stringify(entry)} is not ip:port (IPv6 as [ip]:port)`);
+    out.push(addressKey(hp.host.host, hp.port));
+  }
+  return out;
+}
+
+export interface AddressVetting {
+  /** `ip:port` destinations the node operator opened (addressKey form): reachable whatever their range. */
+  privateAllow: ReadonlySet<string>;
+  /** The node's own addresses (canonical), refused even when public: a sandbox must not reach the node's services. */
+  nodeAddresses: ReadonlySet<string>;
+}
+
+/** Every address of this node's interfaces now, canonical (zone ids dropped). */
+export function nodeAddresses(): Set<string> {
+  const out = new Set<string>();
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) {
+      const ip = canonicalIp(a.address.split('%')[0]!);
+      if (ip !== undefined) out.add(ip);
+    }
+  }
+  return out;
+}
+
+/**
+ * Whether a sandbox may connect to `ip:port`: undefined when it may, else the reason. Only the operator's list opens
+ * an internal or node address; no tenant policy can.
+ */
+export function vetAddress(ip: string, port: number, v: AddressVetting): string | undefined {
+  const canon = canonicalIp(ip);
+  if (canon === undefined) return 'not an IP address';
+  if (v.privateAllow.has(addressKey(canon, port))) return undefined;
+  const range = internalRange(canon);
+  if (range !== undefined) return range;
+  if (v.nodeAddresses.has(canon)) return `this node's own address (${canon})`;
   return undefined;
 }
 

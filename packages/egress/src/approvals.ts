@@ -103,10 +103,15 @@ export class ApprovalBroker {
    */
   decide(requestId: string, decision: 'approve' | 'deny', opts: { ttlMs?: number } = {}): void {
     const p = this.#pending.get(requestId);
-    if (!p) throw new SandglassError('approval_not_found', `No pending approval request ${requestId}; it may have been decided or timed out.`, { details: { requestId } });
+    if (!p)
+      throw new SandglassError('approval_not_found', `No pending approval request ${requestId}; it may have been decided or timed out.`, {
+        details: { requestId },
+      });
     const ttl = opts.ttlMs;
     if (ttl !== undefined && (!Number.isFinite(ttl) || ttl <= 0 || ttl > MAX_GRANT_MS)) {
-      throw new SandglassError('invalid_argument', `ttlMs: must be between 1 and ${MAX_GRANT_MS}`, { details: { field: 'ttlMs', rule: `between 1 and ${MAX_GRANT_MS}` } });
+      throw new SandglassError('invalid_argument', `ttlMs: must be between 1 and ${MAX_GRANT_MS}`, {
+        details: { field: 'ttlMs', rule: `between 1 and ${MAX_GRANT_MS}` },
+      });
     }
     if (decision === 'deny') return p.settle('denied');
     if (ttl === undefined) return p.settle('approved');

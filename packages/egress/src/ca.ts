@@ -44,14 +44,7 @@ export class SandboxCa {
   readonly #clock: Clock;
   readonly #leaves = new Map<string, Promise<Leaf>>();
 
-  private constructor(
-    cert: x509.X509Certificate,
-    key: CryptoKey,
-    authorityKeyId: x509.Extension,
-    leafPublicKey: CryptoKey,
-    leafKeyPem: string,
-    clock: Clock,
-  ) {
+  private constructor(cert: x509.X509Certificate, key: CryptoKey, authorityKeyId: x509.Extension, leafPublicKey: CryptoKey, leafKeyPem: string, clock: Clock) {
     this.#cert = cert;
     this.#authorityKeyId = authorityKeyId;
     this.certPem = cert.toString('pem');

@@ -34,6 +34,8 @@ export interface SecretScopeData {
   method: string;
   path: string;
   where: 'header' | 'url' | 'body';
+  /** Why the value could not go there: not a scoped host and port, clear text, or the secret is unusable now. */
+  reason: string;
 }
 
 export interface ApprovalRequestedData {
@@ -60,8 +62,6 @@ export interface RecordedBody {
   /** The whole body's size; data holds at most the recording cap. */
   sizeBytes: number;
   truncated: boolean;
-  /** Why data is empty although the body was not: a compressed body of an exchange that used secrets cannot be redacted. */
-  omitted?: string;
 }
 
 /** One allowed exchange as the upstream saw it, every secret value (and its encodings) replaced by «redacted». */

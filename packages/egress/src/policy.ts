@@ -1,6 +1,6 @@
 // Egress policy: the rule grammar, a parser that refuses malformed or overly broad rules, and the fail-closed decision.
 import { SandglassError } from '@sandglass/core';
-import { canonicalHost, canonicalIp, hostForUrl, parsePort, type HostKind } from './address.js';
+import { canonicalHost, hostForUrl, internalRange, parsePort, type HostKind } from './address.js';
 
 /*
  * Rule grammar (one string per rule; whitespace separates the parts):
@@ -13,14 +13,18 @@ import { canonicalHost, canonicalIp, hostForUrl, parsePort, type HostKind } from
  *   ports    = 1-65535 | "*"        default: 80 and 443 in allow rules, every port in deny rules
  *   method   = token, e.g. GET or POST (case-insensitive), or "*"
  *   path     = "/" …               a prefix that ends at a segment boundary: /repos matches /repos, /repos/x and
- *                                   /repos?q, never /repository; requests are matched after resolving dot segments
+ *                                   /repos?q, never /repository; requests are matched on a canonical path (dot
+ *                                   segments resolved, escaped unreserved characters decoded), and a request whose path
+ *                                   a server could read differently (an encoded / or \, a backslash, a dot segment,
+ *                                   plain or encoded) is refused wherever a rule with a path applies to its host
  *
  *   examples: api.github.com   *.pypi.org   example.com:8443   api.github.com/repos/acme   api.github.com GET /repos
- *             10.0.0.5:5432   [::1]:8080   127.0.0.1:*
+ *             203.0.113.7:5432   [2001:4860::8888]:443
  *
- * Names are matched case-insensitively without a trailing dot; a wildcard never matches an IP literal. Destinations
- * that resolve to loopback, private, link-local or metadata addresses are reachable only through a rule that names the
- * IP itself (see internalRange). Allow rules must not be broader than one registrable domain: "*", "*.com", "*.co.uk"
+ * Names are matched case-insensitively without a trailing dot; a wildcard never matches an IP literal. An allow rule
+ * may not name an internal IP (loopback, private, link-local, metadata … see internalRange): no tenant policy opens
+ * those, and a name that resolves to one is refused when the proxy connects, unless the node operator opened that exact
+ * address and port (SANDGLASS_EGRESS_PRIVATE_ALLOW). Allow rules must not be broader than one registrable domain: "*", "*.com", "*.co.uk"
  * and wildcards over shared hosting suffixes (*.github.io …) are refused. Deny rules may be as broad as they like.
  */
 
@@ -172,9 +176,13 @@ function ruleText(r: Omit<PolicyRule, 'text'>): string {
 
 /**
  * Parses one rule; a returned string says what is wrong with it. broadOk: for deny rules; withRequest false: host and
- * port only (secret scopes); anyPortByDefault: no port means any port (secret scopes) instead of 80 and 443.
+ * port only (secret scopes); anyPortByDefault: no port means any port (deny rules); defaultPorts: what no port means
+ * otherwise (default 80 and 443; secret scopes: 443).
  */
-export function parseRule(text: string, opts: { broadOk?: boolean; withRequest?: boolean; anyPortByDefault?: boolean } = {}): PolicyRule | string {
+export function parseRule(
+  text: string,
+  opts: { broadOk?: boolean; withRequest?: boolean; anyPortByDefault?: boolean; defaultPorts?: readonly number[] } = {},
+): PolicyRule | string {
   const trimmed = text.trim();
   if (trimmed === '') return 'is empty';
   if (trimmed.length > MAX_RULE_CHARS) return `is longer than ${MAX_RULE_CHARS} characters`;
@@ -203,7 +211,9 @@ export function parseRule(text: string, opts: { broadOk?: boolean; withRequest?:
   if ((method !== undefined || pathPrefix !== undefined) && opts.withRequest === false) return 'may name only a host and port here';
   if (pathPrefix !== undefined) {
     if (/[?#\s]/.test(pathPrefix)) return 'has a path with a query, fragment or space; give a path prefix only';
-    if (normalizePath(pathPrefix) !== pathPrefix) return 'has a path with dot segments or backslashes; give it resolved';
+    const inspected = inspectPath(pathPrefix);
+    if (inspected.ambiguous) return `has a path with ${inspected.ambiguous}; give it resolved`;
+    pathPrefix = inspected.path;
     if (pathPrefix.length > 1 && pathPrefix.endsWith('/')) pathPrefix = pathPrefix.replace(/\/+$/, '');
     if (pathPrefix === '/') pathPrefix = undefined;
   }
@@ -213,8 +223,11 @@ export function parseRule(text: string, opts: { broadOk?: boolean; withRequest?:
   if (!opts.broadOk) {
     const broad = tooBroad(host);
     if (broad) return broad;
+    const range = host.kind === 'exact' && host.hostKind !== 'name' ? internalRange(host.host) : undefined;
+    if (range)
+      return `names an address in ${range} space, which no policy can open; the node operator opens specific private destinations (SANDGLASS_EGRESS_PRIVATE_ALLOW)`;
   }
-  let ports: number[] | undefined = opts.anyPortByDefault ? undefined : [...DEFAULT_PORTS];
+  let ports: number[] | undefined = opts.anyPortByDefault ? undefined : [...(opts.defaultPorts ?? DEFAULT_PORTS)];
   if (portPart !== undefined) {
     if (portPart === '*') ports = undefined;
     else {
@@ -251,7 +264,53 @@ export function parsePolicy(input: PolicyInput): Policy {
 
 /** Resolves dot segments (also percent-encoded ones) and backslashes the way servers do: /a/%2e%2e/b is /b. */
 export function normalizePath(path: string): string {
-  return new URL(path, 'http://h').pathname;
+  // Appended, not resolved against a base: '//x/y' is a path here, never a host.
+  return new URL(`http://h${path.startsWith('/') ? '' : '/'}${path}`).pathname;
+}
+
+const UNRESERVED = /^[A-Za-z0-9._~-]$/;
+const MAX_DECODE_ROUNDS = 8;
+
+/**
+ * A path as policy compares it — dot segments resolved, escaped unreserved characters decoded, other escapes in upper
+ * case, so /%61dmin is /admin — and, when present, what makes it ambiguous: a backslash, an empty segment, or a segment that
+ * decodes (once or repeatedly, as layered servers do) to one containing / or \, or to . or ... Servers differ on those, so no
+ * prefix comparison can be trusted for them.
+ */
+export function inspectPath(raw: string): { path: string; ambiguous?: string } {
+  const path = normalizePath(raw).replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) => {
+    const c = String.fromCharCode(parseInt(hex, 16));
+    return UNRESERVED.test(c) ? c : `%${hex.toUpperCase()}`;
+  });
+  const ambiguous = pathAmbiguity(raw);
+  return { path, ...(ambiguous ? { ambiguous } : {}) };
+}
+
+function pathAmbiguity(raw: string): string | undefined {
+  if (raw.includes('\\')) return 'a backslash';
+  const segments = raw.split('/');
+  // Many servers merge slashes: //admin is /admin to them.
+  if (segments.slice(1, -1).includes('')) return 'an empty segment (//)';
+  for (const segment of segments) {
+    let d = segment;
+    for (let round = 0; d.includes('%'); round++) {
+      if (round === MAX_DECODE_ROUNDS) return 'nested percent-encoding';
+      let next: string;
+      try {
+        next = decodeURIComponent(d);
+      } catch {
+        return 'malformed percent-encoding';
+      }
+      if (next === d) break;
+      d = next;
+      if (d.includes('/')) return 'an encoded slash';
+      if (d.includes('\\')) return 'an encoded backslash';
+    }
+    // Path parameters (Tomcat's '..;x') do not stop a server from reading the segment as a dot segment.
+    const bare = d.split(';')[0];
+    if (bare === '.' || bare === '..') return 'a dot segment';
+  }
+  return undefined;
 }
 
 export function hostMatches(p: HostPattern, host: { kind: HostKind; host: string }): boolean {
@@ -274,15 +333,22 @@ function matches(rule: PolicyRule, host: { kind: HostKind; host: string }, req: 
 
 /**
  * Whether the policy lets this request out. Deny rules win; nothing allowed means denied; anything unexpected (a host
- * that is not a valid name, a throw) denies. `path` is matched after resolving dot segments, without the query.
+ * that is not a valid name, a throw) denies. `path` is the request's path as sent (with or without the query): it is
+ * matched in canonical form, and refused when ambiguous wherever a rule with a path applies to the host and port.
  */
 export function decide(policy: Policy, req: DecideInput): Decision {
   try {
     const host = canonicalHost(req.host);
     if (!host) return { allowed: false, reason: 'not a valid host name or IP address' };
     if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) return { allowed: false, reason: 'invalid port' };
-    const path = req.path === undefined ? undefined : normalizePath(req.path.split('?')[0]!);
-    const r = { ...req, path };
+    const inspected = req.path === undefined ? undefined : inspectPath(req.path.split('?')[0]!);
+    if (inspected?.ambiguous) {
+      const pathRule = [...policy.deny, ...policy.allow].find(
+        (rule) => rule.pathPrefix !== undefined && hostMatches(rule.host, host) && (rule.ports === undefined || rule.ports.includes(req.port)),
+      );
+      if (pathRule) return { allowed: false, rule: pathRule.text, reason: `ambiguous path (${inspected.ambiguous})` };
+    }
+    const r = { ...req, path: inspected?.path };
     for (const rule of policy.deny) {
       if (matches(rule, host, r, false)) return { allowed: false, rule: rule.text, reason: 'denied by rule' };
     }
@@ -292,23 +358,5 @@ export function decide(policy: Policy, req: DecideInput): Decision {
     return { allowed: false, reason: 'no rule allows' };
   } catch {
     return { allowed: false, reason: 'policy error' };
-  }
-}
-
-/**
- * Whether a rule names this internal IP explicitly (with this port) and no deny rule covers it: the only way a
- * destination resolving to loopback, private or link-local space is reached.
- */
-export function allowsInternalAddress(policy: Policy, ip: string, port: number): { rule: string } | undefined {
-  try {
-    const canon = canonicalIp(ip);
-    if (canon === undefined) return undefined;
-    const host = canonicalHost(canon)!;
-    const req = { host: canon, port };
-    if (policy.deny.some((rule) => matches(rule, host, req, false))) return undefined;
-    const rule = policy.allow.find((rule) => rule.host.kind === 'exact' && rule.host.hostKind !== 'name' && matches(rule, host, req, true));
-    return rule ? { rule: rule.text } : undefined;
-  } catch {
-    return undefined;
   }
 }

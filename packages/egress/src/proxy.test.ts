@@ -8,12 +8,12 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ManualClock, Redacted, type Clock } from '@sandglass/core';
+import { ManualClock, Redacted, SandglassError, type Clock } from '@sandglass/core';
 import { ApprovalBroker } from './approvals.js';
 import type { EgressEvent } from './events.js';
 import { parsePolicy, type PolicyInput } from './policy.js';
 import { EgressProxy, type EgressLimits, type SandboxEgress } from './proxy.js';
-import { newPlaceholder, type SecretBinding } from './secrets.js';
+import { newPlaceholder, type SecretBinding, type SecretConfig } from './secrets.js';
 import {
   TunnelAgent,
   answerOf,
@@ -53,7 +53,9 @@ const lookup = async (host: string) => {
   return a;
 };
 
-const OPEN: PolicyInput = { allow: ['api.example.test:*', 'other.example.test:*', '127.0.0.1:*'] };
+const OPEN: PolicyInput = { allow: ['api.example.test:*', 'other.example.test:*'] };
+// The node operator's list: only the test upstreams on loopback are reachable (SANDGLASS_EGRESS_PRIVATE_ALLOW).
+const upstreamAddresses = () => [tlsUp, plainUp, silent].map((u) => `127.0.0.1:${u.port}`);
 
 interface Setup {
   proxy: EgressProxy;
@@ -65,11 +67,30 @@ interface Setup {
   close(): Promise<void>;
 }
 
+/** Writes one request on an open (plain) tunnel and reads until the response head and its sized body are in. */
+function rawExchange2(socket: net.Socket, data: string): Promise<string> {
+  return new Promise((resolve) => {
+    let buf = '';
+    const onData = (d: Buffer) => {
+      buf += d.toString('latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      const m = /content-length:\s*(\d+)/i.exec(buf);
+      if (end >= 0 && m && buf.length >= end + 4 + Number(m[1])) {
+        socket.off('data', onData);
+        resolve(buf);
+      }
+    };
+    socket.on('data', onData);
+    socket.write(data);
+  });
+}
+
 let seq = 0;
 async function setup(
   opts: {
     policy?: PolicyInput;
-    secrets?: Partial<SecretBinding>[];
+    secrets?: Partial<SecretConfig>[];
+    privateAllow?: string[];
     limits?: EgressLimits;
     approvalTimeoutMs?: number;
     brokerClock?: Clock;
@@ -82,6 +103,7 @@ async function setup(
   const broker = new ApprovalBroker({ timeoutMs: opts.approvalTimeoutMs ?? 30_000, ...(opts.brokerClock ? { clock: opts.brokerClock } : {}) });
   const proxy = new EgressProxy({
     lookup,
+    privateAllow: opts.privateAllow ?? upstreamAddresses(),
     ...(opts.trustUpstream === false ? {} : { upstreamCAs: [pki.caPem] }),
     approvals: broker,
     onEvent: (e) => {
@@ -94,10 +116,7 @@ async function setup(
   const secrets: SecretBinding[] = (opts.secrets ?? []).map((s, i) => ({
     name: `secret${i}`,
     placeholder: i === 0 ? PH : newPlaceholder(),
-    hosts: ['api.example.test'],
-    approval: 'none',
-    value: async () => new Redacted(VALUE),
-    ...s,
+    current: async () => ({ hosts: ['api.example.test:*'], approval: 'none', value: async () => new Redacted(VALUE), ...s }),
   }));
   const closers: (() => Promise<void>)[] = [];
   const agents: TunnelAgent[] = [];
@@ -130,7 +149,8 @@ async function setup(
 }
 
 const api = (path = '/echo') => `https://api.example.test:${tlsUp.port}${path}`;
-const requests = (events: EgressEvent[]) => events.filter((e) => e.type === 'egress.request').map((e) => e.data as Extract<EgressEvent, { type: 'egress.request' }>['data']);
+const requests = (events: EgressEvent[]) =>
+  events.filter((e) => e.type === 'egress.request').map((e) => e.data as Extract<EgressEvent, { type: 'egress.request' }>['data']);
 
 async function waitFor(cond: () => boolean, what: string, ms = 5_000): Promise<void> {
   const until = Date.now() + ms;
@@ -168,7 +188,17 @@ describe('forwarding', () => {
     expect(tlsUp.connections - before).toBe(1);
     const reqs = requests(t.events);
     expect(reqs).toHaveLength(5);
-    expect(reqs[0]).toMatchObject({ host: 'api.example.test', port: tlsUp.port, scheme: 'https', method: 'GET', path: '/echo', allowed: true, rule: 'api.example.test:*', status: 200, secrets: [] });
+    expect(reqs[0]).toMatchObject({
+      host: 'api.example.test',
+      port: tlsUp.port,
+      scheme: 'https',
+      method: 'GET',
+      path: '/echo',
+      allowed: true,
+      rule: 'api.example.test:*',
+      status: 200,
+      secrets: [],
+    });
     expect(reqs[0]!.bytesDown).toBeGreaterThan(0);
     // The client must trust the sandbox CA: the upstream's real CA does not vouch for what the proxy presents.
     await expect(tlsTunnel(t.path, `api.example.test:${tlsUp.port}`, pki.caPem)).rejects.toThrow();
@@ -182,7 +212,11 @@ describe('forwarding', () => {
     const hash = createHash('sha256');
     let finishedAt = 0;
     const answer = await new Promise<Awaited<ReturnType<typeof answerOf>>>((resolve, reject) => {
-      const req = https.request(api('/upload'), { agent: agent as https.Agent, method: 'POST', headers: { 'content-type': 'application/octet-stream' } }, (res) => answerOf(res).then(resolve, reject));
+      const req = https.request(
+        api('/upload'),
+        { agent: agent as https.Agent, method: 'POST', headers: { 'content-type': 'application/octet-stream' } },
+        (res) => answerOf(res).then(resolve, reject),
+      );
       req.once('error', reject);
       let sent = 0;
       const pump = () => {
@@ -220,7 +254,10 @@ describe('forwarding', () => {
     const before = plainUp.connections;
     for (let i = 0; i < 3; i++) {
       const a = await new Promise<Awaited<ReturnType<typeof answerOf>>>((resolve, reject) => {
-        const req = http.request({ socketPath: t.path, agent, path: `http://api.example.test:${plainUp.port}/echo?n=${i}`, headers: { host: `api.example.test:${plainUp.port}` } }, (res) => answerOf(res).then(resolve, reject));
+        const req = http.request(
+          { socketPath: t.path, agent, path: `http://api.example.test:${plainUp.port}/echo?n=${i}`, headers: { host: `api.example.test:${plainUp.port}` } },
+          (res) => answerOf(res).then(resolve, reject),
+        );
         req.once('error', reject);
         req.end();
       });
@@ -234,7 +271,7 @@ describe('forwarding', () => {
   });
 
   it('passes WebSocket-style upgrades both ways after policy and substitution on the handshake', async () => {
-    const t = await setup({ secrets: [{}] });
+    const t = await setup({ secrets: [{ allowUpgrade: true, allowPlaintext: true }] });
     const agent = t.agent();
     const { status, echoed } = await new Promise<{ status: number; echoed: string }>((resolve, reject) => {
       const req = https.request(api('/ws'), { agent: agent as https.Agent, headers: { connection: 'Upgrade', upgrade: 'echo', 'x-api-key': PH } });
@@ -256,7 +293,11 @@ describe('forwarding', () => {
     expect(requests(t.events)[0]).toMatchObject({ status: 101, secrets: ['secret0'], allowed: true });
     // Plain ws:// style, in absolute form.
     const plain = await new Promise<string>((resolve, reject) => {
-      const req = http.request({ socketPath: t.path, path: `http://api.example.test:${plainUp.port}/ws`, headers: { host: `api.example.test:${plainUp.port}`, connection: 'Upgrade', upgrade: 'echo' } });
+      const req = http.request({
+        socketPath: t.path,
+        path: `http://api.example.test:${plainUp.port}/ws`,
+        headers: { host: `api.example.test:${plainUp.port}`, connection: 'Upgrade', upgrade: 'echo' },
+      });
       req.once('upgrade', (_res, socket) => {
         socket.write('plain-ping');
         socket.once('data', (d: Buffer) => {
@@ -274,32 +315,53 @@ describe('forwarding', () => {
 
 describe('policy', () => {
   it('judges the path the upstream will see: dot segments are resolved before matching and forwarding', async () => {
-    const t = await setup({ policy: { allow: ['api.example.test:* GET /echo', '127.0.0.1:*'] } });
+    const t = await setup({ policy: { allow: ['api.example.test:* GET /echo'] } });
     const agent = t.agent();
     expect((await viaTunnel(agent, api('/echo/./x/../y?q=1'))).status).toBe(200);
     expect(tlsUp.seen.at(-1)!.url).toBe('/echo/y?q=1');
-    for (const sneaky of ['/echo/../admin', '/echo/%2e%2e/admin', '/echoes', '/echo\\..\\admin']) {
+    const seenBefore = tlsUp.seen.length;
+    for (const sneaky of [
+      '/echo/../admin',
+      '/echo/%2e%2e/admin',
+      '/echoes',
+      '/echo\\..\\admin',
+      '/echo/%2e%2e%2Fadmin',
+      '/echo%2f..%2fadmin',
+      '/echo/..%5cadmin',
+      '/echo/%252e%252e/admin',
+      '/echo/..;/admin',
+      '//echo/../admin',
+      '/echo//x',
+    ]) {
       const a = await viaTunnel(agent, api(sneaky));
       expect(a.status, sneaky).toBe(403);
     }
     expect((await viaTunnel(agent, api('/echo'), { method: 'POST' })).status).toBe(403);
+    expect(tlsUp.seen.length).toBe(seenBefore);
+    // An escaped unreserved character is the character: /%65cho is /echo.
+    expect((await viaTunnel(agent, api('/%65cho'))).status).toBe(200);
     await t.close();
   });
 
-
   it('answers 403 JSON to a denied CONNECT and a denied plain request', async () => {
-    const t = await setup({ policy: { allow: ['api.example.test:*', '127.0.0.1:*'], deny: ['other.example.test'] } });
+    const t = await setup({ policy: { allow: ['api.example.test:*'], deny: ['other.example.test'] } });
     const c = await rawExchange(t.path, 'CONNECT nowhere.example.test:443 HTTP/1.1\r\nHost: nowhere.example.test:443\r\n\r\n');
     expect(c.status).toBe(403);
     expect(c.head.toLowerCase()).toContain('x-sandglass-error: egress_denied');
     expect(JSON.parse(c.body)).toEqual({
-      error: { code: 'egress_denied', message: expect.stringContaining('nowhere.example.test:443'), details: { host: 'nowhere.example.test', port: 443, reason: 'no rule allows' } },
+      error: {
+        code: 'egress_denied',
+        message: expect.stringContaining('nowhere.example.test:443'),
+        details: { host: 'nowhere.example.test', port: 443, reason: 'no rule allows' },
+      },
     });
     c.socket.destroy();
     const p = await viaPlainProxy(t.path, `http://other.example.test:${plainUp.port}/x`);
     expect(p.status).toBe(403);
     expect(p.headers['x-sandglass-error']).toBe('egress_denied');
-    expect(p.json()).toMatchObject({ error: { code: 'egress_denied', details: { host: 'other.example.test', rule: 'other.example.test:*', reason: 'denied by rule' } } });
+    expect(p.json()).toMatchObject({
+      error: { code: 'egress_denied', details: { host: 'other.example.test', rule: 'other.example.test:*', reason: 'denied by rule' } },
+    });
     expect(requests(t.events)).toMatchObject([
       { method: 'CONNECT', scheme: 'tunnel', allowed: false, reason: 'no rule allows', status: 403, code: 'egress_denied' },
       { method: 'GET', scheme: 'http', allowed: false, reason: 'denied by rule', path: '/x', status: 403 },
@@ -313,7 +375,9 @@ describe('policy', () => {
     const seenBefore = tlsUp.seen.length;
     const a = await viaTunnel(agent, api('/echo'), { servername: 'api.example.test', headers: { host: `other.example.test:${tlsUp.port}` } });
     expect(a.status).toBe(403);
-    expect(a.json()).toMatchObject({ error: { code: 'egress_denied', details: { reason: 'Host header does not match the target', host: 'api.example.test' } } });
+    expect(a.json()).toMatchObject({
+      error: { code: 'egress_denied', details: { reason: 'Host header does not match the target', host: 'api.example.test' } },
+    });
     // Also an absolute-form target inside the tunnel naming another host.
     const s = await tlsTunnel(t.path, `api.example.test:${tlsUp.port}`, t.sbx.caCertPem);
     s.write(`GET https://other.example.test:${tlsUp.port}/echo HTTP/1.1\r\nHost: other.example.test:${tlsUp.port}\r\n\r\n`);
@@ -332,24 +396,20 @@ describe('policy', () => {
     const t = await setup();
     const agent = t.agent();
     expect((await viaTunnel(agent, api())).status).toBe(200);
-    t.sbx.setPolicy(parsePolicy({ allow: ['other.example.test:*', '127.0.0.1:*'] }));
+    t.sbx.setPolicy(parsePolicy({ allow: ['other.example.test:*'] }));
     const denied = await viaTunnel(agent, api());
     expect(denied.status).toBe(403);
     expect(denied.json()).toMatchObject({ error: { details: { reason: 'no rule allows' } } });
-    // Dropping the IP rule makes the tunnel's already-vetted loopback address unreachable too.
-    t.sbx.setPolicy(parsePolicy({ allow: ['api.example.test:*'] }));
-    const internal = await viaTunnel(agent, api());
-    expect(internal.status).toBe(403);
-    expect(internal.json()).toMatchObject({ error: { details: { reason: 'internal address', address: '127.0.0.1' } } });
     t.sbx.setPolicy(parsePolicy(OPEN));
     expect((await viaTunnel(agent, api())).status).toBe(200);
     expect(agent.tunnels).toBe(1);
     await t.close();
   });
 
-  it('refuses loopback, private, metadata and mixed answers unless a rule names the IP', async () => {
+  it('refuses loopback, private, metadata and mixed answers whatever the policy; only the operator opens ip:port', async () => {
     const hosts = ['internal.example.test', 'meta.example.test', 'mixed.example.test', 'mapped.example.test'];
-    const t = await setup({ policy: { allow: [...hosts.map((h) => `${h}:*`), '10.0.0.1:*', '[::1]:*'] } });
+    // The operator opened nothing: the tenant's rules name the hosts, and every one resolves somewhere internal.
+    const t = await setup({ policy: { allow: hosts.map((h) => `${h}:*`) }, privateAllow: [] });
     for (const h of hosts) {
       const c = await rawExchange(t.path, `CONNECT ${h}:${tlsUp.port} HTTP/1.1\r\nHost: ${h}\r\n\r\n`);
       expect(c.status, h).toBe(403);
@@ -357,20 +417,42 @@ describe('policy', () => {
       c.socket.destroy();
     }
     expect(JSON.parse((await rawExchange(t.path, `CONNECT meta.example.test:80 HTTP/1.1\r\nHost: x\r\n\r\n`)).body).error.message).toContain('cloud metadata');
-    // An IP literal the policy does not name.
-    const lit = await rawExchange(t.path, `CONNECT 127.0.0.1:${tlsUp.port} HTTP/1.1\r\nHost: x\r\n\r\n`);
-    expect(lit.status).toBe(403);
-    lit.socket.destroy();
     // Plain HTTP is vetted the same way; other spellings of 127.0.0.1 are not even valid targets.
     expect((await viaPlainProxy(t.path, `http://internal.example.test:${plainUp.port}/`)).status).toBe(403);
     expect((await viaPlainProxy(t.path, `http://0x7f.1:${plainUp.port}/`, { headers: { host: '0x7f.1' } })).status).toBe(400);
     expect((await viaPlainProxy(t.path, `http://2130706433:${plainUp.port}/`, { headers: { host: '2130706433' } })).status).toBe(400);
     expect(plainUp.seen.filter((s) => s.url === '/').length).toBe(0);
-    // With the IP named, the same host goes through.
-    t.sbx.setPolicy(parsePolicy({ allow: ['internal.example.test:*', `127.0.0.1:${plainUp.port}`] }));
-    expect((await viaPlainProxy(t.path, `http://internal.example.test:${plainUp.port}/echo`)).status).toBe(200);
-    expect((await viaPlainProxy(t.path, `http://127.0.0.1:${plainUp.port}/echo`)).status).toBe(200);
+    // No policy can name an internal IP at all.
+    expect(() => parsePolicy({ allow: [`127.0.0.1:${plainUp.port}`] })).toThrow(/loopback/);
     await t.close();
+    // The operator's list opens exactly ip:port: that port goes through, another port on the same IP does not.
+    const o = await setup({ policy: { allow: ['internal.example.test:*'] }, privateAllow: [`127.0.0.1:${plainUp.port}`] });
+    expect((await viaPlainProxy(o.path, `http://internal.example.test:${plainUp.port}/echo`)).status).toBe(200);
+    const other = await viaPlainProxy(o.path, `http://internal.example.test:${tlsUp.port}/echo`);
+    expect(other.status).toBe(403);
+    expect(other.json()).toMatchObject({ error: { details: { reason: 'internal address', address: '127.0.0.1' } } });
+    await o.close();
+  });
+
+  it("refuses the node's own addresses even when they are public, before connecting", async () => {
+    const events: EgressEvent[] = [];
+    const proxy = new EgressProxy({
+      lookup: async () => ['93.184.216.34'],
+      approvals: new ApprovalBroker(),
+      onEvent: (e) => events.push(e),
+      nodeAddresses: () => new Set(['93.184.216.34']),
+    });
+    const sbx = await proxy.addSandbox('sbx_nodeaddr', { policy: parsePolicy({ allow: ['public.example.test:*', '93.184.216.34:*'] }), secrets: [] });
+    const path = join(dir, 'nodeaddr.sock');
+    const close = await sbx.listen(path);
+    for (const target of ['public.example.test:443', '93.184.216.34:7071']) {
+      const c = await rawExchange(path, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
+      expect(c.status, target).toBe(403);
+      expect(JSON.parse(c.body).error.details, target).toMatchObject({ reason: 'internal address', range: "this node's own address (93.184.216.34)" });
+      c.socket.destroy();
+    }
+    await close();
+    proxy.close();
   });
 });
 
@@ -378,7 +460,9 @@ describe('secrets', () => {
   it('substitutes a placeholder for its scoped host: the upstream sees the value, the client never does', async () => {
     const t = await setup({ secrets: [{}] });
     const agent = t.agent();
-    const a = await viaTunnel(agent, api(`/echo?key=${PH}`), { headers: { 'x-api-key': PH, 'x-note': `before-${PH}-after`, authorization: `Basic ${Buffer.from(`git:${PH}`).toString('base64')}` } });
+    const a = await viaTunnel(agent, api(`/echo?key=${PH}`), {
+      headers: { 'x-api-key': PH, 'x-note': `before-${PH}-after`, authorization: `Basic ${Buffer.from(`git:${PH}`).toString('base64')}` },
+    });
     expect(a.status).toBe(200);
     const seen = tlsUp.seen.at(-1)!;
     expect(seen.headers['x-api-key']).toBe(VALUE);
@@ -387,7 +471,8 @@ describe('secrets', () => {
     expect(Buffer.from(seen.headers.authorization!.split(' ')[1]!, 'base64').toString()).toBe(`git:${VALUE}`);
     // The upstream echoes everything back; the proxy masks the value in every form it could come back in.
     const text = a.body.toString() + JSON.stringify(a.headers);
-    for (const form of [VALUE, encodeURIComponent(VALUE), Buffer.from(VALUE).toString('base64'), seen.headers.authorization!.split(' ')[1]!]) expect(text).not.toContain(form);
+    for (const form of [VALUE, encodeURIComponent(VALUE), Buffer.from(VALUE).toString('base64'), seen.headers.authorization!.split(' ')[1]!])
+      expect(text).not.toContain(form);
     expect(a.headers['x-echo-auth']).toBe('Basic «redacted»');
     expect(requests(t.events)[0]).toMatchObject({ secrets: ['secret0'], allowed: true, status: 200 });
     await t.close();
@@ -414,7 +499,11 @@ describe('secrets', () => {
     expect(h.json()).toMatchObject({ error: { code: 'egress_secret_scope', details: { host: 'other.example.test', secrets: ['secret0'] } } });
     const u = await viaPlainProxy(t.path, `http://other.example.test:${plainUp.port}/?k=${PH}`);
     expect(u.status).toBe(403);
-    const b = await viaTunnel(t.agent(), other, { method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify({ token: PH }) });
+    const b = await viaTunnel(t.agent(), other, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json; charset=utf-8' },
+      body: JSON.stringify({ token: PH }),
+    });
     expect(b.status).toBe(403);
     expect(tlsUp.seen.length + plainUp.seen.length).toBe(seenBefore);
     const scope = t.events.filter((e) => e.type === 'egress.secret_scope').map((e) => e.data);
@@ -438,12 +527,156 @@ describe('secrets', () => {
     // Types not declared stream through untouched (the placeholder is harmless to its own scoped host).
     await viaTunnel(agent, api(), { method: 'POST', headers: { 'content-type': 'text/plain' }, body: PH });
     expect(tlsUp.seen.at(-1)!.body).toBe(PH);
-    const big = await viaTunnel(agent, api(), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ pad: 'x'.repeat(8000) }) });
+    const big = await viaTunnel(agent, api(), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ pad: 'x'.repeat(8000) }),
+    });
     expect(big.status).toBe(413);
     expect(big.json()).toMatchObject({ error: { code: 'payload_too_large' } });
     // The connection survives the refusal.
     expect((await viaTunnel(agent, api())).status).toBe(200);
     expect(agent.tunnels).toBe(1);
+    await t.close();
+  });
+
+  it('never hands a secret back in a compressed answer: asks upstream for identity, decodes what comes anyway and masks it', async () => {
+    const t = await setup({ secrets: [{}], limits: { maxDecodedBodyBytes: 64 * 1024 } });
+    const agent = t.agent();
+    const forms = [VALUE, encodeURIComponent(VALUE), Buffer.from(VALUE).toString('base64')];
+    for (const coding of ['gzip', 'deflate', 'br', 'gzip, br']) {
+      const a = await viaTunnel(agent, api(`/echo?encoding=${encodeURIComponent(coding)}`), {
+        headers: { 'x-api-key': PH, 'accept-encoding': 'gzip, deflate, br' },
+      });
+      expect(a.status, coding).toBe(200);
+      expect(tlsUp.seen.at(-1)!.headers['accept-encoding'], coding).toBe('identity');
+      // Decoded for the guest: plain JSON, no Content-Encoding left, the echoed value masked.
+      expect(a.headers['content-encoding'], coding).toBeUndefined();
+      const text = a.body.toString('latin1');
+      expect(JSON.parse(text).headers['x-api-key'], coding).toBe('*'.repeat(VALUE.length));
+      for (const form of forms) expect(text, coding).not.toContain(form);
+    }
+    // A coding the proxy cannot read is withheld, not passed on.
+    const odd = await viaTunnel(agent, api('/echo?encoding=x-reverse'), { headers: { 'x-api-key': PH } });
+    expect(odd.status).toBe(502);
+    expect(odd.body.toString('latin1')).not.toContain(VALUE.split('').reverse().join(''));
+    // Without a secret in the exchange the answer passes as the upstream sent it.
+    const plain = await viaTunnel(agent, api('/echo?encoding=gzip'), { headers: { 'accept-encoding': 'gzip' } });
+    expect(plain.headers['content-encoding']).toBe('gzip');
+    await t.close();
+  });
+
+  it('refuses secrets on protocol upgrades unless the secret allows them, and masks a declined upgrade', async () => {
+    const t = await setup({ secrets: [{}, { header: 'x-injected' }] });
+    const upgrade = (path: string, headers: Record<string, string>) =>
+      new Promise<{ status: number; body: string; head: string }>((resolve, reject) => {
+        const req = https.request(api(path), { agent: t.agent() as https.Agent, headers: { connection: 'Upgrade', upgrade: 'echo', ...headers } });
+        req.once('upgrade', (res, socket) => {
+          socket.once('data', (d: Buffer) => {
+            resolve({ status: res.statusCode!, body: d.toString('latin1'), head: JSON.stringify(res.headers) });
+            socket.destroy();
+          });
+        });
+        req.once('response', (res) =>
+          answerOf(res).then((a) => resolve({ status: a.status, body: a.body.toString('latin1'), head: JSON.stringify(a.headers) }), reject),
+        );
+        req.once('error', reject);
+        req.end();
+      });
+    const seenBefore = tlsUp.seen.length;
+    const refused = await upgrade('/ws-headers', { 'x-api-key': PH });
+    expect(refused.status).toBe(403);
+    expect(JSON.parse(refused.body)).toMatchObject({ error: { code: 'egress_secret_scope', details: { secrets: ['secret0'] } } });
+    expect(tlsUp.seen.length).toBe(seenBefore);
+    // The configured header is not added to an upgrade either: the upstream's echo after the 101 holds no value.
+    const ws = await upgrade('/ws-headers', {});
+    expect(ws.status).toBe(101);
+    expect(JSON.parse(ws.body)['x-injected']).toBeUndefined();
+    await t.close();
+    // Opted in: substituted; a declined upgrade's answer is masked like any response.
+    const o = await setup({ secrets: [{ allowUpgrade: true }] });
+    const declined = await new Promise<{ status: number; body: string; head: string }>((resolve, reject) => {
+      const req = https.request(api('/decline'), {
+        agent: o.agent() as https.Agent,
+        headers: { connection: 'Upgrade', upgrade: 'echo', 'x-api-key': PH, authorization: `Bearer ${PH}` },
+      });
+      req.once('response', (res) =>
+        answerOf(res).then((a) => resolve({ status: a.status, body: a.body.toString('latin1'), head: JSON.stringify(a.headers) }), reject),
+      );
+      req.once('upgrade', () => reject(new Error('upgraded')));
+      req.once('error', reject);
+      req.end();
+    });
+    expect(declined.status).toBe(400);
+    expect(tlsUp.seen.at(-1)!.headers['x-api-key']).toBe(VALUE);
+    for (const form of [VALUE, encodeURIComponent(VALUE), Buffer.from(VALUE).toString('base64')]) expect(declined.body + declined.head).not.toContain(form);
+    expect(JSON.parse(declined.body)['x-api-key']).toBe('*'.repeat(VALUE.length));
+    await o.close();
+  });
+
+  it('substitutes only into requests that go upstream over verified TLS, to port 443 when the scope names no port', async () => {
+    const t = await setup({ secrets: [{}, { header: 'x-injected' }] });
+    const seenBefore = plainUp.seen.length;
+    // Plain http:// in absolute form, and plain HTTP inside a CONNECT tunnel: blocked, nothing substituted.
+    const abs = await viaPlainProxy(t.path, `http://api.example.test:${plainUp.port}/echo`, { headers: { 'x-api-key': PH } });
+    expect(abs.status).toBe(403);
+    expect(abs.json()).toMatchObject({ error: { code: 'egress_secret_scope', details: { reason: expect.stringContaining('clear text') } } });
+    const tunnel = await rawExchange(t.path, `CONNECT api.example.test:${plainUp.port} HTTP/1.1\r\nHost: api.example.test:${plainUp.port}\r\n\r\n`);
+    expect(tunnel.status).toBe(200);
+    const inner = await rawExchange2(tunnel.socket, `GET /echo HTTP/1.1\r\nHost: api.example.test:${plainUp.port}\r\nx-api-key: ${PH}\r\n\r\n`);
+    expect(inner).toMatch(/^HTTP\/1.1 403/);
+    expect(inner).toContain('egress_secret_scope');
+    tunnel.socket.destroy();
+    expect(plainUp.seen.length).toBe(seenBefore);
+    // A header secret is simply not added in clear text.
+    expect((await viaPlainProxy(t.path, `http://api.example.test:${plainUp.port}/echo`)).status).toBe(200);
+    expect(plainUp.seen.at(-1)!.headers['x-injected']).toBeUndefined();
+    expect(t.events.filter((e) => e.type === 'egress.secret_scope').map((e) => e.data)).toMatchObject([
+      { reason: expect.stringContaining('clear text') },
+      { reason: expect.stringContaining('clear text') },
+    ]);
+    await t.close();
+    // Opted in to plaintext: substituted over http too.
+    const p = await setup({ secrets: [{ allowPlaintext: true }] });
+    expect((await viaPlainProxy(p.path, `http://api.example.test:${plainUp.port}/echo`, { headers: { 'x-api-key': PH } })).status).toBe(200);
+    expect(plainUp.seen.at(-1)!.headers['x-api-key']).toBe(VALUE);
+    await p.close();
+    // A scope without a port is 443 only: the upstream on another port is out of scope.
+    const q = await setup({ secrets: [{ hosts: ['api.example.test'] }] });
+    const off = await viaTunnel(q.agent(), api(), { headers: { 'x-api-key': PH } });
+    expect(off.status).toBe(403);
+    expect(off.json()).toMatchObject({ error: { code: 'egress_secret_scope', details: { reason: 'not scoped to this host and port' } } });
+    await q.close();
+  });
+
+  it('reads a secret’s scope, header, approval and value at the moment of use, not when the sandbox started', async () => {
+    let cfg: Partial<SecretConfig> = { hosts: ['api.example.test:*'], header: 'x-injected', value: async () => new Redacted(VALUE) };
+    const t = await setup({ secrets: [{}], approvalTimeoutMs: 200 });
+    t.sbx.setSecrets([
+      { name: 'live', placeholder: PH, current: async () => ({ approval: 'none', hosts: [], value: async () => new Redacted(VALUE), ...cfg }) as SecretConfig },
+    ]);
+    const agent = t.agent();
+    expect((await viaTunnel(agent, api())).status).toBe(200);
+    expect(tlsUp.seen.at(-1)!.headers['x-injected']).toBe(VALUE);
+    // Rotated: the next request carries the new value.
+    cfg = { ...cfg, value: async () => new Redacted(`${VALUE}-rotated`) };
+    expect((await viaTunnel(agent, api())).status).toBe(200);
+    expect(tlsUp.seen.at(-1)!.headers['x-injected']).toBe(`${VALUE}-rotated`);
+    // Narrowed to another host: not added here any more, and the placeholder is blocked.
+    cfg = { ...cfg, hosts: ['other.example.test:*'] };
+    expect((await viaTunnel(agent, api())).status).toBe(200);
+    expect(tlsUp.seen.at(-1)!.headers['x-injected']).toBeUndefined();
+    expect((await viaTunnel(agent, api(), { headers: { 'x-api-key': PH } })).status).toBe(403);
+    // Switched to approval: the next use waits, and nobody answering refuses it.
+    cfg = { ...cfg, hosts: ['api.example.test:*'], approval: 'required' };
+    const held = await viaTunnel(agent, api());
+    expect(held.status).toBe(403);
+    expect(held.json()).toMatchObject({ error: { code: 'egress_approval_denied' } });
+    // Removed: its placeholder is blocked everywhere.
+    t.sbx.setSecrets([{ name: 'live', placeholder: PH, current: async () => Promise.reject(new SandglassError('secret_not_found', 'gone')) }]);
+    const gone = await viaTunnel(agent, api(), { headers: { 'x-api-key': PH } });
+    expect(gone.status).toBe(403);
+    expect(gone.json()).toMatchObject({ error: { code: 'egress_secret_scope', details: { reason: 'the secret no longer exists' } } });
     await t.close();
   });
 
@@ -472,7 +705,11 @@ describe('secrets', () => {
     const asked = t.events.filter((e) => e.type === 'secret.approval_requested');
     expect(asked).toHaveLength(3);
     expect(asked[0]!.data).toMatchObject({ secret: 'secret0', host: 'api.example.test', method: 'GET', path: '/echo' });
-    expect(t.events.filter((e) => e.type === 'secret.approval_decided').map((e) => (e.data as { decision: string }).decision)).toEqual(['approved', 'denied', 'timeout']);
+    expect(t.events.filter((e) => e.type === 'secret.approval_decided').map((e) => (e.data as { decision: string }).decision)).toEqual([
+      'approved',
+      'denied',
+      'timeout',
+    ]);
     await t.close();
   });
 
@@ -482,22 +719,31 @@ describe('secrets', () => {
     const agent = t.agent();
     const [first] = await Promise.all([
       viaTunnel(agent, api()),
-      waitFor(() => t.broker.pending().length > 0, 'a pending approval').then(() => t.broker.decide(t.broker.pending()[0]!.requestId, 'approve', { ttlMs: 60_000 })),
+      waitFor(() => t.broker.pending().length > 0, 'a pending approval').then(() =>
+        t.broker.decide(t.broker.pending()[0]!.requestId, 'approve', { ttlMs: 60_000 }),
+      ),
     ]);
     expect(first.status).toBe(200);
     for (let i = 0; i < 3; i++) expect((await viaTunnel(agent, api())).status).toBe(200);
     expect(t.events.filter((e) => e.type === 'secret.approval_requested')).toHaveLength(1);
     expect(t.events.filter((e) => e.type === 'secret.approval_decided').at(-1)!.data).toMatchObject({ decision: 'approved', grantUntilMs: 1_060_000 });
     clock.advance(60_001);
-    const [after] = await Promise.all([viaTunnel(agent, api()), waitFor(() => t.broker.pending().length > 0, 'a new approval request').then(() => t.broker.decide(t.broker.pending()[0]!.requestId, 'deny'))]);
+    const [after] = await Promise.all([
+      viaTunnel(agent, api()),
+      waitFor(() => t.broker.pending().length > 0, 'a new approval request').then(() => t.broker.decide(t.broker.pending()[0]!.requestId, 'deny')),
+    ]);
     expect(after.status).toBe(403);
     expect(t.events.filter((e) => e.type === 'secret.approval_requested')).toHaveLength(2);
     await t.close();
   });
 
   it('records allowed exchanges with every secret value redacted', async () => {
-    const t = await setup({ record: true, secrets: [{}, { header: 'Authorization', format: 'Bearer {value}', hosts: ['api.example.test'] }] });
-    const a = await viaTunnel(t.agent(), api(`/echo?key=${PH}`), { method: 'POST', headers: { 'x-api-key': PH, 'content-type': 'text/plain' }, body: `body-${PH}` });
+    const t = await setup({ record: true, secrets: [{}, { header: 'Authorization', format: 'Bearer {value}', hosts: ['api.example.test:*'] }] });
+    const a = await viaTunnel(t.agent(), api(`/echo?key=${PH}`), {
+      method: 'POST',
+      headers: { 'x-api-key': PH, 'content-type': 'text/plain' },
+      body: `body-${PH}`,
+    });
     expect(a.status).toBe(200);
     await waitFor(() => t.events.some((e) => e.type === 'egress.exchange'), 'the exchange record');
     const ex = t.events.find((e) => e.type === 'egress.exchange')!.data as Extract<EgressEvent, { type: 'egress.exchange' }>['data'];
@@ -507,11 +753,12 @@ describe('secrets', () => {
     expect(ex.requestBody).toMatchObject({ encoding: 'utf8', data: 'body-«redacted»', sizeBytes: `body-${PH}`.length });
     expect(ex.responseBody.data).toContain('"x-api-key":"');
     expect(JSON.stringify(ex)).not.toContain(VALUE);
-    // A compressed echo cannot be searched for the value, so its body is not recorded.
+    // A compressed echo is decoded for the guest (and masked), so what is recorded is readable and redacted too.
     expect((await viaTunnel(t.agent(), api('/echo?gzip'), { headers: { 'x-api-key': PH } })).status).toBe(200);
     await waitFor(() => t.events.filter((e) => e.type === 'egress.exchange').length === 2, 'the second record');
     const gz = t.events.filter((e) => e.type === 'egress.exchange')[1]!.data as Extract<EgressEvent, { type: 'egress.exchange' }>['data'];
-    expect(gz.responseBody).toMatchObject({ data: '', omitted: expect.stringContaining('compressed') });
+    expect(gz.responseBody.data).toContain('"x-api-key":"');
+    expect(JSON.stringify(gz)).not.toContain(VALUE);
     await t.close();
   });
 });
@@ -519,7 +766,10 @@ describe('secrets', () => {
 describe('limits and failures', () => {
   it('answers 431 to oversized headers and 400 to malformed requests, and closes', async () => {
     const t = await setup({ limits: { maxHeaderBytes: 8 * 1024 } });
-    const big = await rawExchange(t.path, `GET http://api.example.test:${plainUp.port}/ HTTP/1.1\r\nHost: api.example.test\r\nX-Big: ${'a'.repeat(10 * 1024)}\r\n\r\n`);
+    const big = await rawExchange(
+      t.path,
+      `GET http://api.example.test:${plainUp.port}/ HTTP/1.1\r\nHost: api.example.test\r\nX-Big: ${'a'.repeat(10 * 1024)}\r\n\r\n`,
+    );
     expect(big.status).toBe(431);
     expect(JSON.parse(big.body).error.details).toEqual({ field: 'headers', rule: 'at most 8192 bytes' });
     await new Promise((r) => big.socket.once('close', r));
@@ -537,17 +787,24 @@ describe('limits and failures', () => {
     await t.close();
   });
 
-  it.each(['api.example.test', 'api.example.test:0', 'api.example.test:65536', 'api.example.test:-1', 'bad_host!:443', ':443', '[::1]', '127.1:443', 'api.example.test:443/x'])(
-    'answers 400 to the CONNECT target %j',
-    async (target) => {
-      const t = await setup();
-      const c = await rawExchange(t.path, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
-      expect(c.status).toBe(400);
-      expect(JSON.parse(c.body).error).toMatchObject({ code: 'invalid_argument', details: { field: 'target' } });
-      c.socket.destroy();
-      await t.close();
-    },
-  );
+  it.each([
+    'api.example.test',
+    'api.example.test:0',
+    'api.example.test:65536',
+    'api.example.test:-1',
+    'bad_host!:443',
+    ':443',
+    '[::1]',
+    '127.1:443',
+    'api.example.test:443/x',
+  ])('answers 400 to the CONNECT target %j', async (target) => {
+    const t = await setup();
+    const c = await rawExchange(t.path, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    expect(c.status).toBe(400);
+    expect(JSON.parse(c.body).error).toMatchObject({ code: 'invalid_argument', details: { field: 'target' } });
+    c.socket.destroy();
+    await t.close();
+  });
 
   it('answers 502 when the client speaks TLS to a port whose upstream does not, and when the upstream certificate is not trusted', async () => {
     const t = await setup();
@@ -586,10 +843,13 @@ describe('limits and failures', () => {
     expect(Date.now() - started).toBeLessThan(3_000);
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     await new Promise<void>((resolve, reject) => {
-      const req = http.request({ socketPath: t.path, agent, path: `http://api.example.test:${plainUp.port}/echo`, headers: { host: `api.example.test:${plainUp.port}` } }, (res) => {
-        res.resume();
-        res.once('end', () => resolve());
-      });
+      const req = http.request(
+        { socketPath: t.path, agent, path: `http://api.example.test:${plainUp.port}/echo`, headers: { host: `api.example.test:${plainUp.port}` } },
+        (res) => {
+          res.resume();
+          res.once('end', () => resolve());
+        },
+      );
       req.once('error', reject);
       req.end();
     });

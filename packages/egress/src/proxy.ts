@@ -6,14 +6,26 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { lstatSync, unlinkSync } from 'node:fs';
-import { PassThrough, type Duplex, type Readable } from 'node:stream';
+import { PassThrough, Transform, pipeline, type Duplex, type Readable, type TransformCallback } from 'node:stream';
+import zlib from 'node:zlib';
 import { SandglassError, createLogger, systemClock, type Clock, type ErrorCode, type Logger } from '@sandglass/core';
-import { canonicalIp, hostForUrl, internalRange, parseHostPort, type CanonicalHost } from './address.js';
+import { canonicalIp, hostForUrl, nodeAddresses, parseHostPort, parsePrivateAllow, vetAddress, type CanonicalHost } from './address.js';
 import type { ApprovalBroker } from './approvals.js';
 import { SandboxCa } from './ca.js';
 import type { EgressEvent, EgressRequestData, RecordedBody } from './events.js';
-import { allowsInternalAddress, decide, normalizePath, Policy } from './policy.js';
-import { ValueMask, compileSecrets, mediaType, typeListed, type CompiledSecret, type Redactor, type SecretBinding } from './secrets.js';
+import { decide, normalizePath, Policy } from './policy.js';
+import {
+  ValueMask,
+  checkBindings,
+  compileSecret,
+  mediaType,
+  typeListed,
+  type CompiledSecret,
+  type Redactor,
+  type ResolvedBinding,
+  type SecretBinding,
+  type UnusableSecret,
+} from './secrets.js';
 import { SecretScan, basicCredentials, maskText, substituteRequest, type Prepared } from './substitute.js';
 import { endToEnd, errorReply, headerValues, pairsOf, rawHead, replyRawAndClose, type HeaderPairs } from './wire.js';
 
@@ -30,15 +42,30 @@ export interface EgressLimits {
   upstreamResponseTimeoutMs?: number;
   /** Bodies of a type some secret declares (bodyContentTypes) are buffered and searched, up to this size. Default 1 MiB. */
   maxScannedBodyBytes?: number;
+  /**
+   * A compressed response to a request that carried a secret is decompressed to be masked; past this many decoded bytes
+   * the response is cut. Default 64 MiB.
+   */
+  maxDecodedBodyBytes?: number;
 }
 
 export interface EgressProxyOptions {
   /**
    * Resolves a host name to addresses; default: the system resolver. Every address it returns is vetted (internal
-   * ranges need an explicit IP rule) and the connection goes to a vetted one, so a second, different answer can't be
-   * slipped in. Tests inject a map (api.example.test → 127.0.0.1); it changes only name resolution, never the vetting.
+   * and node addresses only through privateAllow) and the connection goes to a vetted one, so a second, different
+   * answer can't be slipped in. Tests inject a map (api.example.test → 127.0.0.1); it changes only name resolution,
+   * never the vetting.
    */
   lookup?: (host: string) => Promise<string[]>;
+  /**
+   * Internal destinations the node operator opens, as `ip:port` or `[ipv6]:port` (SANDGLASS_EGRESS_PRIVATE_ALLOW; a bad
+   * entry throws).
+   * Nothing else in loopback, private, link-local, metadata or other special ranges, and none of the node's own
+   * addresses, is reachable, whatever a sandbox's policy says.
+   */
+  privateAllow?: string[];
+  /** The node's own addresses, asked for at each vetting (interfaces change); default: os.networkInterfaces(). */
+  nodeAddresses?: () => ReadonlySet<string>;
   /** PEM CAs trusted for upstreams besides Node's bundled Mozilla roots. Without it Node's default trust applies. */
   upstreamCAs?: string[];
   approvals: ApprovalBroker;
@@ -88,7 +115,7 @@ interface Sandbox {
   id: string;
   ca: SandboxCa;
   policy: Policy;
-  secrets: CompiledSecret[];
+  secrets: SecretBinding[];
   sockets: Set<Duplex>;
   listeners: Set<net.Server>;
   httpAgent: http.Agent;
@@ -121,6 +148,7 @@ const DEFAULTS = {
   idleTimeoutMs: 120_000,
   upstreamResponseTimeoutMs: 120_000,
   maxScannedBodyBytes: 1024 * 1024,
+  maxDecodedBodyBytes: 64 * 1024 * 1024,
 };
 const DEFAULT_RECORD_BYTES = 64 * 1024;
 // Codes by which the proxy refused a request (as opposed to an upstream failing it).
@@ -169,7 +197,9 @@ function upstreamError(err: unknown, dest: Dest, ms: { connect: number; response
   const code = String((err as NodeJS.ErrnoException)?.code ?? 'unknown');
   const details = { host: dest.host.host, port: dest.port, cause: code };
   if (CERT_ERRORS.test(code)) {
-    return new SandglassError('gateway_unavailable', `The upstream ${name} presented a certificate that is not trusted for ${dest.host.host} (${code}).`, { details });
+    return new SandglassError('gateway_unavailable', `The upstream ${name} presented a certificate that is not trusted for ${dest.host.host} (${code}).`, {
+      details,
+    });
   }
   if (tlsStarted || code.startsWith('ERR_SSL') || code === 'EPROTO') {
     return new SandglassError('gateway_unavailable', `The TLS handshake with upstream ${name} failed (${code}); does the port speak TLS?`, { details });
@@ -212,6 +242,8 @@ export class EgressProxy {
   readonly #limits: Required<EgressLimits>;
   readonly #clock: Clock;
   readonly #lookup: (host: string) => Promise<string[]>;
+  readonly #privateAllow: ReadonlySet<string>;
+  readonly #nodeAddresses: () => ReadonlySet<string>;
   readonly #log: Logger;
   readonly #recordBytes: number | undefined;
   readonly #upstreamContext: tls.SecureContext | undefined;
@@ -226,14 +258,28 @@ export class EgressProxy {
     this.#opts = opts;
     this.#limits = { ...DEFAULTS, ...Object.fromEntries(Object.entries(opts.limits ?? {}).filter(([, v]) => v !== undefined)) };
     for (const [k, v] of Object.entries(this.#limits)) {
-      if (!Number.isInteger(v) || v <= 0) throw new SandglassError('invalid_argument', `limits.${k}: must be a positive integer`, { details: { field: `limits.${k}`, rule: 'a positive integer' } });
+      if (!Number.isInteger(v) || v <= 0)
+        throw new SandglassError('invalid_argument', `limits.${k}: must be a positive integer`, {
+          details: { field: `limits.${k}`, rule: 'a positive integer' },
+        });
     }
     this.#clock = opts.clock ?? systemClock;
     this.#lookup = opts.lookup ?? defaultLookup;
+    this.#privateAllow = new Set(parsePrivateAllow((opts.privateAllow ?? []).join(',')));
+    this.#nodeAddresses = opts.nodeAddresses ?? nodeAddresses;
     this.#log = opts.logger ?? createLogger('egress');
-    this.#recordBytes = opts.recordExchanges ? (typeof opts.recordExchanges === 'object' ? (opts.recordExchanges.maxBodyBytes ?? DEFAULT_RECORD_BYTES) : DEFAULT_RECORD_BYTES) : undefined;
+    this.#recordBytes = opts.recordExchanges
+      ? typeof opts.recordExchanges === 'object'
+        ? (opts.recordExchanges.maxBodyBytes ?? DEFAULT_RECORD_BYTES)
+        : DEFAULT_RECORD_BYTES
+      : undefined;
     this.#upstreamContext = opts.upstreamCAs?.length ? tls.createSecureContext({ ca: [...tls.rootCertificates, ...opts.upstreamCAs] }) : undefined;
-    const serverOpts: http.ServerOptions = { maxHeaderSize: this.#limits.maxHeaderBytes, requestTimeout: 0, keepAliveTimeout: this.#limits.idleTimeoutMs, requireHostHeader: true };
+    const serverOpts: http.ServerOptions = {
+      maxHeaderSize: this.#limits.maxHeaderBytes,
+      requestTimeout: 0,
+      keepAliveTimeout: this.#limits.idleTimeoutMs,
+      requireHostHeader: true,
+    };
     this.#front = http.createServer(serverOpts);
     this.#front.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#onRequest(req, res, false));
     this.#front.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.#onConnect(req, socket, head));
@@ -241,7 +287,15 @@ export class EgressProxy {
     this.#front.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => this.#onClientError(err, socket));
     this.#inner = http.createServer(serverOpts);
     this.#inner.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#onRequest(req, res, true));
-    this.#inner.on('connect', (req: IncomingMessage, socket: Duplex) => this.#refuseRaw(req.socket, socket, new SandglassError('invalid_argument', 'CONNECT inside a CONNECT tunnel is not supported.', { details: { field: 'method', rule: 'not CONNECT inside a tunnel' } })));
+    this.#inner.on('connect', (req: IncomingMessage, socket: Duplex) =>
+      this.#refuseRaw(
+        req.socket,
+        socket,
+        new SandglassError('invalid_argument', 'CONNECT inside a CONNECT tunnel is not supported.', {
+          details: { field: 'method', rule: 'not CONNECT inside a tunnel' },
+        }),
+      ),
+    );
     this.#inner.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.#onUpgrade(req, socket, head, true));
     this.#inner.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => this.#onClientError(err, socket));
   }
@@ -249,8 +303,9 @@ export class EgressProxy {
   /** Starts serving a sandbox: a new CA (P-256, key only in this process) unless one is given, its policy and secrets. */
   async addSandbox(sandboxId: string, cfg: SandboxConfig): Promise<SandboxEgress> {
     if (this.#sandboxes.has(sandboxId)) throw new SandglassError('conflict', `Sandbox ${sandboxId} already has an egress proxy.`);
-    if (!(cfg.policy instanceof Policy)) throw new SandglassError('invalid_argument', 'policy: must come from parsePolicy', { details: { field: 'policy', rule: 'from parsePolicy' } });
-    const secrets = compileSecrets(cfg.secrets);
+    if (!(cfg.policy instanceof Policy))
+      throw new SandglassError('invalid_argument', 'policy: must come from parsePolicy', { details: { field: 'policy', rule: 'from parsePolicy' } });
+    const secrets = checkBindings(cfg.secrets);
     const ca = cfg.ca ?? (await SandboxCa.generate({ name: sandboxId, clock: this.#clock }));
     if (this.#sandboxes.has(sandboxId)) throw new SandglassError('conflict', `Sandbox ${sandboxId} already has an egress proxy.`);
     const agentOpts = { keepAlive: true, maxFreeSockets: 16, timeout: this.#limits.idleTimeoutMs, scheduling: 'lifo' as const };
@@ -297,14 +352,15 @@ export class EgressProxy {
         return sb.policy;
       },
       setPolicy(p: Policy) {
-        if (!(p instanceof Policy)) throw new SandglassError('invalid_argument', 'policy: must come from parsePolicy', { details: { field: 'policy', rule: 'from parsePolicy' } });
+        if (!(p instanceof Policy))
+          throw new SandglassError('invalid_argument', 'policy: must come from parsePolicy', { details: { field: 'policy', rule: 'from parsePolicy' } });
         sb.policy = p;
       },
       setSecrets(s: SecretBinding[]) {
-        const compiled = compileSecrets(s);
-        const kept = new Set(compiled.map((c) => c.binding.name));
-        for (const old of sb.secrets) if (!kept.has(old.binding.name)) proxy.#opts.approvals.revoke(sb.id, old.binding.name);
-        sb.secrets = compiled;
+        const checked = checkBindings(s);
+        const kept = new Set(checked.map((c) => c.name));
+        for (const old of sb.secrets) if (!kept.has(old.name)) proxy.#opts.approvals.revoke(sb.id, old.name);
+        sb.secrets = checked;
       },
       handle: (socket: Duplex) => this.#accept(sb, socket),
       listen: (unixPath: string) => this.#listen(sb, unixPath),
@@ -364,7 +420,9 @@ export class EgressProxy {
     }
     const max = this.#limits.maxConnectionsPerSandbox;
     if (sb.sockets.size >= max) {
-      const err = new SandglassError('capacity_exhausted', `The sandbox has ${max} egress connections open, its limit; close some and retry.`, { details: { limit: max } });
+      const err = new SandglassError('capacity_exhausted', `The sandbox has ${max} egress connections open, its limit; close some and retry.`, {
+        details: { limit: max },
+      });
       this.#rejected(sb, { reason: 'connection limit', status: err.status, code: err.code });
       replyRawAndClose(socket, errorReply(err));
       return;
@@ -395,8 +453,12 @@ export class EgressProxy {
     }
     const se =
       err.code === 'HPE_HEADER_OVERFLOW'
-        ? new SandglassError('invalid_argument', `The request's headers exceed ${this.#limits.maxHeaderBytes} bytes.`, { details: { field: 'headers', rule: `at most ${this.#limits.maxHeaderBytes} bytes` } })
-        : new SandglassError('invalid_argument', `The request is not valid HTTP/1.1 (${err.code ?? err.message}).`, { details: { field: 'request', rule: 'valid HTTP/1.1' } });
+        ? new SandglassError('invalid_argument', `The request's headers exceed ${this.#limits.maxHeaderBytes} bytes.`, {
+            details: { field: 'headers', rule: `at most ${this.#limits.maxHeaderBytes} bytes` },
+          })
+        : new SandglassError('invalid_argument', `The request is not valid HTTP/1.1 (${err.code ?? err.message}).`, {
+            details: { field: 'request', rule: 'valid HTTP/1.1' },
+          });
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
     this.#rejected(conn.sb, { reason: se.message, status, code: se.code, ...(conn.tunnel ? { host: conn.tunnel.host.host, port: conn.tunnel.port } : {}) });
     replyRawAndClose(socket, errorReply(se, status));
@@ -418,7 +480,9 @@ export class EgressProxy {
     const started = this.#clock.nowMs();
     const target = parseHostPort(req.url ?? '');
     if (!target) {
-      const err = new SandglassError('invalid_argument', `CONNECT target '${(req.url ?? '').slice(0, 300)}' is not host:port with a port from 1 to 65535.`, { details: { field: 'target', rule: 'host:port, port 1-65535' } });
+      const err = new SandglassError('invalid_argument', `CONNECT target '${(req.url ?? '').slice(0, 300)}' is not host:port with a port from 1 to 65535.`, {
+        details: { field: 'target', rule: 'host:port, port 1-65535' },
+      });
       this.#rejected(sb, { reason: err.message, status: 400, code: err.code });
       return replyRawAndClose(socket, errorReply(err));
     }
@@ -443,7 +507,7 @@ export class EgressProxy {
     leaf.catch(() => undefined);
     let addresses: string[];
     try {
-      addresses = await this.#resolve(sb, ex, target);
+      addresses = await this.#resolve(ex, target);
     } catch (err) {
       return refuse(err instanceof SandglassError ? err : upstreamError(err, { ...target, scheme: 'https' }, this.#ms(), false));
     }
@@ -524,35 +588,51 @@ export class EgressProxy {
   }
 
   /** Resolves once and vets every answer: one internal address without an explicit IP rule refuses the destination. */
-  async #resolve(sb: Sandbox, ex: Ex, dest: { host: CanonicalHost; port: number }): Promise<string[]> {
+  async #resolve(ex: Ex, dest: { host: CanonicalHost; port: number }): Promise<string[]> {
     let answers: string[];
     if (dest.host.kind !== 'name') answers = [dest.host.host];
     else {
       try {
         answers = await withTimeout(this.#lookup(dest.host.host), this.#limits.connectTimeoutMs);
       } catch (err) {
-        if (err instanceof UpstreamTimeout) throw new SandglassError('timeout', `Resolving ${dest.host.host} took longer than ${this.#limits.connectTimeoutMs} ms.`, { details: { host: dest.host.host, port: dest.port, phase: 'dns' } });
+        if (err instanceof UpstreamTimeout)
+          throw new SandglassError('timeout', `Resolving ${dest.host.host} took longer than ${this.#limits.connectTimeoutMs} ms.`, {
+            details: { host: dest.host.host, port: dest.port, phase: 'dns' },
+          });
         throw new SandglassError('gateway_unavailable', `${dest.host.host} could not be resolved.`, { details: { host: dest.host.host, port: dest.port } });
       }
-      if (!Array.isArray(answers) || answers.length === 0) throw new SandglassError('gateway_unavailable', `${dest.host.host} resolves to no address.`, { details: { host: dest.host.host, port: dest.port } });
+      if (!Array.isArray(answers) || answers.length === 0)
+        throw new SandglassError('gateway_unavailable', `${dest.host.host} resolves to no address.`, { details: { host: dest.host.host, port: dest.port } });
     }
     const vetted: string[] = [];
     for (const a of answers) {
       const ip = typeof a === 'string' ? canonicalIp(a) : undefined;
-      if (ip === undefined) throw this.#denied(ex, 'resolver returned a non-address', `Resolving ${dest.host.host} returned something that is not an IP address.`);
+      if (ip === undefined)
+        throw this.#denied(ex, 'resolver returned a non-address', `Resolving ${dest.host.host} returned something that is not an IP address.`);
       vetted.push(ip);
     }
-    this.#vet(sb, ex, dest, vetted);
+    this.#vet(ex, dest, vetted);
     return vetted;
   }
 
-  #vet(sb: Sandbox, ex: Ex, dest: { host: CanonicalHost; port: number }, addresses: string[]): void {
+  /** Refuses the destination when any of its addresses is internal or the node's own, unless the operator opened it. */
+  #vet(ex: Ex, dest: { host: CanonicalHost; port: number }, addresses: string[]): void {
+    let own: ReadonlySet<string>;
+    try {
+      own = this.#nodeAddresses();
+    } catch {
+      throw this.#denied(ex, 'internal address', "The node's own addresses could not be listed, so no destination can be vetted.");
+    }
     for (const ip of addresses) {
-      const range = internalRange(ip);
+      const range = vetAddress(ip, dest.port, { privateAllow: this.#privateAllow, nodeAddresses: own });
       if (range === undefined) continue;
-      if (allowsInternalAddress(sb.policy, ip, dest.port)) continue;
       const via = dest.host.kind === 'name' ? `${dest.host.host} resolves to ${ip}` : `${ip} is`;
-      throw this.#denied(ex, 'internal address', `${via} in ${range} space; only a rule naming ${hostForUrl({ kind: ip.includes(':') ? 'ipv6' : 'ipv4', host: ip })}:${dest.port} explicitly allows it.`, { address: ip, range });
+      throw this.#denied(
+        ex,
+        'internal address',
+        `${via} in ${range} space, which sandboxes cannot reach; only the node's operator can open a specific private destination.`,
+        { address: ip, range },
+      );
     }
   }
 
@@ -585,18 +665,29 @@ export class EgressProxy {
         }
         return { dest, target: originForm(abs[3] ?? '') };
       }
-      if (!url.startsWith('/')) throw new SandglassError('invalid_argument', 'The request target must be a path (origin-form).', { details: { field: 'target', rule: 'origin-form' } });
+      if (!url.startsWith('/'))
+        throw new SandglassError('invalid_argument', 'The request target must be a path (origin-form).', { details: { field: 'target', rule: 'origin-form' } });
       return { dest, target: url };
     }
     if (!abs) {
-      throw new SandglassError('invalid_argument', 'Send requests through this proxy in absolute form (GET http://host/path) or use CONNECT.', { details: { field: 'target', rule: 'absolute-form http:// URI or CONNECT' } });
+      throw new SandglassError('invalid_argument', 'Send requests through this proxy in absolute form (GET http://host/path) or use CONNECT.', {
+        details: { field: 'target', rule: 'absolute-form http:// URI or CONNECT' },
+      });
     }
     if (abs[1]!.toLowerCase() !== 'http') {
-      throw new SandglassError('invalid_argument', 'Use CONNECT for https:// destinations.', { details: { field: 'target', rule: 'http:// (https through CONNECT)' } });
+      throw new SandglassError('invalid_argument', 'Use CONNECT for https:// destinations.', {
+        details: { field: 'target', rule: 'http:// (https through CONNECT)' },
+      });
     }
-    if (abs[2]!.includes('@')) throw new SandglassError('invalid_argument', 'The request URI must not carry credentials (user@host).', { details: { field: 'target', rule: 'no userinfo' } });
+    if (abs[2]!.includes('@'))
+      throw new SandglassError('invalid_argument', 'The request URI must not carry credentials (user@host).', {
+        details: { field: 'target', rule: 'no userinfo' },
+      });
     const hp = parseHostPort(abs[2]!, 80);
-    if (!hp) throw new SandglassError('invalid_argument', `'${abs[2]!.slice(0, 300)}' is not a valid host and port.`, { details: { field: 'target', rule: 'host[:port], port 1-65535' } });
+    if (!hp)
+      throw new SandglassError('invalid_argument', `'${abs[2]!.slice(0, 300)}' is not a valid host and port.`, {
+        details: { field: 'target', rule: 'host[:port], port 1-65535' },
+      });
     ex.host = hp.host.host;
     ex.port = hp.port;
     ex.scheme = 'http';
@@ -605,11 +696,16 @@ export class EgressProxy {
 
   #checkHost(pairs: HeaderPairs, dest: Dest, ex: Ex): void {
     const hosts = headerValues(pairs, 'host');
-    if (hosts.length !== 1) throw new SandglassError('invalid_argument', 'The request must carry exactly one Host header.', { details: { field: 'host', rule: 'exactly one' } });
+    if (hosts.length !== 1)
+      throw new SandglassError('invalid_argument', 'The request must carry exactly one Host header.', { details: { field: 'host', rule: 'exactly one' } });
     // No port in Host is accepted for any target port; a port, if given, must be the target's.
     const hp = parseHostPort(hosts[0]!.trim(), dest.port);
     if (!hp || hp.host.host !== dest.host.host || hp.port !== dest.port) {
-      throw this.#denied(ex, 'Host header does not match the target', `The Host header names '${hosts[0]!.slice(0, 300)}', but the request goes to ${destName(dest)}; requests go only where the connection was opened to.`);
+      throw this.#denied(
+        ex,
+        'Host header does not match the target',
+        `The Host header names '${hosts[0]!.slice(0, 300)}', but the request goes to ${destName(dest)}; requests go only where the connection was opened to.`,
+      );
     }
   }
 
@@ -633,20 +729,21 @@ export class EgressProxy {
     const forwardTarget = path === rawPath ? target : path + query;
     const pairs = pairsOf(req.rawHeaders);
     this.#checkHost(pairs, dest, ex);
-    const d = decide(sb.policy, { host: dest.host.host, port: dest.port, method: ex.method, path });
+    const d = decide(sb.policy, { host: dest.host.host, port: dest.port, method: ex.method, path: rawPath });
     ex.reason = d.reason;
     if (d.rule) ex.rule = d.rule;
     else delete ex.rule;
     if (!d.allowed) throw this.#denied(ex, d.reason, `The sandbox's policy does not allow ${ex.method} ${destName(dest)}${path} (${d.reason}).`);
     let addresses: string[];
     if (dest.pinned) {
-      this.#vet(sb, ex, dest, dest.pinned);
+      this.#vet(ex, dest, dest.pinned);
       addresses = dest.pinned;
-    } else addresses = await this.#resolve(sb, ex, dest);
+    } else addresses = await this.#resolve(ex, dest);
 
     const headers = endToEnd(pairs, readBody ? [] : ['upgrade']).filter(([k]) => k.toLowerCase() !== 'expect');
-    const secrets = sb.secrets;
-    const scan = new SecretScan(secrets, dest.host, dest.port);
+    const secrets = await this.#currentSecrets(sb);
+    const usable = secrets.filter((s): s is CompiledSecret => !('unusable' in s));
+    const scan = new SecretScan(secrets, dest.host, dest.port, dest.scheme, readBody === undefined);
     for (const [k, v] of headers) {
       scan.text(k, 'header');
       scan.text(v, 'header');
@@ -656,28 +753,42 @@ export class EgressProxy {
     scan.text(forwardTarget, 'url');
     scan.injections();
     const media = mediaType(req.headers['content-type']);
-    const scanTypes = secrets.flatMap((s) => s.bodyTypes);
+    const scanTypes = usable.flatMap((s) => s.bodyTypes);
     let body: Buffer | undefined;
     if (readBody) {
       const scanned = typeListed(scanTypes, media);
       if (scanned) {
         const enc = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
-        if (enc !== 'identity') throw this.#denied(ex, 'compressed body cannot be scanned', `A ${media} body is searched for secret placeholders, which a ${enc}-encoded body hides; send it uncompressed.`);
+        if (enc !== 'identity')
+          throw this.#denied(
+            ex,
+            'compressed body cannot be scanned',
+            `A ${media} body is searched for secret placeholders, which a ${enc}-encoded body hides; send it uncompressed.`,
+          );
       }
       body = await readBody(scanned);
       if (body) scan.text(body.toString('latin1'), 'body', media);
     }
     const { used, strays } = scan;
     if (strays.size > 0) {
-      for (const [s, where] of strays) {
-        this.#emit({ type: 'egress.secret_scope', sandboxId: sb.id, data: { secret: s.binding.name, host: dest.host.host, port: dest.port, method: ex.method, path, where } });
+      for (const [s, { where, reason }] of strays) {
+        this.#emit({
+          type: 'egress.secret_scope',
+          sandboxId: sb.id,
+          data: { secret: s.binding.name, host: dest.host.host, port: dest.port, method: ex.method, path, where, reason },
+        });
       }
+      const [first, why] = [...strays.entries()][0]!;
       const names = [...strays.keys()].map((s) => s.binding.name);
       ex.allowed = false;
       ex.reason = 'secret placeholder outside its scope';
-      throw new SandglassError('egress_secret_scope', `The request to ${destName(dest)} carries the placeholder of secret '${names[0]}', which is not scoped to this host; it was blocked and nothing was substituted.`, {
-        details: { host: dest.host.host, port: dest.port, secrets: names },
-      });
+      throw new SandglassError(
+        'egress_secret_scope',
+        `The request to ${dest.scheme}://${destName(dest)} carries the placeholder of secret '${first.binding.name}', which cannot be used there (${why.reason}); it was blocked and nothing was substituted.`,
+        {
+          details: { host: dest.host.host, port: dest.port, secrets: names, reason: why.reason },
+        },
+      );
     }
 
     const values = new Map<CompiledSecret, string>();
@@ -687,18 +798,56 @@ export class EgressProxy {
     }
     for (const u of used.values()) {
       const v = await this.#valueOf(u.secret.binding);
-      if (typeof v !== 'string' || v.length < 4) throw this.#denied(ex, 'secret value too short', `Secret '${u.secret.binding.name}' has a value shorter than 4 characters, too short to keep out of responses and records.`);
-      if (INVALID_HEADER_VALUE.test(v) && u.inHead) throw this.#denied(ex, 'secret value cannot be sent in a header', `Secret '${u.secret.binding.name}' has a value with control characters, which cannot go into a header or URL.`);
+      if (typeof v !== 'string' || v.length < 4)
+        throw this.#denied(
+          ex,
+          'secret value too short',
+          `Secret '${u.secret.binding.name}' has a value shorter than 4 characters, too short to keep out of responses and records.`,
+        );
+      if (INVALID_HEADER_VALUE.test(v) && u.inHead)
+        throw this.#denied(
+          ex,
+          'secret value cannot be sent in a header',
+          `Secret '${u.secret.binding.name}' has a value with control characters, which cannot go into a header or URL.`,
+        );
       values.set(u.secret, v);
     }
     ex.secrets = [...used.keys()].map((s) => s.binding.name);
 
-    const out = substituteRequest({ values, used, headers, target: forwardTarget, body, media, placeholders: secrets.map((s) => s.binding.placeholder), record: this.#recordBytes !== undefined });
+    const out = substituteRequest({
+      values,
+      used,
+      headers,
+      target: forwardTarget,
+      body,
+      media,
+      placeholders: secrets.map((s) => s.binding.placeholder),
+      record: this.#recordBytes !== undefined,
+    });
+    // An exchange that carries a secret asks for an uncompressed answer, so an echoed value can be found and masked.
+    if (values.size > 0) out.headers = [...out.headers.filter(([k]) => k.toLowerCase() !== 'accept-encoding'), ['accept-encoding', 'identity']];
     return { dest, addresses, prep: out };
   }
 
+  /** Every bound secret's configuration as it is now; one that cannot be read or is not valid is unusable (fail closed). */
+  async #currentSecrets(sb: Sandbox): Promise<(CompiledSecret | UnusableSecret)[]> {
+    return Promise.all(
+      sb.secrets.map(async (b): Promise<CompiledSecret | UnusableSecret> => {
+        const binding = { name: b.name, placeholder: b.placeholder };
+        try {
+          return compileSecret(binding, await b.current(), `secret ${b.name}`);
+        } catch (err) {
+          if (err instanceof SandglassError && err.code === 'secret_not_found') return { binding, unusable: 'the secret no longer exists' };
+          if (err instanceof SandglassError && err.code === 'invalid_argument') return { binding, unusable: `its configuration is not valid: ${err.message}` };
+          this.#log.error({ secret: b.name, sandboxId: sb.id, errorName: (err as Error)?.name }, 'reading a secret configuration failed');
+          return { binding, unusable: 'its configuration could not be read' };
+        }
+      }),
+    );
+  }
+
   /** The value, decrypted now. A failure is reported without its message, which could quote what it failed on. */
-  async #valueOf(b: SecretBinding): Promise<string> {
+  async #valueOf(b: ResolvedBinding): Promise<string> {
     try {
       return (await b.value()).reveal();
     } catch (err) {
@@ -715,7 +864,11 @@ export class EgressProxy {
       signal,
       onRequested: (r) => {
         requestId = r.requestId;
-        this.#emit({ type: 'secret.approval_requested', sandboxId: sb.id, data: { requestId: r.requestId, secret, host: input.host, port: input.port, method: input.method, path, expiresAtMs: r.expiresAtMs } });
+        this.#emit({
+          type: 'secret.approval_requested',
+          sandboxId: sb.id,
+          data: { requestId: r.requestId, secret, host: input.host, port: input.port, method: input.method, path, expiresAtMs: r.expiresAtMs },
+        });
       },
     });
     const grantUntilMs = this.#opts.approvals.grantUntil(sb.id, secret);
@@ -730,7 +883,9 @@ export class EgressProxy {
       ex.reason = result === 'timeout' ? 'approval timed out' : 'approval denied';
       throw new SandglassError(
         'egress_approval_denied',
-        result === 'timeout' ? `Using secret '${secret}' needs approval, and none came in time.` : `Using secret '${secret}' for ${destName(dest)} was not approved.`,
+        result === 'timeout'
+          ? `Using secret '${secret}' needs approval, and none came in time.`
+          : `Using secret '${secret}' for ${destName(dest)} was not approved.`,
         { details: { secret, host: dest.host.host, port: dest.port, decision: result, ...(requestId ? { requestId } : {}) } },
       );
     }
@@ -760,7 +915,10 @@ export class EgressProxy {
         req.once('end', () => resolve(Buffer.concat(parts)));
         req.once('error', reject);
         req.once('close', () => {
-          if (!req.complete) reject(new SandglassError('invalid_argument', 'The client closed the request before its body ended.', { details: { field: 'body', rule: 'complete' } }));
+          if (!req.complete)
+            reject(
+              new SandglassError('invalid_argument', 'The client closed the request before its body ended.', { details: { field: 'body', rule: 'complete' } }),
+            );
         });
       });
     };
@@ -769,14 +927,24 @@ export class EgressProxy {
   #tooLarge(ex: Ex, max: number): SandglassError {
     ex.allowed = false;
     ex.reason = 'scanned body too large';
-    return new SandglassError('payload_too_large', `Bodies of this type are searched for secret placeholders and may be at most ${max} bytes; this one is larger.`, { details: { limit: max } });
+    return new SandglassError(
+      'payload_too_large',
+      `Bodies of this type are searched for secret placeholders and may be at most ${max} bytes; this one is larger.`,
+      { details: { limit: max } },
+    );
   }
 
   async #onRequest(req: IncomingMessage, res: ServerResponse, inner: boolean): Promise<void> {
     const conn = this.#conns.get(req.socket);
     if (!conn || conn.sb.removed) return void req.socket.destroy();
     this.#disarmIdle(req.socket);
-    const ex = this.#newEx(conn.sb, this.#clock.nowMs(), { host: conn.tunnel?.host.host ?? '', port: conn.tunnel?.port ?? 0, scheme: inner && conn.tunnel?.tls ? 'https' : 'http', method: req.method ?? 'GET', path: '' });
+    const ex = this.#newEx(conn.sb, this.#clock.nowMs(), {
+      host: conn.tunnel?.host.host ?? '',
+      port: conn.tunnel?.port ?? 0,
+      scheme: inner && conn.tunnel?.tls ? 'https' : 'http',
+      method: req.method ?? 'GET',
+      path: '',
+    });
     const abort = new AbortController();
     res.once('close', () => abort.abort());
     try {
@@ -891,16 +1059,21 @@ export class EgressProxy {
       watch.responded();
       const status = upRes.statusCode ?? 502;
       ex.status = status;
-      const encoded = (upRes.headers['content-encoding'] ?? 'identity').toLowerCase() !== 'identity';
-      const mask = prep.sensitive.length > 0 && !encoded ? new ValueMask(prep.sensitive) : undefined;
-      let outHeaders = endToEnd(pairsOf(upRes.rawHeaders));
-      if (prep.sensitive.length > 0) outHeaders = outHeaders.map(([k, v]) => [k, maskText(v, prep.sensitive)]);
-      if (upRes.headers['transfer-encoding'] !== undefined || upRes.headers['content-length'] === undefined) outHeaders = outHeaders.filter(([k]) => k.toLowerCase() !== 'content-length');
+      let headers = endToEnd(pairsOf(upRes.rawHeaders));
+      if (upRes.headers['transfer-encoding'] !== undefined || upRes.headers['content-length'] === undefined)
+        headers = headers.filter(([k]) => k.toLowerCase() !== 'content-length');
+      let guest: { headers: HeaderPairs; body: Readable };
+      try {
+        guest = this.#forGuest(upRes, prep, headers, () => res.destroy());
+      } catch (err) {
+        upRes.destroy();
+        return this.#fail(ex, req, res, err);
+      }
+      const outHeaders = guest.headers;
       const resCapture = this.#recordBytes !== undefined ? new Capture(this.#recordBytes + (prep.redactor?.longestBytes ?? 0)) : undefined;
       res.writeHead(status, upRes.statusMessage, outHeaders.flat());
       upRes.on('data', (c: Buffer) => (ex.bytesDown += c.length));
-      let body: Readable = upRes;
-      if (mask) body = upRes.pipe(mask);
+      let body = guest.body;
       if (resCapture) {
         const tee = new PassThrough();
         tee.on('data', (c: Buffer) => resCapture.add(c));
@@ -915,7 +1088,8 @@ export class EgressProxy {
         this.#report(ex);
         if (resCapture) {
           const reqBody = prep.recordBody ?? reqCapture?.buffer ?? Buffer.alloc(0);
-          this.#record(sb, ex, dest, prep, { buffer: reqBody, size: prep.recordBody?.length ?? reqCapture?.size ?? 0 }, status, outHeaders, resCapture, encoded && prep.sensitive.length > 0);
+          // What the guest got: decoded and masked when the exchange carried a secret, so the redactor can read it.
+          this.#record(sb, ex, dest, prep, { buffer: reqBody, size: prep.recordBody?.length ?? reqCapture?.size ?? 0 }, status, outHeaders, resCapture);
         }
       });
       res.once('close', () => {
@@ -927,7 +1101,16 @@ export class EgressProxy {
     });
   }
 
-  #record(sb: Sandbox, ex: Ex, dest: Dest, prep: Prepared, reqBody: { buffer: Buffer; size: number }, status: number, resHeaders: HeaderPairs, resBody: Capture, unredactable: boolean): void {
+  #record(
+    sb: Sandbox,
+    ex: Ex,
+    dest: Dest,
+    prep: Prepared,
+    reqBody: { buffer: Buffer; size: number },
+    status: number,
+    resHeaders: HeaderPairs,
+    resBody: Capture,
+  ): void {
     const cap = this.#recordBytes!;
     const redactor = prep.redactor;
     const r = (s: string) => (redactor ? redactor.text(s) : s);
@@ -945,13 +1128,37 @@ export class EgressProxy {
         requestBody: recordedBody(reqBody.buffer, reqBody.size, cap, redactor),
         status,
         responseHeaders: resHeaders.map(([k, v]) => [k, r(v)]),
-        responseBody: unredactable
-          ? { encoding: 'utf8', data: '', sizeBytes: resBody.size, truncated: false, omitted: 'compressed body of an exchange that used secrets' }
-          : recordedBody(resBody.buffer, resBody.size, cap, redactor),
+        responseBody: recordedBody(resBody.buffer, resBody.size, cap, redactor),
         startedAtMs: ex.startedAtMs,
         durationMs: Math.max(0, this.#clock.nowMs() - ex.startedAtMs),
       },
     });
+  }
+
+  /**
+   * A response as the guest may see it. Untouched unless the exchange carried a secret; then every header is masked and
+   * the body is decoded (gzip, deflate, br — at most maxDecodedBodyBytes, or it is cut) and masked, so an echoed value
+   * reaches the guest in no encoding. A body in a coding the proxy cannot read is refused (gateway_unavailable).
+   */
+  #forGuest(upRes: IncomingMessage, prep: Prepared, headers: HeaderPairs, onBodyError: () => void): { headers: HeaderPairs; body: Readable } {
+    if (prep.sensitive.length === 0) return { headers, body: upRes };
+    let out: HeaderPairs = headers.map(([k, v]) => [k, maskText(v, prep.sensitive)]);
+    const codings = (upRes.headers['content-encoding'] ?? '')
+      .split(',')
+      .map((c) => c.trim().toLowerCase())
+      .filter((c) => c !== '' && c !== 'identity');
+    const stages: Duplex[] = [];
+    if (codings.length > 0) {
+      // Codings are listed in the order they were applied: undo the last first.
+      for (const c of [...codings].reverse()) stages.push(decoderFor(c, upRes));
+      stages.push(new ByteCap(this.#limits.maxDecodedBodyBytes));
+      out = out.filter(([k]) => !['content-encoding', 'content-length'].includes(k.toLowerCase()));
+    }
+    stages.push(new ValueMask(prep.sensitive));
+    const body = pipeline([upRes, ...stages] as unknown as [Readable, ...Duplex[]], (err) => {
+      if (err) onBodyError();
+    }) as unknown as Readable;
+    return { headers: out, body };
   }
 
   // ---- upgrades (WebSocket) ----------------------------------------------------------------------------------------
@@ -960,7 +1167,13 @@ export class EgressProxy {
     const conn = this.#conns.get(req.socket) ?? this.#conns.get(socket);
     if (!conn || conn.sb.removed) return void socket.destroy();
     this.#disarmIdle(socket);
-    const ex = this.#newEx(conn.sb, this.#clock.nowMs(), { host: conn.tunnel?.host.host ?? '', port: conn.tunnel?.port ?? 0, scheme: inner && conn.tunnel?.tls ? 'https' : 'http', method: req.method ?? 'GET', path: '' });
+    const ex = this.#newEx(conn.sb, this.#clock.nowMs(), {
+      host: conn.tunnel?.host.host ?? '',
+      port: conn.tunnel?.port ?? 0,
+      scheme: inner && conn.tunnel?.tls ? 'https' : 'http',
+      method: req.method ?? 'GET',
+      path: '',
+    });
     const abort = new AbortController();
     socket.once('close', () => abort.abort());
     const refuse = (err: SandglassError) => {
@@ -976,7 +1189,9 @@ export class EgressProxy {
     try {
       prepared = await this.#prepare(conn, req, ex, abort.signal, undefined);
     } catch (err) {
-      return refuse(err instanceof SandglassError ? err : new SandglassError('internal', 'The egress proxy failed while handling this upgrade.', { cause: err }));
+      return refuse(
+        err instanceof SandglassError ? err : new SandglassError('internal', 'The egress proxy failed while handling this upgrade.', { cause: err }),
+      );
     }
     if (socket.destroyed) return;
     const { dest, addresses, prep } = prepared;
@@ -989,7 +1204,9 @@ export class EgressProxy {
     upReq.once('upgrade', (upRes: IncomingMessage, upSocket: Duplex, upHead: Buffer) => {
       watch.responded();
       ex.status = upRes.statusCode ?? 101;
-      const outHeaders = prep.sensitive.length ? pairsOf(upRes.rawHeaders).map(([k, v]): [string, string] => [k, maskText(v, prep.sensitive)]) : pairsOf(upRes.rawHeaders);
+      const outHeaders = prep.sensitive.length
+        ? pairsOf(upRes.rawHeaders).map(([k, v]): [string, string] => [k, maskText(v, prep.sensitive)])
+        : pairsOf(upRes.rawHeaders);
       socket.write(rawHead(ex.status, outHeaders, upRes.statusMessage));
       if (upHead.length) socket.write(upHead);
       if (head.length) upSocket.write(head);
@@ -1008,16 +1225,60 @@ export class EgressProxy {
       (upSocket as Partial<net.Socket>).setTimeout?.(this.#limits.idleTimeoutMs, close);
     });
     upReq.once('response', (upRes: IncomingMessage) => {
-      // The upstream declined the upgrade: pass its answer on and close.
+      // The upstream declined the upgrade: pass its answer on (checked like any response) and close.
       watch.responded();
+      let guest: { headers: HeaderPairs; body: Readable };
+      try {
+        guest = this.#forGuest(
+          upRes,
+          prep,
+          endToEnd(pairsOf(upRes.rawHeaders)).filter(([k]) => k.toLowerCase() !== 'content-length'),
+          () => socket.destroy(),
+        );
+      } catch (err) {
+        upRes.destroy();
+        return refuse(err as SandglassError);
+      }
       ex.status = upRes.statusCode ?? 502;
-      const outHeaders = endToEnd(pairsOf(upRes.rawHeaders)).filter(([k]) => k.toLowerCase() !== 'content-length');
-      outHeaders.push(['connection', 'close']);
-      socket.write(rawHead(ex.status, outHeaders, upRes.statusMessage));
+      socket.write(rawHead(ex.status, [...guest.headers, ['connection', 'close']], upRes.statusMessage));
       upRes.on('data', (c: Buffer) => (ex.bytesDown += c.length));
-      upRes.pipe(socket);
-      upRes.once('end', () => this.#report(ex));
+      guest.body.pipe(socket);
+      guest.body.once('end', () => this.#report(ex));
     });
+  }
+}
+
+const DECODERS: Record<string, () => Duplex> = {
+  gzip: () => zlib.createGunzip(),
+  'x-gzip': () => zlib.createGunzip(),
+  deflate: () => zlib.createInflate(),
+  br: () => zlib.createBrotliDecompress(),
+};
+
+function decoderFor(coding: string, upRes: IncomingMessage): Duplex {
+  const make = DECODERS[coding];
+  if (!make) {
+    throw new SandglassError(
+      'gateway_unavailable',
+      `The upstream answered a request that carried a secret in the '${coding.slice(0, 40)}' content coding, which the proxy cannot read to keep the secret out of it; the response was withheld.`,
+      {
+        details: { contentEncoding: String(upRes.headers['content-encoding']).slice(0, 100) },
+      },
+    );
+  }
+  return make();
+}
+
+/** Fails the stream once more than `maxBytes` pass: a decompression bomb stops here. */
+class ByteCap extends Transform {
+  #seen = 0;
+  constructor(readonly maxBytes: number) {
+    super();
+  }
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.#seen += chunk.length;
+    if (this.#seen > this.maxBytes) return cb(new Error(`decoded body larger than ${this.maxBytes} bytes`));
+    cb(null, chunk);
   }
 }
 
@@ -1029,4 +1290,3 @@ function originForm(rest: string): string {
 function hasBody(req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
 }
-

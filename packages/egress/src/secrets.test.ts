@@ -2,16 +2,15 @@
 import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { Redacted, SandglassError } from '@sandglass/core';
-import { REDACTED, Redactor, ValueMask, compileSecrets, newPlaceholder, type SecretBinding } from './secrets.js';
+import { REDACTED, Redactor, ValueMask, checkBindings, compileSecret, inScope, newPlaceholder, type SecretBinding, type SecretConfig } from './secrets.js';
 
-const binding = (over: Partial<SecretBinding> = {}): SecretBinding => ({
-  name: 'gh',
-  placeholder: newPlaceholder(),
+const config = (over: Partial<SecretConfig> = {}): SecretConfig => ({
   hosts: ['api.github.com'],
   approval: 'none',
   value: async () => new Redacted('v'),
   ...over,
 });
+const binding = (over: Partial<SecretBinding> = {}): SecretBinding => ({ name: 'gh', placeholder: newPlaceholder(), current: async () => config(), ...over });
 
 describe('secret bindings', () => {
   it('makes long, distinct placeholders', () => {
@@ -23,18 +22,32 @@ describe('secret bindings', () => {
   it.each([
     [{ name: '' }, 'secrets[0].name'],
     [{ placeholder: 'sg_placeholder_short' }, 'secrets[0].placeholder'],
-    [{ hosts: [] }, 'secrets[0].hosts'],
-    [{ hosts: ['*.com'] }, 'secrets[0].hosts[0]'],
-    [{ hosts: ['api.github.com GET /x'] }, 'secrets[0].hosts[0]'],
-    [{ header: 'Bad Header' }, 'secrets[0].header'],
-    [{ header: 'Host' }, 'secrets[0].header'],
-    [{ header: 'Authorization', format: 'Bearer' }, 'secrets[0].format'],
-    [{ format: 'Bearer {value}' }, 'secrets[0].format'],
-    [{ bodyContentTypes: ['json'] }, 'secrets[0].bodyContentTypes[0]'],
-    [{ approval: 'maybe' as 'none' }, 'secrets[0].approval'],
-  ])('refuses %j naming %s', (over, field) => {
+    [{ current: undefined as unknown as SecretBinding['current'] }, 'secrets[0].current'],
+  ])('refuses the binding %j naming %s', (over, field) => {
     try {
-      compileSecrets([binding(over)]);
+      checkBindings([binding(over)]);
+      throw new Error('accepted');
+    } catch (err) {
+      expect(err).toBeInstanceOf(SandglassError);
+      expect((err as SandglassError).details).toMatchObject({ field });
+    }
+  });
+
+  it.each([
+    [{ hosts: [] }, 's.hosts'],
+    [{ hosts: ['*.com'] }, 's.hosts[0]'],
+    [{ hosts: ['api.github.com GET /x'] }, 's.hosts[0]'],
+    [{ hosts: ['127.0.0.1:8080'] }, 's.hosts[0]'],
+    [{ header: 'Bad Header' }, 's.header'],
+    [{ header: 'Host' }, 's.header'],
+    [{ header: 'Authorization', format: 'Bearer' }, 's.format'],
+    [{ format: 'Bearer {value}' }, 's.format'],
+    [{ bodyContentTypes: ['json'] }, 's.bodyContentTypes[0]'],
+    [{ approval: 'maybe' as 'none' }, 's.approval'],
+    [{ allowPlaintext: 'yes' as unknown as boolean }, 's.allowPlaintext'],
+  ])('refuses the configuration %j naming %s', (over, field) => {
+    try {
+      compileSecret({ name: 'gh', placeholder: newPlaceholder() }, config(over), 's');
       throw new Error('accepted');
     } catch (err) {
       expect(err).toBeInstanceOf(SandglassError);
@@ -44,8 +57,25 @@ describe('secret bindings', () => {
 
   it('refuses duplicate names and placeholders', () => {
     const p = newPlaceholder();
-    expect(() => compileSecrets([binding({ placeholder: p }), binding({ name: 'other', placeholder: p })])).toThrow(/placeholder/);
-    expect(() => compileSecrets([binding(), binding()])).toThrow(/not unique/);
+    expect(() => checkBindings([binding({ placeholder: p }), binding({ name: 'other', placeholder: p })])).toThrow(/placeholder/);
+    expect(() => checkBindings([binding(), binding()])).toThrow(/not unique/);
+  });
+
+  it('scopes a host without a port to 443, and to verified TLS unless the secret allows plaintext', () => {
+    const b = { name: 'gh', placeholder: newPlaceholder() };
+    const host = { kind: 'name' as const, host: 'api.github.com' };
+    const bare = compileSecret(b, config());
+    expect(inScope(bare, host, 443, 'https')).toBe(true);
+    expect(inScope(bare, host, 8443, 'https')).toBe(false);
+    expect(inScope(bare, host, 443, 'http')).toBe(false);
+    expect(inScope(bare, host, 80, 'http')).toBe(false);
+    const plain = compileSecret(b, config({ hosts: ['api.github.com:80', 'api.github.com'], allowPlaintext: true }));
+    expect(inScope(plain, host, 80, 'http')).toBe(true);
+    expect(inScope(plain, host, 443, 'http')).toBe(true);
+    expect(inScope(plain, host, 8080, 'http')).toBe(false);
+    const any = compileSecret(b, config({ hosts: ['api.github.com:*'] }));
+    expect(inScope(any, host, 8443, 'https')).toBe(true);
+    expect(inScope(any, host, 8443, 'http')).toBe(false);
   });
 });
 

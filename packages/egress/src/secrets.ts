@@ -4,12 +4,25 @@ import { SandglassError, systemRandom, type Random, type Redacted } from '@sandg
 import { hostMatches, parseRule, type HostPattern } from './policy.js';
 import type { HostKind } from './address.js';
 
+/** A secret bound to a sandbox: fixed for the sandbox's life are only its name and the placeholder the guest holds. */
 export interface SecretBinding {
   /** What events and approvals call the secret. */
   name: string;
   /** What the sandbox sees instead of the value: newPlaceholder(), unique per sandbox. */
   placeholder: string;
-  /** Where the value may go, in the policy's host grammar ('api.github.com', '*.example.com', 'host:8443'); no port: any port. */
+  /**
+   * The secret's configuration as it is now, asked for on every request, so a narrowed scope, a new header or a switch
+   * to approval applies to the next request of a sandbox already running. A throw (the secret was removed) leaves the
+   * secret unusable: its placeholder is then blocked wherever it is sent.
+   */
+  current(): Promise<SecretConfig>;
+}
+
+export interface SecretConfig {
+  /**
+   * Where the value may go, in the policy's host grammar ('api.github.com', '*.example.com', 'host:8443'). No port
+   * means 443 only.
+   */
   hosts: string[];
   /** Adds (or replaces) this header on every request to a scoped host, with `format` ('Bearer {value}'; default '{value}'). */
   header?: string;
@@ -17,14 +30,30 @@ export interface SecretBinding {
   /** Media types ('application/json', 'text/*') whose request bodies are searched for the placeholder and substituted. */
   bodyContentTypes?: string[];
   approval: 'none' | 'required';
+  /** Also substitute into requests that go upstream in clear text (http://, or plain HTTP in a CONNECT tunnel). */
+  allowPlaintext?: boolean;
+  /**
+   * Also substitute into requests that ask to switch protocols (WebSocket). After a 101 the proxy only relays frames: an
+   * upstream that echoes the value in a frame shows it to the guest.
+   */
+  allowUpgrade?: boolean;
   /** Decrypts the value at the moment of use; the proxy keeps it only for the length of the exchange. */
   value(): Promise<Redacted<string>>;
 }
 
+/** A binding with the configuration it had when a request was judged. */
+export type ResolvedBinding = Pick<SecretBinding, 'name' | 'placeholder'> & SecretConfig;
+
 export interface CompiledSecret {
-  binding: SecretBinding;
+  binding: ResolvedBinding;
   hosts: { pattern: HostPattern; ports?: readonly number[] }[];
   bodyTypes: string[];
+}
+
+/** A secret whose configuration could not be read or is not valid now: never substituted, its placeholder blocked. */
+export interface UnusableSecret {
+  binding: Pick<SecretBinding, 'name' | 'placeholder'>;
+  unusable: string;
 }
 
 export const PLACEHOLDER_PREFIX = 'sg_placeholder_';
@@ -47,45 +76,64 @@ function bad(field: string, rule: string): SandglassError {
   return new SandglassError('invalid_argument', `${field}: ${rule}`, { details: { field, rule } });
 }
 
-/** Checks a sandbox's bindings; throws invalid_argument naming the field (secrets[i].hosts[j] …). */
-export function compileSecrets(bindings: SecretBinding[]): CompiledSecret[] {
+/** Checks a sandbox's bindings (names and placeholders); throws invalid_argument naming the field (secrets[i].name …). */
+export function checkBindings(bindings: SecretBinding[]): SecretBinding[] {
   if (!Array.isArray(bindings)) throw bad('secrets', 'must be a list');
   const names = new Set<string>();
   const placeholders = new Set<string>();
-  return bindings.map((b, i) => {
+  bindings.forEach((b, i) => {
     const f = `secrets[${i}]`;
     if (typeof b?.name !== 'string' || !NAME.test(b.name)) throw bad(`${f}.name`, 'must be 1-128 letters, digits, _ . -');
     if (names.has(b.name)) throw bad(`${f}.name`, `is not unique (${b.name})`);
     names.add(b.name);
-    if (typeof b.placeholder !== 'string' || !PLACEHOLDER.test(b.placeholder)) throw bad(`${f}.placeholder`, 'must be sg_placeholder_ and 24-128 letters or digits');
-    if ([...placeholders].some((p) => p.includes(b.placeholder) || b.placeholder.includes(p))) throw bad(`${f}.placeholder`, 'must be unique (and not contain another)');
+    if (typeof b.placeholder !== 'string' || !PLACEHOLDER.test(b.placeholder))
+      throw bad(`${f}.placeholder`, 'must be sg_placeholder_ and 24-128 letters or digits');
+    if ([...placeholders].some((p) => p.includes(b.placeholder) || b.placeholder.includes(p)))
+      throw bad(`${f}.placeholder`, 'must be unique (and not contain another)');
     placeholders.add(b.placeholder);
-    if (!Array.isArray(b.hosts) || b.hosts.length === 0) throw bad(`${f}.hosts`, 'must name at least one host');
-    const hosts = b.hosts.map((h, j) => {
-      // A bare host scopes the secret to the host on any port; a port narrows it.
-      const r = typeof h === 'string' ? parseRule(h, { withRequest: false, anyPortByDefault: true }) : 'must be a string';
-      if (typeof r === 'string') throw bad(`${f}.hosts[${j}]`, r);
-      return { pattern: r.host, ports: r.ports };
-    });
-    if (b.header !== undefined) {
-      if (typeof b.header !== 'string' || !HEADER_NAME.test(b.header)) throw bad(`${f}.header`, 'must be a header name');
-      if (RESERVED_HEADERS.has(b.header.toLowerCase())) throw bad(`${f}.header`, 'is a header the proxy manages');
-    }
-    if (b.format !== undefined) {
-      if (typeof b.format !== 'string' || !b.format.includes('{value}') || /[\r\n\0]/.test(b.format)) throw bad(`${f}.format`, "must contain '{value}' and no line breaks");
-      if (b.header === undefined) throw bad(`${f}.format`, 'needs header');
-    }
-    const bodyTypes = (b.bodyContentTypes ?? []).map((t, j) => {
-      if (typeof t !== 'string' || !/^[a-z0-9!#$&^_.+-]+\/([a-z0-9!#$&^_.+-]+|\*)$/i.test(t.trim())) throw bad(`${f}.bodyContentTypes[${j}]`, "must be a media type such as 'application/json' or 'text/*'");
-      return t.trim().toLowerCase();
-    });
-    if (b.approval !== 'none' && b.approval !== 'required') throw bad(`${f}.approval`, "must be 'none' or 'required'");
-    if (typeof b.value !== 'function') throw bad(`${f}.value`, 'must be a function');
-    return { binding: b, hosts, bodyTypes };
+    if (typeof b.current !== 'function') throw bad(`${f}.current`, 'must be a function');
   });
+  return bindings;
 }
 
-export function inScope(s: CompiledSecret, host: { kind: HostKind; host: string }, port: number): boolean {
+/** Checks one secret's configuration as read now; throws invalid_argument naming the field (secrets[i].hosts[j] …). */
+export function compileSecret(b: Pick<SecretBinding, 'name' | 'placeholder'>, c: SecretConfig, f = 'secret'): CompiledSecret {
+  if (c === null || typeof c !== 'object') throw bad(f, 'must be an object');
+  if (!Array.isArray(c.hosts) || c.hosts.length === 0) throw bad(`${f}.hosts`, 'must name at least one host');
+  const hosts = c.hosts.map((h, j) => {
+    // A bare host scopes the secret to the host on 443, where TLS is the norm; any other port is named.
+    const r = typeof h === 'string' ? parseRule(h, { withRequest: false, defaultPorts: [443] }) : 'must be a string';
+    if (typeof r === 'string') throw bad(`${f}.hosts[${j}]`, r);
+    return { pattern: r.host, ports: r.ports };
+  });
+  if (c.header !== undefined) {
+    if (typeof c.header !== 'string' || !HEADER_NAME.test(c.header)) throw bad(`${f}.header`, 'must be a header name');
+    if (RESERVED_HEADERS.has(c.header.toLowerCase())) throw bad(`${f}.header`, 'is a header the proxy manages');
+  }
+  if (c.format !== undefined) {
+    if (typeof c.format !== 'string' || !c.format.includes('{value}') || /[\r\n\0]/.test(c.format))
+      throw bad(`${f}.format`, "must contain '{value}' and no line breaks");
+    if (c.header === undefined) throw bad(`${f}.format`, 'needs header');
+  }
+  const bodyTypes = (c.bodyContentTypes ?? []).map((t, j) => {
+    if (typeof t !== 'string' || !/^[a-z0-9!#$&^_.+-]+\/([a-z0-9!#$&^_.+-]+|\*)$/i.test(t.trim()))
+      throw bad(`${f}.bodyContentTypes[${j}]`, "must be a media type such as 'application/json' or 'text/*'");
+    return t.trim().toLowerCase();
+  });
+  if (c.approval !== 'none' && c.approval !== 'required') throw bad(`${f}.approval`, "must be 'none' or 'required'");
+  for (const flag of ['allowPlaintext', 'allowUpgrade'] as const) {
+    if (c[flag] !== undefined && typeof c[flag] !== 'boolean') throw bad(`${f}.${flag}`, 'must be a boolean');
+  }
+  if (typeof c.value !== 'function') throw bad(`${f}.value`, 'must be a function');
+  return { binding: { ...c, name: b.name, placeholder: b.placeholder }, hosts, bodyTypes };
+}
+
+/**
+ * Whether a secret may be substituted into a request to this destination: a scoped host and port, over verified TLS
+ * (scheme https) unless the secret allows plaintext.
+ */
+export function inScope(s: CompiledSecret, host: { kind: HostKind; host: string }, port: number, scheme: 'http' | 'https'): boolean {
+  if (scheme !== 'https' && s.binding.allowPlaintext !== true) return false;
   return s.hosts.some((h) => hostMatches(h.pattern, host) && (h.ports === undefined || h.ports.includes(port)));
 }
 
@@ -145,7 +193,15 @@ export class Redactor {
     const set = new Set<string>();
     for (const v of values) {
       if (v.length < 4) continue; // too short to find without redacting half the text; such values are refused earlier
-      for (const e of [v, encodeURIComponent(v), encodeValue(v, 'form'), encodeValue(v, 'json'), Buffer.from(v).toString('base64'), Buffer.from(v).toString('base64url')]) set.add(e);
+      for (const e of [
+        v,
+        encodeURIComponent(v),
+        encodeValue(v, 'form'),
+        encodeValue(v, 'json'),
+        Buffer.from(v).toString('base64'),
+        Buffer.from(v).toString('base64url'),
+      ])
+        set.add(e);
       // base64 of a value at other alignments: the stable middle part is what appears inside a longer base64 text.
       for (const pad of [1, 2]) {
         const b64 = Buffer.concat([Buffer.alloc(pad), Buffer.from(v)]).toString('base64');

@@ -11,6 +11,7 @@ import {
   typeListed,
   type CompiledSecret,
   type Encoding,
+  type UnusableSecret,
 } from './secrets.js';
 import type { HeaderPairs } from './wire.js';
 
@@ -23,25 +24,48 @@ export interface SecretUse {
   inHead: boolean;
 }
 
-/** Collects the secrets a request uses (placeholder in scope, or an injected header) and those it carries out of scope. */
+export interface Stray {
+  where: Where;
+  reason: string;
+}
+
+/**
+ * Collects the secrets a request uses (placeholder in scope, or an injected header) and those it carries where they
+ * may not go: another host or port, clear text, or a secret that cannot be used now.
+ */
 export class SecretScan {
   readonly used = new Map<CompiledSecret, SecretUse>();
-  readonly strays = new Map<CompiledSecret, Where>();
+  readonly strays = new Map<CompiledSecret | UnusableSecret, Stray>();
 
   constructor(
-    private readonly secrets: readonly CompiledSecret[],
+    private readonly secrets: readonly (CompiledSecret | UnusableSecret)[],
     private readonly host: { kind: HostKind; host: string },
     private readonly port: number,
+    private readonly scheme: 'http' | 'https',
+    /** The request asks to switch protocols: what follows a 101 is relayed unread, so never masked. */
+    private readonly upgrade: boolean,
   ) {}
+
+  #why(s: CompiledSecret | UnusableSecret): string | undefined {
+    if ('unusable' in s) return s.unusable;
+    if (!inScope(s, this.host, this.port, this.scheme)) {
+      if (this.scheme !== 'https' && inScope(s, this.host, this.port, 'https'))
+        return 'the request goes upstream in clear text and the secret does not allow plaintext';
+      return 'not scoped to this host and port';
+    }
+    if (this.upgrade && s.binding.allowUpgrade !== true) return 'the request asks for a protocol upgrade and the secret does not allow upgrades';
+    return undefined;
+  }
 
   /** A body counts for a secret only when its media type is one the secret declares; out of scope it always counts. */
   text(text: string, where: Where, bodyMedia?: string): void {
     if (!text.includes(PLACEHOLDER_PREFIX)) return;
     for (const s of this.secrets) {
       if (!text.includes(s.binding.placeholder)) continue;
-      if (!inScope(s, this.host, this.port)) {
-        if (!this.strays.has(s)) this.strays.set(s, where);
-      } else if (where !== 'body' || typeListed(s.bodyTypes, bodyMedia)) {
+      const why = this.#why(s);
+      if (why !== undefined) {
+        if (!this.strays.has(s)) this.strays.set(s, { where, reason: why });
+      } else if (!('unusable' in s) && (where !== 'body' || typeListed(s.bodyTypes, bodyMedia))) {
         const u = this.used.get(s) ?? { secret: s, inBody: false, inHead: false };
         if (where === 'body') u.inBody = true;
         else u.inHead = true;
@@ -50,10 +74,11 @@ export class SecretScan {
     }
   }
 
-  /** Secrets with a configured header go to every request for their hosts. */
+  /** Secrets with a configured header go to every request for their hosts (over TLS unless they allow plaintext). */
   injections(): void {
     for (const s of this.secrets) {
-      if (s.binding.header && inScope(s, this.host, this.port)) this.used.set(s, { secret: s, inBody: this.used.get(s)?.inBody ?? false, inHead: true });
+      if ('unusable' in s || !s.binding.header || this.#why(s) !== undefined) continue;
+      this.used.set(s, { secret: s, inBody: this.used.get(s)?.inBody ?? false, inHead: true });
     }
   }
 }

@@ -7,7 +7,7 @@ import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
-import { gzipSync } from 'node:zlib';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 
@@ -66,9 +66,21 @@ export interface Upstream {
   close(): Promise<void>;
 }
 
+/** Content codings the test upstream can answer in, whatever the request's Accept-Encoding says. */
+const ENCODERS: Record<string, (b: Buffer) => Buffer> = {
+  gzip: gzipSync,
+  deflate: deflateSync,
+  br: brotliCompressSync,
+  'gzip, br': (b) => brotliCompressSync(gzipSync(b)),
+  // A coding nobody can read: the bytes are the body reversed.
+  'x-reverse': (b) => Buffer.from(b).reverse(),
+};
+
 /**
- * Routes: /echo[?gzip] (JSON of what arrived), /bytes?n=N[&chunked] (N bytes, streamed), /hang (never answers), else: echo.
- * Upgrades answer 101 and echo bytes back.
+ * Routes: /echo[?gzip | ?encoding=gzip|deflate|br|gzip, br|x-reverse] (JSON of what arrived, in that content coding
+ * even when the client asked for identity), /bytes?n=N[&chunked] (N bytes, streamed), /hang (never answers), else: echo.
+ * Upgrades answer 101 and echo bytes back; on /ws-headers the first bytes after the 101 are the request's headers as
+ * JSON; on /decline the upgrade is declined with a 400 whose body is the request's headers as JSON.
  */
 function handler(seen: Seen[]): http.RequestListener {
   return (req, res) => {
@@ -106,9 +118,15 @@ function handler(seen: Seen[]): http.RequestListener {
         return pump();
       }
       const body = JSON.stringify({ method: req.method, url: req.url, headers: req.headers, bodyBytes: bytes, bodySha256: entry.bodySha256, body: entry.body });
-      const gzip = url.searchParams.has('gzip');
-      res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes', 'x-echo-auth': String(req.headers.authorization ?? ''), ...(gzip ? { 'content-encoding': 'gzip' } : {}) });
-      res.end(gzip ? gzipSync(body) : body);
+      const coding = url.searchParams.has('gzip') ? 'gzip' : url.searchParams.get('encoding');
+      const encode = coding ? ENCODERS[coding] : undefined;
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'x-upstream': 'yes',
+        'x-echo-auth': String(req.headers.authorization ?? ''),
+        ...(encode ? { 'content-encoding': coding! } : {}),
+      });
+      res.end(encode ? encode(Buffer.from(body)) : body);
     });
   };
 }
@@ -116,14 +134,25 @@ function handler(seen: Seen[]): http.RequestListener {
 function onUpgrade(seen: Seen[]) {
   return (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     seen.push({ method: req.method!, url: req.url!, headers: req.headers, bodyBytes: 0, bodySha256: '', body: '' });
+    const headers = JSON.stringify(req.headers);
+    if (req.url!.startsWith('/decline')) {
+      socket.end(
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(headers)}\r\nx-echo-auth: ${String(req.headers.authorization ?? '')}\r\nconnection: close\r\n\r\n${headers}`,
+      );
+      return;
+    }
     socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
+    if (req.url!.startsWith('/ws-headers')) socket.write(headers);
     if (head.length) socket.write(head);
     socket.pipe(socket);
   };
 }
 
-async function listen(server: net.Server): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+async function listen(server: net.Server, port = 0): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve());
+  });
   return (server.address() as net.AddressInfo).port;
 }
 
@@ -147,24 +176,23 @@ function upstreamOf(server: net.Server, seen: Seen[], port: number, counter: { n
   };
 }
 
-export async function startHttpsUpstream(pki: Pki): Promise<Upstream> {
+/** port: a fixed one (the node operator opened exactly these for the integration tests); default: any free one. */
+export async function startHttpsUpstream(pki: Pki, port = 0): Promise<Upstream> {
   const seen: Seen[] = [];
   const counter = { n: 0 };
   const server = https.createServer({ key: pki.keyPem, cert: pki.certPem }, handler(seen));
   server.on('secureConnection', () => counter.n++);
   server.on('upgrade', onUpgrade(seen));
-  const port = await listen(server);
-  return upstreamOf(server, seen, port, counter);
+  return upstreamOf(server, seen, await listen(server, port), counter);
 }
 
-export async function startHttpUpstream(): Promise<Upstream> {
+export async function startHttpUpstream(port = 0): Promise<Upstream> {
   const seen: Seen[] = [];
   const counter = { n: 0 };
   const server = http.createServer(handler(seen));
   server.on('connection', () => counter.n++);
   server.on('upgrade', onUpgrade(seen));
-  const port = await listen(server);
-  return upstreamOf(server, seen, port, counter);
+  return upstreamOf(server, seen, await listen(server, port), counter);
 }
 
 /** A TCP server that accepts connections and never says anything (a hung upstream). */
@@ -286,7 +314,9 @@ export function viaPlainProxy(socketPath: string, url: string, opts: http.Reques
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const { body, headers, ...rest } = opts;
-    const req = http.request({ socketPath, path: url, headers: { host: u.host, ...headers }, agent: false, ...rest }, (res) => answerOf(res).then(resolve, reject));
+    const req = http.request({ socketPath, path: url, headers: { host: u.host, ...headers }, agent: false, ...rest }, (res) =>
+      answerOf(res).then(resolve, reject),
+    );
     req.once('error', reject);
     req.end(body);
   });

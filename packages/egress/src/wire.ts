@@ -6,7 +6,17 @@ import type { SandglassError } from '@sandglass/core';
 export type HeaderPairs = [string, string][];
 
 // RFC 9110 §7.6.1: meaningful for one connection only, never forwarded.
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
 
 export function pairsOf(raw: string[]): HeaderPairs {
   const out: HeaderPairs = [];

@@ -73,7 +73,7 @@ export interface GatewayOptions {
   /** Tenant secrets, resolved (and decrypted) only when a request uses them. */
   secrets: SecretResolver;
   /** Egress proxy settings: name resolution and extra upstream CAs (on-prem), approval timeout, exchange recording. */
-  egress?: { lookup?: (host: string) => Promise<string[]>; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges?: boolean };
+  egress?: { lookup?: (host: string) => Promise<string[]>; privateAllow?: string[]; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges?: boolean };
 }
 
 /** Restoring a snapshot into a sandbox: a resume keeps the sandbox's id, a fork gets a new one. */

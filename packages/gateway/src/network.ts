@@ -2,7 +2,16 @@
 import type { Redacted } from '@sandglass/core';
 import { SandglassError, type Logger } from '@sandglass/core';
 import type { AgentClient } from '@sandglass/agent-client';
-import { ApprovalBroker, DENY_ALL, EgressProxy, newPlaceholder, parsePolicy, type PolicyInput, type SandboxEgress, type SecretBinding } from '@sandglass/egress';
+import {
+  ApprovalBroker,
+  DENY_ALL,
+  EgressProxy,
+  newPlaceholder,
+  parsePolicy,
+  type PolicyInput,
+  type SandboxEgress,
+  type SecretBinding,
+} from '@sandglass/egress';
 import type { GatewayEvents } from './events.js';
 
 /** Where guest programs find the proxy: the agent listens on guest loopback and relays each connection to the host. */
@@ -25,6 +34,8 @@ export interface ResolvedSecret {
   format?: string | null;
   bodyContentTypes?: string[];
   approval: 'none' | 'required';
+  allowPlaintext?: boolean;
+  allowUpgrade?: boolean;
   value(): Promise<Redacted<string>>;
 }
 
@@ -48,6 +59,8 @@ export interface NetworkOptions {
   tenantOf: (sandboxId: string) => string | undefined;
   /** Name resolution for upstreams; tests map names to loopback servers. */
   lookup?: (host: string) => Promise<string[]>;
+  /** `ip:port` internal destinations the operator opens (SANDGLASS_EGRESS_PRIVATE_ALLOW); no policy can open others. */
+  privateAllow?: string[];
   upstreamCAs?: string[];
   approvalTimeoutMs?: number;
   recordExchanges?: boolean;
@@ -73,6 +86,7 @@ export class NetworkManager {
     });
     this.proxy = new EgressProxy({
       lookup: opts.lookup,
+      privateAllow: opts.privateAllow,
       upstreamCAs: opts.upstreamCAs,
       approvals: this.approvals,
       recordExchanges: opts.recordExchanges,
@@ -103,21 +117,24 @@ export class NetworkManager {
    */
   async attach(sandboxId: string, tenantId: string, agent: AgentClient, spec: NetworkSpec): Promise<void> {
     if (!spec.policy && spec.secrets.length === 0) return;
-    const bindings: SecretBinding[] = [];
-    for (const name of spec.secrets) {
-      const s = await this.opts.secrets.resolve(tenantId, name);
-      bindings.push({
-        name,
-        placeholder: spec.placeholders[name] ?? newPlaceholder(),
-        hosts: s.hosts,
-        ...(s.header ? { header: s.header } : {}),
-        ...(s.format ? { format: s.format } : {}),
-        ...(s.bodyContentTypes?.length ? { bodyContentTypes: s.bodyContentTypes } : {}),
-        approval: s.approval,
-        // Looked up again at the moment of use: a secret changed or removed since the sandbox started applies at once.
-        value: async () => (await this.opts.secrets.resolve(tenantId, name)).value(),
-      });
-    }
+    const bindings: SecretBinding[] = spec.secrets.map((name) => ({
+      name,
+      placeholder: spec.placeholders[name] ?? newPlaceholder(),
+      // Read on every request: a secret narrowed, switched to approval, rotated or removed applies to the next one.
+      current: async () => {
+        const s = await this.opts.secrets.resolve(tenantId, name);
+        return {
+          hosts: s.hosts,
+          ...(s.header ? { header: s.header } : {}),
+          ...(s.format ? { format: s.format } : {}),
+          ...(s.bodyContentTypes?.length ? { bodyContentTypes: s.bodyContentTypes } : {}),
+          approval: s.approval,
+          allowPlaintext: s.allowPlaintext === true,
+          allowUpgrade: s.allowUpgrade === true,
+          value: () => s.value(),
+        };
+      },
+    }));
     this.proxy.removeSandbox(sandboxId);
     const egress = await this.proxy.addSandbox(sandboxId, { policy: spec.policy ? parsePolicy(spec.policy) : DENY_ALL, secrets: bindings });
     this.specs.set(sandboxId, spec);
@@ -174,7 +191,9 @@ export class NetworkManager {
     const spec = this.specs.get(sandboxId);
     const sb = this.egress.get(sandboxId);
     if (!spec || !sb) {
-      throw new SandglassError('invalid_argument', `Sandbox ${sandboxId} was created without a network; create one with a policy.`, { details: { field: 'network' } });
+      throw new SandglassError('invalid_argument', `Sandbox ${sandboxId} was created without a network; create one with a policy.`, {
+        details: { field: 'network' },
+      });
     }
     sb.setPolicy(parsePolicy(policy));
     spec.policy = policy;

@@ -263,6 +263,8 @@ describe('egress: network, secrets, approvals', () => {
     format: (b.format as string) ?? (b.header ? '{value}' : null),
     bodyContentTypes: (b.bodyContentTypes as string[]) ?? [],
     approval: (b.approval as 'none' | 'required') ?? 'none',
+    allowPlaintext: (b.allowPlaintext as boolean) ?? false,
+    allowUpgrade: (b.allowUpgrade as boolean) ?? false,
     createdAt: '2025-06-01T12:00:00.000Z',
     updatedAt: '2025-06-01T12:00:00.000Z',
   });

@@ -5,7 +5,7 @@ import { NotFoundError } from './errors.js';
 import type { SecretInfo } from './types.js';
 
 export interface SecretSetOptions extends ConnectionConfig {
-  /** Where the value may be sent: 'api.github.com', '*.example.com', 'host:8443' (no port: any port). 1…32 of them. */
+  /** Where the value may be sent: 'api.github.com', '*.example.com', 'host:8443' (no port: 443 only). 1…32 of them. */
   hosts: string[];
   /** Add this header to every request to those hosts, as `format`. */
   header?: string;
@@ -15,6 +15,10 @@ export interface SecretSetOptions extends ConnectionConfig {
   bodyContentTypes?: string[];
   /** required: every use waits until approved (Sandbox.approve). Default none. */
   approval?: 'none' | 'required';
+  /** Also substitute into requests sent upstream in clear text (http://). Default false: only over verified TLS. */
+  allowPlaintext?: boolean;
+  /** Also substitute into WebSocket (upgrade) requests; frames after the 101 are not masked. Default false. */
+  allowUpgrade?: boolean;
 }
 
 const secretPath = (name: string) => `/v1/secrets/${encodeURIComponent(name)}`;
@@ -24,9 +28,9 @@ export class Secrets {
 
   /** Creates or replaces the secret NAME (^[A-Z_][A-Z0-9_]{0,63}$); answers its configuration, never the value. */
   static async set(name: string, value: string, opts: SecretSetOptions): Promise<SecretInfo> {
-    const { hosts, header, format, bodyContentTypes, approval, ...config } = opts;
+    const { hosts, header, format, bodyContentTypes, approval, allowPlaintext, allowUpgrade, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    return cp.json<SecretInfo>('PUT', secretPath(name), { json: { value, hosts, header, format, bodyContentTypes, approval } });
+    return cp.json<SecretInfo>('PUT', secretPath(name), { json: { value, hosts, header, format, bodyContentTypes, approval, allowPlaintext, allowUpgrade } });
   }
 
   static async list(config?: ConnectionConfig): Promise<SecretInfo[]> {

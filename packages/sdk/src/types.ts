@@ -56,6 +56,8 @@ export interface SecretInfo {
   format: string | null;
   bodyContentTypes: string[];
   approval: 'none' | 'required';
+  allowPlaintext: boolean;
+  allowUpgrade: boolean;
   createdAt: string;
   updatedAt: string;
 }

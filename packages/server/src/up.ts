@@ -53,10 +53,12 @@ function healthFromEnv(): HealthPolicy {
 
 /**
  * Egress settings from the environment: SANDGLASS_EGRESS_HOSTS ("name=ip,…", a static resolver override consulted
- * before DNS, for on-prem names and tests), SANDGLASS_EGRESS_CA_FILES (PEM files of extra CAs trusted for upstreams),
+ * before DNS, for on-prem names and tests; its answers are vetted like DNS's), SANDGLASS_EGRESS_PRIVATE_ALLOW
+ * ("ip:port,…": the only internal destinations sandboxes may reach; no API can add one), SANDGLASS_EGRESS_CA_FILES
+ * (PEM files of extra CAs trusted for upstreams),
  * SANDGLASS_APPROVAL_TIMEOUT_MS, SANDGLASS_EGRESS_RECORD=1 (record each exchange, secrets redacted).
  */
-function egressFromEnv(): { lookup: (host: string) => Promise<string[]>; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges: boolean } {
+function egressFromEnv(): { lookup: (host: string) => Promise<string[]>; privateAllow: string[]; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges: boolean } {
   const hosts = new Map<string, string[]>();
   for (const entry of (process.env.SANDGLASS_EGRESS_HOSTS ?? '').split(',').map((e) => e.trim()).filter(Boolean)) {
     const [name, ip] = entry.split('=');
@@ -66,6 +68,7 @@ function egressFromEnv(): { lookup: (host: string) => Promise<string[]>; upstrea
   const caFiles = (process.env.SANDGLASS_EGRESS_CA_FILES ?? '').split(',').map((f) => f.trim()).filter(Boolean);
   return {
     lookup: async (host) => hosts.get(host.toLowerCase()) ?? (await dnsLookup(host, { all: true })).map((a) => a.address),
+    privateAllow: (process.env.SANDGLASS_EGRESS_PRIVATE_ALLOW ?? '').split(',').map((e) => e.trim()).filter(Boolean),
     upstreamCAs: caFiles.length ? caFiles.map((f) => readFileSync(f, 'utf8')) : undefined,
     approvalTimeoutMs: process.env.SANDGLASS_APPROVAL_TIMEOUT_MS ? intFromEnv('SANDGLASS_APPROVAL_TIMEOUT_MS', 300_000, 100, 86_400_000) : undefined,
     recordExchanges: process.env.SANDGLASS_EGRESS_RECORD === '1',
