@@ -1,8 +1,8 @@
 #!/usr/bin/env node
-// Prepares a machine to run Sandglass: system packages, the VM user, npm dependencies and the guest agent; idempotent and quick when all is in place.
+// Prepares a machine to run Sandglass: system packages, npm dependencies, the guest agent and the jailer; idempotent and quick when all is in place.
 // Plain Node ESM without dependencies: it runs on a fresh clone, before `npm ci`.
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, readdirSync, readFileSync, statSync } from 'node:fs';
+import { accessSync, constants, readdirSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -21,11 +21,9 @@ const REQUIRED = [
   ['go', 'golang-go'],
   ['cpio', 'cpio'],
   ['zstd', 'zstd'],
-  ['setfacl', 'acl'],
   // The gateway's sparse-copy helper (packages/vmm/helpers): copies guest RAM without a fork per copy.
   ['python3', 'python3'],
 ];
-const VM_USER = 'sandglass-vm';
 const isRoot = process.getuid?.() === 0;
 
 function log(msg) {
@@ -79,29 +77,6 @@ function ensureSystemPackages() {
   if (still.length > 0) fail(`still missing after apt-get install: ${still.map(([c]) => c).join(', ')}`);
 }
 
-function userExists(name) {
-  try {
-    return readFileSync('/etc/passwd', 'utf8')
-      .split('\n')
-      .some((l) => l.split(':')[0] === name);
-  } catch {
-    return false;
-  }
-}
-
-function ensureVmUser() {
-  if (userExists(VM_USER)) {
-    log(`user ${VM_USER} exists`);
-    return;
-  }
-  if (!isRoot) {
-    log(`user ${VM_USER} (which VMs run as) is missing; as root: useradd --system --no-create-home --shell /usr/sbin/nologin ${VM_USER}`);
-    return;
-  }
-  log(`creating system user ${VM_USER} (VMs run as it)`);
-  run('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', VM_USER]);
-}
-
 function mtimeMs(path) {
   try {
     return statSync(path).mtimeMs;
@@ -121,22 +96,25 @@ function ensureNodeModules() {
   run('npm', ['ci', '--no-audit', '--no-fund']);
 }
 
-function ensureAgent() {
-  const agentDir = join(repo, 'agent');
-  const binary = join(agentDir, 'build/sandglass-agent');
+/** Builds a static Go binary of this repository (agent/, jailer/) with its build.sh when its sources are newer. */
+function ensureGoBinary(dirName, binaryName, what) {
+  const srcDir = join(repo, dirName);
+  const binary = join(srcDir, 'build', binaryName);
   const built = mtimeMs(binary);
-  const sources = readdirSync(agentDir).filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'go.sum' || f === 'build.sh');
-  const newest = Math.max(...sources.map((f) => mtimeMs(join(agentDir, f)) ?? Infinity));
+  const sources = readdirSync(srcDir).filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'go.sum' || f === 'build.sh');
+  const newest = Math.max(...sources.map((f) => mtimeMs(join(srcDir, f)) ?? Infinity));
   if (built !== undefined && built >= newest) {
-    log('guest agent up to date');
+    log(`${what} up to date`);
     return;
   }
-  log('building the guest agent (agent/build.sh)');
-  run('bash', [join(agentDir, 'build.sh'), binary], { stdio: ['ignore', 'ignore', 'inherit'] });
+  log(`building the ${what} (${dirName}/build.sh)`);
+  run('bash', [join(srcDir, 'build.sh'), binary], { stdio: ['ignore', 'ignore', 'inherit'] });
 }
 
 ensureSystemPackages();
-ensureVmUser();
 ensureNodeModules();
-ensureAgent();
+ensureGoBinary('agent', 'sandglass-agent', 'guest agent');
+// Every VM starts through it when Sandglass runs as root (docs/design/jailer.md).
+ensureGoBinary('jailer', 'sandglass-jailer', 'jailer');
+if (!isRoot) log('not root: VMs will run without the jailer, as this user (docs/design/jailer.md)');
 log('ready');

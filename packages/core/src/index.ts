@@ -4,6 +4,8 @@ export * from './ids.js';
 export * from './clock.js';
 export * from './log.js';
 export * from './home.js';
+export * from './home-lock.js';
+export * from './proc.js';
 export * from './http.js';
 export * from './access-token.js';
 export * from './node-secret.js';

@@ -1,5 +1,5 @@
 // Opens the Sandglass database from a URL and brings its schema up to date before anyone queries it.
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, Migrator, SqliteDialect } from 'kysely';
@@ -35,6 +35,16 @@ export async function migrate(db: Kysely<Schema>): Promise<void> {
   }
 }
 
+/**
+ * The database holds tenants, key hashes and the event log: readable by its owner only. SQLite creates the WAL and
+ * shared-memory files with the database file's mode, so the file is made 0600 before SQLite first opens it; files
+ * left by an older version with wider modes are narrowed.
+ */
+function ownerOnly(path: string): void {
+  closeSync(openSync(path, 'a', 0o600));
+  for (const f of [path, `${path}-wal`, `${path}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
+}
+
 function dialectFor(url: string): SqliteDialect {
   if (!url.startsWith('sqlite:')) {
     throw new Error(`unsupported database URL ${JSON.stringify(url.split(':')[0])}: only sqlite: is built so far`);
@@ -45,6 +55,7 @@ function dialectFor(url: string): SqliteDialect {
   if (!memory) mkdirSync(dirname(path), { recursive: true });
   return new SqliteDialect({
     database: async () => {
+      if (!memory) ownerOnly(path);
       const conn = new BetterSqlite3(path);
       // WAL lets readers run beside the writer; a busy timeout rides out another process's write instead of failing.
       if (!memory) conn.pragma('journal_mode = WAL');

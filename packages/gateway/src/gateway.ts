@@ -1,9 +1,9 @@
 // The node gateway: runs sandbox VMs restored from templates and serves their data plane (commands, files, PTYs).
-import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { totalmem } from 'node:os';
-import { SandglassError, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
-import type { Accel, AccelChoice } from '@sandglass/vmm';
+import { SandglassError, lockHome, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
+import { configureJail, killLeftoverVms, type Accel, type AccelChoice, type JailContext } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import type { RetentionPolicy } from '@sandglass/snapshots';
@@ -19,31 +19,6 @@ import type { PolicyInput } from '@sandglass/egress';
 export const DEFAULT_WARM_POOL = 2;
 /** Fork restores in flight at once: each is CPU-bound under TCG, more only queue for the same cores. */
 const FORK_CONCURRENCY = 4;
-
-function killStaleVms(runDir: string, log: Logger): void {
-  const marker = `path=${runDir}/`;
-  let pids: string[];
-  try {
-    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
-  } catch {
-    return;
-  }
-  for (const pid of pids) {
-    let cmdline: string;
-    try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    } catch {
-      continue;
-    }
-    if (!cmdline.startsWith('qemu-system') || !cmdline.includes(marker)) continue;
-    try {
-      process.kill(Number(pid), 'SIGKILL');
-      log.warn({ pid: Number(pid) }, 'killed a VM left running by a previous gateway');
-    } catch {
-      // Gone already, or not ours to kill.
-    }
-  }
-}
 
 export interface GatewayOptions {
   home: HomeLayout;
@@ -116,12 +91,17 @@ export class Gateway {
   readonly ram: RamFiles;
   readonly snapshots: SnapshotManager;
   readonly network: NetworkManager;
+  readonly jail: JailContext;
 
   constructor(readonly opts: GatewayOptions) {
     // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
     this.opts = { ...opts, events: new EventQuota(opts.events, { clock: opts.clock, logger: opts.logger }) };
     this.accel = opts.accel.accel;
     this.cpu = opts.accel.cpu;
+    lockHome(opts.home.root);
+    this.jail = configureJail({ recordDir: join(opts.home.root, 'vms') });
+    if (this.jail.reason) opts.logger.warn({ jail: this.jail.mode }, `VMs are NOT confined: ${this.jail.reason}`);
+    if (!this.jail.cgroups) opts.logger.warn({ cgroups: 'off' }, 'SANDGLASS_CGROUPS=off: VMs run WITHOUT memory or CPU limits (development only)');
     this.templates = new TemplateStore(opts.home.artifacts, opts.image, opts.kernelArgs, opts.logger);
     this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
@@ -148,11 +128,12 @@ export class Gateway {
   }
 
   /**
-   * A previous gateway that was killed outright leaves its QEMU processes running (children outlive their parent):
-   * stop every QEMU whose files live in our run directory, then drop the directories.
+   * VMs a dead predecessor left running are found by the records their jailers wrote (pid and start time, owner
+   * instance), never by what their command lines look like: the home lock taken first means no live gateway serves
+   * this home, and a pid whose start time changed is someone else's. Then their directories go.
    */
   private cleanStaleRunDirs(): void {
-    killStaleVms(this.opts.home.run, this.opts.logger);
+    for (const k of killLeftoverVms(this.jail)) this.opts.logger.warn(k, 'killed a VM left running by a previous gateway');
     try {
       for (const name of readdirSync(this.opts.home.run)) rmSync(sandboxDir(this.opts.home.run, name), { recursive: true, force: true });
     } catch {

@@ -1,12 +1,14 @@
 // Guest RAM files on tmpfs: every VM maps its own file shared, so a live snapshot reads guest memory straight from it.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { closeSync, constants as fsc, existsSync, openSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { chownToVm, copyCompacting, copySparse, warmCopier } from '@sandglass/vmm';
+import { chownToVm, copyCompacting, copySparse, ensurePrivateDir, warmCopier } from '@sandglass/vmm';
 
 /**
  * One directory per Sandglass home under /dev/shm. Guest RAM is RAM either way; on tmpfs it is never written back
  * to disk, and a sparse copy of it (tmpfs to tmpfs, holes skipped) is what a live snapshot costs the guest.
+ * /dev/shm is writable by every local user and the directory's name is predictable, so one made by anyone else
+ * (another owner, a group- or world-writable mode, a symlink) is refused rather than used.
  */
 export class RamFiles {
   readonly root: string;
@@ -14,7 +16,7 @@ export class RamFiles {
   constructor(homeRoot: string, shmRoot = '/dev/shm') {
     const tag = createHash('sha256').update(homeRoot).digest('hex').slice(0, 12);
     this.root = join(shmRoot, `sandglass-${tag}`);
-    mkdirSync(this.root, { recursive: true, mode: 0o711 });
+    ensurePrivateDir(this.root, [0o711, 0o700]);
     warmCopier();
   }
 
@@ -23,12 +25,14 @@ export class RamFiles {
     return join(this.root, `${vmId}.mem`);
   }
 
-  /** Makes VM `vmId`'s RAM file a sparse copy of `image`, owned by the VM user. */
+  /** Makes VM `vmId`'s RAM file a sparse copy of `image`, owned by the VM's uid. */
   async createFrom(vmId: string, image: string): Promise<string> {
     const path = this.pathFor(vmId);
     rmSync(path, { force: true });
+    // Created here, exclusively and not through a symlink; the copy then fills the file we made.
+    closeSync(openSync(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o600));
     await copySparse(image, path);
-    chownToVm(path);
+    chownToVm(path, vmId);
     return path;
   }
 

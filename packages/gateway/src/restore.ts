@@ -1,6 +1,6 @@
 // Restoring a snapshot into a running VM with its agent linked: the one path creates, the warm pool, resumes and forks use.
 import type { Socket } from 'node:net';
-import { restoreVm, resumeVm, createOverlay, prepareVmDir, type Vm, type VmConfig } from '@sandglass/vmm';
+import { restoreVm, resumeVm, createOverlay, prepareVmDir, releaseVmIdentity, type Vm, type VmConfig } from '@sandglass/vmm';
 import type { AgentClient } from '@sandglass/agent-client';
 import { connectAgent, openAgentSocket } from './agent-link.js';
 import type { RamFiles } from './ram.js';
@@ -32,8 +32,8 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
   try {
     let diskPath: string;
     if ('backing' in source.disk) {
-      diskPath = prepareVmDir(dir).disk;
-      await createOverlay(diskPath, source.disk.backing, 'qcow2');
+      diskPath = prepareVmDir(dir, id).disk;
+      await createOverlay(diskPath, source.disk.backing, 'qcow2', id);
     } else {
       diskPath = source.disk.prepared;
     }
@@ -63,6 +63,8 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
       await vm.exited;
     }
     ram.remove(memPath);
+    // The VM's uid goes back with its files; the caller removes `dir` next, and nothing of this VM runs.
+    releaseVmIdentity(id);
     throw err;
   }
 }

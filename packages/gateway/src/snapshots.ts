@@ -1,6 +1,6 @@
 // The node's time machine: rolling live snapshots of running sandboxes into the chunk store, restores for resume and fork, retention and GC.
 import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import {
@@ -314,11 +314,13 @@ export class SnapshotManager {
       await materializeMemory(tenant, m, image);
       this.trimImageCache();
     }
-    const paths = prepareVmDir(dir);
+    // The VM restored here is named like its run directory (the sandbox id).
+    const vmId = basename(dir);
+    const paths = prepareVmDir(dir, vmId);
     const statePath = join(dir, 'state.bin');
     await materializeState(tenant, m, statePath);
     await materializeDisk(tenant, m, paths.disk, template.diskPath);
-    chownToVm(paths.disk);
+    chownToVm(paths.disk, vmId);
     return {
       source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel, cpu: this.opts.cpu }, statePath, memImage: image, disk: { prepared: paths.disk } },
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },

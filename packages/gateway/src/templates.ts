@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandglassError, type Logger } from '@sandglass/core';
-import { bootVm, qemuVersion, chownToVm, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
+import { bootVm, qemuVersion, chownToVm, sealTemplate, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
 import { connectAgent, runToExit } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
 import type { RamFiles } from './ram.js';
@@ -75,6 +75,8 @@ export class TemplateStore {
     const metaPath = join(dir, 'template.json');
     if (!existsSync(metaPath)) return undefined;
     const meta = JSON.parse(readFileSync(metaPath, 'utf8')) as TemplateSnapshot;
+    // A template built before VMs had uids of their own belongs to the old shared VM user: take it back.
+    sealTemplate(dir);
     return { ...meta, name, dir, memPath: join(dir, 'mem.raw'), statePath: join(dir, 'state.bin'), diskPath: join(dir, 'disk.qcow2') };
   }
 
@@ -83,10 +85,11 @@ export class TemplateStore {
     const tmp = `${dir}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
-    chownToVm(tmp);
+    const vmId = `tpl-${key}`;
+    chownToVm(tmp, vmId);
     onProgress?.({ step: 'template', message: `booting ${name} (${config.memoryMib} MiB, ${config.vcpus} vCPU, ${config.accel})` });
     const t0 = performance.now();
-    const vm = await bootGuest(this.image, this.kernelArgs, { id: `tpl-${key}`, dir: tmp, config });
+    const vm = await bootGuest(this.image, this.kernelArgs, { id: vmId, dir: tmp, config });
     try {
       const agent = await connectAgent(vm, { timeoutMs: bootAgentTimeoutMs(config) });
       const bootMs = performance.now() - t0;
@@ -103,6 +106,8 @@ export class TemplateStore {
       rmSync(join(tmp, 'migrate.sock'), { force: true });
       const meta = { key, name, config, bootMs, createdAt: new Date().toISOString(), stateBytes: saved.stateBytes };
       writeFileSync(join(tmp, 'template.json'), JSON.stringify(meta, null, 2));
+      // From here on the template belongs to the gateway: every VM backs onto its disk layer, none may change it.
+      sealTemplate(tmp);
       rmSync(dir, { recursive: true, force: true });
       renameSync(tmp, dir);
       this.log.info({ key, name, bootMs: Math.round(bootMs), pausedMs: Math.round(saved.pausedMs) }, 'template snapshot built');

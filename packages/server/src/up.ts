@@ -1,7 +1,7 @@
 // `sandglass up`: the embedded single-node deployment — control plane and one gateway in one process, SQLite, local storage.
 import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createLogger, homeLayout, loadNodeSecret, systemClock } from '@sandglass/core';
+import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
@@ -12,7 +12,6 @@ import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
 import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { reconcileNode } from './reconcile.js';
-import { grantVmTraverse } from './host-access.js';
 import { progressPrinter } from './progress.js';
 import { nodeAccel } from './accel.js';
 
@@ -82,10 +81,12 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const gatewayPort = opts.gatewayPort ?? port + 1;
   const log = createLogger('sandglass');
   const clock = systemClock;
+  // One home, one server: locked before anything in it is touched, so a second `up` refuses instead of taking over
+  // the database and the first one's VMs. VMs never need to enter the home: the jail mirrors what they read.
+  mkdirSync(layout.root, { recursive: true, mode: 0o700 });
+  const homeLock = lockHome(layout.root);
   for (const d of [layout.root, layout.artifacts, layout.run, layout.store, layout.keys]) mkdirSync(d, { recursive: true, mode: 0o700 });
   chmodSync(layout.root, 0o700);
-  grantVmTraverse(layout.root);
-  for (const d of [layout.artifacts, layout.run]) grantVmTraverse(d);
 
   const progress = progressPrinter();
   const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
@@ -188,6 +189,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
         await gatewayApp.close();
         await internalApp.close();
         await closeDb();
+        homeLock.release();
       })()),
   };
 }

@@ -26,7 +26,7 @@ def copy_range(fi, fo, start, end):
 def copy(src, dst):
     fi = os.open(src, os.O_RDONLY)
     try:
-        fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             size = os.fstat(fi).st_size
             os.ftruncate(fo, size)

@@ -11,6 +11,8 @@ export interface CgroupLimits {
 export interface Cgroup {
   readonly kind: 'v1' | 'v2' | 'none';
   readonly reason?: string;
+  /** The directories whose cgroup.procs a process joins (one on v2, one per controller on v1). */
+  readonly dirs: string[];
   addProcess(pid: number): void;
   /** Peak memory use seen by the cgroup, where the kernel reports it. */
   memoryPeakBytes(): number | undefined;
@@ -27,6 +29,9 @@ function write(path: string, value: string): void {
 class V2 implements Cgroup {
   readonly kind = 'v2';
   constructor(private readonly dir: string) {}
+  get dirs(): string[] {
+    return [this.dir];
+  }
   addProcess(pid: number): void {
     write(join(this.dir, 'cgroup.procs'), String(pid));
   }
@@ -41,7 +46,7 @@ class V2 implements Cgroup {
 
 class V1 implements Cgroup {
   readonly kind = 'v1';
-  constructor(private readonly dirs: string[]) {}
+  constructor(readonly dirs: string[]) {}
   addProcess(pid: number): void {
     for (const d of this.dirs) write(join(d, 'cgroup.procs'), String(pid));
   }
@@ -56,6 +61,7 @@ class V1 implements Cgroup {
 
 class None implements Cgroup {
   readonly kind = 'none';
+  readonly dirs: string[] = [];
   constructor(readonly reason: string) {}
   addProcess(): void {}
   memoryPeakBytes(): undefined {
@@ -76,6 +82,11 @@ function rmdirQuiet(dir: string): void {
       while (Date.now() < until);
     }
   }
+}
+
+/** No limits at all: only for SANDGLASS_CGROUPS=off (development), which says so at start. */
+export function noCgroup(reason: string): Cgroup {
+  return new None(reason);
 }
 
 /** Creates `sandglass/<name>` with the limits; returns a no-op cgroup (with the reason) where the host gives us none. */

@@ -3,5 +3,6 @@ export * from './qemu.js';
 export * from './qmp.js';
 export * from './cgroup.js';
 export * from './host.js';
+export * from './jail.js';
 export * from './accel.js';
 export { ConsoleRing, CONSOLE_RING_BYTES } from './console.js';

@@ -1,15 +1,16 @@
 // The QEMU `microvm` driver: cold boot, save a snapshot (RAM stays in its file, device state to a stream), restore.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { chownSync, closeSync, createWriteStream, fsyncSync, mkdirSync, openSync, readFileSync, chmodSync, existsSync, rmSync } from 'node:fs';
+import { closeSync, createWriteStream, fsyncSync, mkdirSync, openSync, readFileSync, chmodSync, existsSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { SandglassError } from '@sandglass/core';
+import { SandglassError, processStartTime } from '@sandglass/core';
 import { QmpClient, type QmpEvent } from './qmp.js';
-import { createCgroup, type Cgroup } from './cgroup.js';
+import { createCgroup, noCgroup, type Cgroup } from './cgroup.js';
 import { ConsoleLink } from './console.js';
-import { vmIdentity, type Accel } from './host.js';
+import type { Accel } from './host.js';
+import { chownToVm, jailContext, jailerArgv, vmIdentity, qemuHostFiles, readRecord, recordPath, releaseVmIdentity, writeRecord, type JailContext } from './jail.js';
 
 const execFileP = promisify(execFile);
 
@@ -120,28 +121,20 @@ function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: stri
   ];
 }
 
-/** Creates a VM runtime directory owned by the VM user (QEMU creates its sockets and files there). */
-export function prepareVmDir(dir: string): VmPaths {
+/** Creates VM `vmId`'s runtime directory, owned by the VM's own uid (QEMU creates its sockets and files there). */
+export function prepareVmDir(dir: string, vmId: string): VmPaths {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const who = vmIdentity();
-  if (process.getuid?.() === 0) chownSync(dir, who.uid, who.gid);
+  chownToVm(dir, vmId);
   return vmPaths(dir);
 }
 
-export async function createOverlay(path: string, backing: string, backingFormat: 'raw' | 'qcow2'): Promise<void> {
+export async function createOverlay(path: string, backing: string, backingFormat: 'raw' | 'qcow2', vmId: string): Promise<void> {
   try {
     await execFileP('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', backingFormat, '-b', backing, path]);
   } catch (err) {
     throw new SandglassError('internal', `qemu-img create failed: ${(err as { stderr?: string }).stderr ?? err}`, { cause: err });
   }
-  chownToVm(path);
-}
-
-export function chownToVm(path: string): void {
-  if (process.getuid?.() === 0) {
-    const who = vmIdentity();
-    chownSync(path, who.uid, who.gid);
-  }
+  chownToVm(path, vmId);
 }
 
 export interface LiveCapture {
@@ -272,13 +265,21 @@ export class Vm {
         this.qmp?.close();
         this.console.close();
         this.cgroup.remove();
+        if (this.record) rmSync(this.record, { force: true });
+        releaseVmIdentity(id);
         resolve({ code, signal, expected: this.stopping, stderrTail: this.stderr.trim() });
       });
     });
   }
 
+  /** Where this VM's record lies (see VmRecord): it names QEMU's pid, which under the jailer is not the child's. */
+  record?: string;
+  private qemuPid?: number;
+
+  /** QEMU's pid (the jailer's child once it exec'd QEMU, or the child itself without a jail). */
   get pid(): number {
-    return this.child.pid!;
+    if (this.qemuPid === undefined && this.record) this.qemuPid = readRecord(this.record)?.pid;
+    return this.qemuPid ?? this.child.pid!;
   }
 
   get isRunning(): boolean {
@@ -401,7 +402,7 @@ export class Vm {
       conn.pipe(out);
     });
     await new Promise<void>((resolve, reject) => server.listen(migSock, resolve).once('error', reject));
-    chownToVm(migSock);
+    chownToVm(migSock, this.id);
     chmodSync(migSock, 0o600);
     const streamDone = new Promise<void>((resolve, reject) => {
       out.once('finish', resolve);
@@ -438,25 +439,85 @@ export class Vm {
   }
 }
 
-async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, args: string[], extraFds: number[] = []): Promise<Vm> {
-  const who = vmIdentity();
+/** What a VM reads besides its own run directory and RAM file, all mirrored read-only into its jail. */
+interface VmFiles {
+  /** The active disk layer; the jail mirrors its backing chain. */
+  disk: string;
+  readOnly?: string[];
+  /** Descriptors passed on as 3, 4, …: a restore's device-state stream. */
+  extraFds?: number[];
+}
+
+/**
+ * The VM's cgroup. With the jailer, limits that cannot be applied fail the start (SANDGLASS_CGROUPS=off, for
+ * development, is the only way round); without it (not root) there were never going to be any.
+ */
+export function vmCgroup(ctx: JailContext, id: string, config: VmConfig): Cgroup {
+  const cgroup = createCgroup(id, vmLimits(config));
+  if (cgroup.kind === 'none' && ctx.mode === 'jailed' && ctx.cgroups) {
+    throw new SandglassError('vm_failed', `VM ${id} cannot start: its memory and CPU limits cannot be applied (${cgroup.reason}). SANDGLASS_CGROUPS=off runs VMs without limits (development only).`);
+  }
+  return cgroup;
+}
+
+export function vmLimits(config: VmConfig): { memoryBytes: number; cpus: number } {
+  return { memoryBytes: (config.memoryMib + VMM_OVERHEAD_MIB) * 1024 * 1024, cpus: config.vcpus };
+}
+
+// RLIMIT_AS on top of guest RAM: QEMU reserves address space it never touches (thread stacks, malloc arenas, the
+// TCG translation buffer), so this bounds mappings, not use; the cgroup bounds use.
+const ADDRESS_SPACE_OVERHEAD_MIB = 2048;
+
+async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, args: string[], files: VmFiles): Promise<Vm> {
+  const ctx = jailContext();
   // Listening before QEMU starts: its console chardev connects once, at start, and QEMU exits if nobody answers.
-  const consoleLink = await ConsoleLink.listen(vmPaths(dir).consoleSocket, chownToVm);
-  const cgroup = createCgroup(id, { memoryBytes: (config.memoryMib + VMM_OVERHEAD_MIB) * 1024 * 1024, cpus: config.vcpus });
-  const child = spawn('qemu-system-x86_64', args, {
-    stdio: ['ignore', 'pipe', 'pipe', ...extraFds],
-    ...(process.getuid?.() === 0 ? { uid: who.uid, gid: who.gid } : {}),
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
-  });
-  // Joining the cgroup right after spawn: QEMU has not allocated guest memory yet.
-  if (child.pid) {
-    try {
-      cgroup.addProcess(child.pid);
-    } catch {
-      // The process died at once; the exit handler reports why.
+  const consoleLink = await ConsoleLink.listen(vmPaths(dir).consoleSocket, (p) => chownToVm(p, id));
+  let cgroup: Cgroup;
+  try {
+    cgroup = ctx.cgroups ? vmCgroup(ctx, id, config) : noCgroup('SANDGLASS_CGROUPS=off');
+  } catch (err) {
+    consoleLink.close();
+    throw err;
+  }
+  const qemu = qemuHostFiles();
+  const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe', ...(files.extraFds ?? [])];
+  // A record beside the run directory, never in it: the VM can write there.
+  const record = recordPath(ctx, id) ?? `${dir}.vm.json`;
+  let child: ChildProcess;
+  if (ctx.mode === 'jailed') {
+    const argv = jailerArgv(
+      ctx,
+      {
+        id,
+        identity: vmIdentity(id),
+        cgroupDirs: cgroup.kind === 'none' ? null : cgroup.dirs,
+        writable: [dir, memPath],
+        readOnly: [...(files.readOnly ?? []), ...qemu.data],
+        disks: [files.disk],
+        kvm: config.accel === 'kvm',
+        addressSpaceBytes: (config.memoryMib + ADDRESS_SPACE_OVERHEAD_MIB) * 1024 * 1024,
+        keepFds: files.extraFds?.length ?? 0,
+        record,
+      },
+      [qemu.binary, ...args],
+    );
+    child = spawn(ctx.jailerPath, argv, { stdio, env: {} });
+  } else {
+    child = spawn(qemu.binary, args, { stdio, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    if (child.pid) {
+      // Without the jailer QEMU joins its cgroup only now, before it allocates guest memory.
+      try {
+        cgroup.addProcess(child.pid);
+      } catch {
+        // The process died at once; the exit handler reports why.
+      }
+      const startTime = processStartTime(child.pid);
+      if (startTime) writeRecord(record, { vm: id, instance: ctx.instanceId, pid: child.pid, startTime });
     }
   }
-  return new Vm(id, config, child, cgroup, dir, memPath, consoleLink);
+  const vm = new Vm(id, config, child, cgroup, dir, memPath, consoleLink);
+  vm.record = record;
+  return vm;
 }
 
 async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
@@ -472,8 +533,8 @@ async function attachQmp(vm: Vm, timeoutMs: number): Promise<QmpClient> {
 
 /** Cold-boots a VM from kernel + initramfs + root image. Used only to build templates; sandboxes restore. */
 export async function bootVm(spec: BootSpec): Promise<Vm> {
-  const paths = prepareVmDir(spec.dir);
-  if (!existsSync(paths.disk)) await createOverlay(paths.disk, spec.rootfsPath, 'raw');
+  const paths = prepareVmDir(spec.dir, spec.id);
+  if (!existsSync(paths.disk)) await createOverlay(paths.disk, spec.rootfsPath, 'raw', spec.id);
   // biome-ignore format: QEMU arguments read as one flag and its value per line
   const args = [
     ...machineArgs(spec.id, paths, spec.config, spec.memPath, paths.disk),
@@ -481,7 +542,7 @@ export async function bootVm(spec: BootSpec): Promise<Vm> {
     '-initrd', spec.initrdPath,
     '-append', spec.append,
   ];
-  const vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args);
+  const vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, { disk: paths.disk, readOnly: [spec.kernelPath, spec.initrdPath] });
   await attachQmp(vm, 10_000);
   return vm;
 }
@@ -491,12 +552,12 @@ export async function bootVm(spec: BootSpec): Promise<Vm> {
  * stream, RAM is already in the VM's own file. The VM is left paused: the caller links the agent, then calls `resume`.
  */
 export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
-  const paths = prepareVmDir(spec.dir);
+  const paths = prepareVmDir(spec.dir, spec.id);
   const stateFd = openSync(spec.statePath, 'r');
   let vm: Vm;
   try {
     const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath), '-incoming', 'defer'];
-    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, [stateFd]);
+    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, { disk: spec.diskPath, extraFds: [stateFd] });
   } finally {
     closeSync(stateFd);
   }

@@ -1,0 +1,3 @@
+module sandglass/jailer
+
+go 1.19
