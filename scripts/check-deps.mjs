@@ -212,7 +212,9 @@ for (const [pkg, byVersion] of versions) {
 const unique = [...new Set(problems)];
 if (unique.length > 0) {
   for (const p of unique) console.error(p);
-  console.error(`check-deps: ${unique.length} problem(s); fix the package.json files, then run \`npm install --no-audit --no-fund\` to update package-lock.json`);
+  console.error(
+    `check-deps: ${unique.length} problem(s); fix the package.json files, then run \`npm install --no-audit --no-fund\` to update package-lock.json`,
+  );
   process.exit(1);
 }
 console.log(`check-deps: ${workspaces.length} packages declare what they import`);
