@@ -1,0 +1,3 @@
+module sandglass/hostile
+
+go 1.19
