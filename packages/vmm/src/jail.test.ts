@@ -1,0 +1,60 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { processStartTime } from '@sandglass/core';
+import { jailerArgv, killLeftoverVms, type JailContext } from './jail.js';
+
+function ctx(recordDir?: string): JailContext {
+  return { mode: 'jailed', cgroups: true, jailerPath: '/x/jailer', recordDir, instanceId: 'me', uidBase: 2_000_000, uidCount: 10 };
+}
+
+describe('leftover VMs', () => {
+  it('kills exactly the processes its records name by pid and start time, never this instance’s', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sg-vms-'));
+    const [dead, reused, mine] = [spawn('sleep', ['30']), spawn('sleep', ['30']), spawn('sleep', ['30'])];
+    await Promise.all([dead, reused, mine].map((p) => new Promise((r) => p.once('spawn', r))));
+    try {
+      const rec = (vm: string, instance: string, pid: number, startTime: string) =>
+        writeFileSync(join(dir, `${vm}.json`), JSON.stringify({ vm, instance, pid, startTime }));
+      rec('a', 'old', dead.pid!, processStartTime(dead.pid!)!);
+      // The same pid with another start time is another process: a pid the old VM had, reused since.
+      rec('b', 'old', reused.pid!, '1');
+      rec('c', 'me', mine.pid!, processStartTime(mine.pid!)!);
+      const killed = killLeftoverVms(ctx(dir));
+      expect(killed).toEqual([{ vm: 'a', pid: dead.pid }]);
+      await new Promise((r) => dead.once('exit', r));
+      expect(processStartTime(reused.pid!)).toBeDefined();
+      expect(processStartTime(mine.pid!)).toBeDefined();
+      expect(existsSync(join(dir, 'a.json'))).toBe(false);
+      expect(existsSync(join(dir, 'c.json'))).toBe(true);
+    } finally {
+      for (const p of [dead, reused, mine]) p.kill('SIGKILL');
+    }
+  });
+});
+
+describe('jailer argv', () => {
+  it('passes every part of the confinement, and turns cgroups off only explicitly', () => {
+    const spec = {
+      id: 'sbx_1',
+      identity: { uid: 2_000_003, gid: 2_000_003 },
+      cgroupDirs: ['/sys/fs/cgroup/sandglass/sbx_1'],
+      writable: ['/h/run/sbx_1', '/dev/shm/s/sbx_1.mem'],
+      readOnly: ['/usr/share/qemu'],
+      disks: ['/h/run/sbx_1/disk.qcow2'],
+      kvm: true,
+      addressSpaceBytes: 1 << 30,
+      keepFds: 1,
+      record: '/h/vms/sbx_1.json',
+    };
+    const argv = jailerArgv(ctx('/h/vms'), spec, ['/usr/bin/qemu-system-x86_64', '-nodefaults']);
+    expect(argv.join(' ')).toBe(
+      '--id sbx_1 --uid 2000003 --gid 2000003 --cgroup /sys/fs/cgroup/sandglass/sbx_1 --rw /h/run/sbx_1 --rw /dev/shm/s/sbx_1.mem ' +
+        '--ro /usr/share/qemu --disk /h/run/sbx_1/disk.qcow2 --kvm --nofile 1024 --as-bytes 1073741824 --keep-fds 1 ' +
+        '--record /h/vms/sbx_1.json --instance me -- /usr/bin/qemu-system-x86_64 -nodefaults',
+    );
+    expect(jailerArgv(ctx(), { ...spec, cgroupDirs: null }, ['/bin/true'])).toContain('--no-cgroups');
+  });
+});
