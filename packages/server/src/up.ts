@@ -87,6 +87,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const homeLock = lockHome(layout.root);
   for (const d of [layout.root, layout.artifacts, layout.run, layout.store, layout.keys]) mkdirSync(d, { recursive: true, mode: 0o700 });
   chmodSync(layout.root, 0o700);
+  // Before minutes of image building: a node secret that is not exactly 32 bytes stops start-up here, naming the file.
+  const secret = loadNodeSecret(`${layout.root}/node-secret`);
 
   const progress = progressPrinter();
   const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
@@ -102,7 +104,6 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
 
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
-  const secret = loadNodeSecret(`${layout.root}/node-secret`);
   const keys = new LocalKeyring({ dir: layout.keys });
   const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys, clock });
   const secretStore = new SecretStore({ db, keys, events, clock });
@@ -144,7 +145,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   await gatewayApp.listen({ port: gatewayPort, host });
   const gatewayUrl = `http://${host}:${gatewayPort}`;
   // The internal API never shares the data plane's port: a unix socket in a directory only this user can enter
-  // (the VM user's traverse ACL on the home does not reach into it).
+  // (VMs never see the home at all: their jail mirrors only what they read).
   const internalDir = join(layout.root, 'internal');
   mkdirSync(internalDir, { recursive: true, mode: 0o700 });
   chmodSync(internalDir, 0o700);
