@@ -168,7 +168,7 @@ export class GatewayClient {
     } catch (err) {
       const timedOut = (err as Error).name === 'TimeoutError';
       const why = timedOut ? `did not answer within ${timeoutMs / 1000} s` : 'cannot be reached';
-      throw new SandglassError('gateway_unavailable', `Gateway ${gateway.id} (${gateway.internalUrl}) ${why}; retry later.`, { cause: err });
+      throw new SandglassError('gateway_unavailable', `Gateway ${gateway.id} ${why}; retry later.`, { cause: err });
     }
     const { text } = res;
     let parsed: unknown;

@@ -40,7 +40,7 @@ export function loadNodeSecret(file: string): Buffer {
   if (!m) {
     throw new Error(
       `${file} is not a node secret: it must hold exactly ${NODE_SECRET_BYTES} bytes as 64 hex digits (it has ${text.length} characters). ` +
-        'Restore it from the control plane, or remove it to make a new one (outstanding access tokens then stop working).',
+        'Put back the secret the control plane shares with this node, or remove the file to make a new one (outstanding access tokens then stop working).',
     );
   }
   return Buffer.from(m[1]!, 'hex');

@@ -60,7 +60,9 @@ beforeEach(() => {
 
 const REFUSALS = new Set(['unauthenticated', 'permission_denied', 'not_found']);
 /** A refusal by the auth hook or the router: never 2xx, never an error a handler would raise. */
-function refused(r: RawResponse): boolean {
+function refused(r: RawResponse, method: string): boolean {
+  // A HEAD answer has no body to tell whose refusal it is; `touched` tells whether a handler ran.
+  if (method === 'HEAD') return [401, 403, 404].includes(r.status);
   return r.status >= 400 && r.status < 500 && REFUSALS.has(errorCodeOf(r.body) ?? '');
 }
 
@@ -69,7 +71,7 @@ async function probe(target: Parameters<typeof rawRequest>[0], method: string, p
   for (const p of paths) {
     const withBody = method === 'POST' || method === 'PUT';
     const r = await rawRequest(target, method, p + query, { headers: withBody ? { ...headers, 'content-type': 'application/json' } : headers, body: withBody ? '{}' : undefined });
-    if (!refused(r)) bad.push(`${method} ${p}${query} -> ${r.status} ${r.body.slice(0, 120)}`);
+    if (!refused(r, method)) bad.push(`${method} ${p}${query} -> ${r.status} ${r.body.slice(0, 120)}`);
   }
   return bad;
 }
@@ -85,6 +87,8 @@ describe('data plane', () => {
     const bad = [
       ...(await probe({ port: dataPort }, op.method, variants, {})),
       ...(await probe({ port: dataPort }, op.method, variants, bearer(token(OTHER)))),
+      // fastify answers HEAD for every GET route: the same hooks must guard it.
+      ...(op.method === 'GET' ? await probe({ port: dataPort }, 'HEAD', variants, {}) : []),
     ];
     expect(bad).toEqual([]);
     expect(touched).toEqual([]);
