@@ -89,7 +89,6 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   chmodSync(layout.root, 0o700);
   // Before minutes of image building: a node secret that is not exactly 32 bytes stops start-up here, naming the file.
   const secret = loadNodeSecret(`${layout.root}/node-secret`);
-  // Before minutes of image building: a node secret that is not exactly 32 bytes stops start-up here, naming the file.
 
   const progress = progressPrinter();
   const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
