@@ -7,7 +7,7 @@ import { cpus } from 'node:os';
 import { Readable } from 'node:stream';
 import Table from 'cli-table3';
 import { homeLayout } from '@sandglass/core';
-import { qemuVersion, type AccelChoice } from '@sandglass/vmm';
+import { configureJail, qemuVersion, type AccelChoice } from '@sandglass/vmm';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import { Sandbox } from '@sandglass/sdk';
 import { nodeAccel, start } from '@sandglass/server';
@@ -230,8 +230,43 @@ async function egressPhase(): Promise<void> {
 /** BENCH_ONLY=snapshots|egress runs just that phase (its rows print, docs/benchmarks.md is left alone). */
 const only = process.env.BENCH_ONLY;
 
+/**
+ * What the jailer adds to a create: restores alternate between the jail (as every VM runs) and QEMU started directly
+ * (SANDGLASS_JAIL=off), in one server, so both see the same host load. Needs root (without it there is no jail).
+ */
+async function jailPhase(): Promise<void> {
+  if (process.getuid?.() !== 0) return;
+  const running = await start({ home, port, warmPoolSize: 0 });
+  const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+  const times = { on: [] as number[], off: [] as number[] };
+  try {
+    for (let i = 0; i < (quick ? 4 : 12); i++) {
+      for (const mode of ['on', 'off'] as const) {
+        process.env.SANDGLASS_JAIL = mode;
+        configureJail({ recordDir: join(home, 'vms') });
+        const t0 = performance.now();
+        const s = await Sandbox.create(config);
+        times[mode].push(performance.now() - t0);
+        await s.kill();
+      }
+    }
+  } finally {
+    delete process.env.SANDGLASS_JAIL;
+    configureJail({ recordDir: join(home, 'vms') });
+    await running.stop();
+  }
+  addLatency('create (restore + agent sync), jailed', times.on);
+  addLatency('create (restore + agent sync), SANDGLASS_JAIL=off', times.off);
+  rows.push({ what: 'added by the jailer per create (p50)', n: times.on.length, p50: ms(pct(times.on, 50) - pct(times.off, 50)), p95: '', other: 'target ≤ 5 ms' });
+}
+
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
+  if (only === 'jail') {
+    await jailPhase();
+    printRows();
+    return;
+  }
   if (only === 'snapshots' || only === 'egress') {
     await (only === 'snapshots' ? snapshotPhase() : egressPhase());
     printRows();
@@ -355,6 +390,7 @@ async function main(): Promise<void> {
 
   await snapshotPhase();
   await egressPhase();
+  await jailPhase();
 
   const header = printRows();
   const md =

@@ -1,5 +1,5 @@
 // openDatabase: migrations run on open (and again harmlessly), WAL and foreign keys are on.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
@@ -12,6 +12,22 @@ afterEach(() => {
 });
 
 describe('openDatabase', () => {
+  it('keeps the database and its WAL and shared-memory files readable by their owner only', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sg-db-'));
+    dirs.push(dir);
+    const file = join(dir, 'sandglass.db');
+    const { db, close } = await openDatabase({ url: `sqlite:${file}` });
+    await db.insertInto('tenants').values({ id: 'ten_a', name: 'a', created_at: toIso(0) }).execute();
+    for (const f of [file, `${file}-wal`, `${file}-shm`]) expect((statSync(f).mode & 0o777).toString(8), f).toBe('600');
+    await close();
+    // A database an older version left world-readable is narrowed on open.
+    const old = join(dir, 'old.db');
+    writeFileSync(old, '', { mode: 0o644 });
+    const again = await openDatabase({ url: `sqlite:${old}` });
+    expect((statSync(old).mode & 0o777).toString(8)).toBe('600');
+    await again.close();
+  });
+
   it('creates the schema in a new file, with WAL and foreign keys on, and reopens it unchanged', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sg-db-'));
     dirs.push(dir);
