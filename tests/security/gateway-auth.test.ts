@@ -8,7 +8,15 @@ import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { deriveNodeKeys, loadNodeSecret } from '@sandglass/core';
-import { errorCodeOf, fillPath, pathVariants, rawRequest, specOperations, type RawResponse, type SpecOperation } from '../../packages/gateway/src/test-support.js';
+import {
+  errorCodeOf,
+  fillPath,
+  pathVariants,
+  rawRequest,
+  specOperations,
+  type RawResponse,
+  type SpecOperation,
+} from '../../packages/gateway/src/test-support.js';
 import { api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl, home } from '../helpers.js';
 
 checkResponsesAgainstSpec();
@@ -41,7 +49,14 @@ const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
 /** Real ids where the route names one of tenant A's things; made-up ones where A has none of that kind. */
 function idsFor(path: string): Record<string, string> {
-  const id = path.startsWith('/v1/snapshots/') || path.startsWith('/internal/v1/snapshots/') ? aSnapshotId : path.startsWith('/v1/tenants/') ? aTenantId : path.startsWith('/v1/api-keys/') ? 'key_aaaaaaaaaaaaaaaaaaaa' : a.id;
+  const id =
+    path.startsWith('/v1/snapshots/') || path.startsWith('/internal/v1/snapshots/')
+      ? aSnapshotId
+      : path.startsWith('/v1/tenants/')
+        ? aTenantId
+        : path.startsWith('/v1/api-keys/')
+          ? 'key_aaaaaaaaaaaaaaaaaaaa'
+          : a.id;
   return { id, cid: aCommandId, requestId: 'apr_aaaaaaaaaaaaaaaaaaaa', name: 'AUTHH_SECRET' };
 }
 
@@ -74,7 +89,11 @@ function bodyFor(op: SpecOperation): string | undefined {
 
 /** Query parameters a route requires, so validation is no reason for a refusal. */
 const queryFor = (op: SpecOperation) =>
-  op.path.endsWith('/files') || op.path.endsWith('/files/stat') || op.path.endsWith('/files/list') ? '?path=/tmp/pwned-file' : op.path.startsWith('/internal/v1/snapshots/') ? `?tenantId=${aTenantId}` : '';
+  op.path.endsWith('/files') || op.path.endsWith('/files/stat') || op.path.endsWith('/files/list')
+    ? '?path=/tmp/pwned-file'
+    : op.path.startsWith('/internal/v1/snapshots/')
+      ? `?tenantId=${aTenantId}`
+      : '';
 
 const REFUSED = new Set(['unauthenticated', 'permission_denied', 'not_found']);
 
@@ -82,11 +101,20 @@ const REFUSED = new Set(['unauthenticated', 'permission_denied', 'not_found']);
  * Sends every path in `paths` as `op`; returns the answers that are not a refusal in `allowed` (by default: the auth
  * hook's 401/403 or the router's 404, never a handler's own answer).
  */
-async function probe(target: Parameters<typeof rawRequest>[0], op: SpecOperation, paths: string[], headers: Record<string, string>, allowed = (r: RawResponse) => r.status >= 400 && r.status < 500 && REFUSED.has(errorCodeOf(r.body) ?? '')): Promise<string[]> {
+async function probe(
+  target: Parameters<typeof rawRequest>[0],
+  op: SpecOperation,
+  paths: string[],
+  headers: Record<string, string>,
+  allowed = (r: RawResponse) => r.status >= 400 && r.status < 500 && REFUSED.has(errorCodeOf(r.body) ?? ''),
+): Promise<string[]> {
   const body = bodyFor(op);
   const bad: string[] = [];
   for (const p of paths) {
-    const r = await rawRequest(target, op.method, p + queryFor(op), { headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' }, body });
+    const r = await rawRequest(target, op.method, p + queryFor(op), {
+      headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
+      body,
+    });
     if (!allowed(r)) bad.push(`${op.method} ${p} -> ${r.status} ${r.body.slice(0, 160)}`);
   }
   return bad;
@@ -108,7 +136,9 @@ async function stateOfA() {
     // Rolling snapshots come and go on their own schedule; ours must stay, and no named one may appear.
     ours: snapshots.some((s) => s.id === aSnapshotId),
     named: snapshots.filter((s) => s.name !== null).map((s) => s.name),
-    pwned: await Promise.all(['/tmp/pwned', '/tmp/pwned-dir', '/tmp/pwned-renamed', '/tmp/pwned-file'].map(async (p) => (await gw(`/files/stat?path=${p}`)).status)),
+    pwned: await Promise.all(
+      ['/tmp/pwned', '/tmp/pwned-dir', '/tmp/pwned-renamed', '/tmp/pwned-file'].map(async (p) => (await gw(`/files/stat?path=${p}`)).status),
+    ),
     hostname: (await gw('/files/stat?path=/etc/hostname')).status,
   };
 }
@@ -118,7 +148,9 @@ beforeAll(async () => {
   aTenantId = (await api('GET', `/v1/sandboxes/${a.id}`)).body!.tenantId;
   aToken = (await api('POST', `/v1/sandboxes/${a.id}/access`)).body!.token;
   await a.commands.run('echo ready');
-  aCommandId = (JSON.parse((await rawRequest(dataPort, 'GET', `/v1/sandboxes/${a.id}/commands`, { headers: bearer(aToken) })).body) as { commands: Array<{ id: string }> }).commands[0]!.id;
+  aCommandId = (
+    JSON.parse((await rawRequest(dataPort, 'GET', `/v1/sandboxes/${a.id}/commands`, { headers: bearer(aToken) })).body) as { commands: Array<{ id: string }> }
+  ).commands[0]!.id;
   aSnapshotId = (await a.snapshot()).id;
   const tenant = await api('POST', '/v1/tenants', { body: { name: `authh-b-${Date.now()}` } });
   expect(tenant.status).toBe(201);
@@ -143,7 +175,8 @@ describe('gateway data plane', () => {
     for (const op of dataOps) {
       bad.push(...(await probe(dataPort, op, variantsOf(op), {})));
       bad.push(...(await probe(dataPort, op, variantsOf(op), bearer(bToken))));
-      for (const h of [bearer('sgat_e30.AAAA'), bearer(nodeSecret.toString('hex')), bearer(internalBearer), bearer(bKey)]) bad.push(...(await probe(dataPort, op, asWritten(op), h)));
+      for (const h of [bearer('sgat_e30.AAAA'), bearer(nodeSecret.toString('hex')), bearer(internalBearer), bearer(bKey)])
+        bad.push(...(await probe(dataPort, op, asWritten(op), h)));
     }
     expect(bad).toEqual([]);
   });
@@ -152,7 +185,8 @@ describe('gateway data plane', () => {
     const bad: string[] = [];
     const routeMissing = (r: RawResponse) => r.status === 404 && errorCodeOf(r.body) === 'not_found';
     for (const op of internalOps) {
-      for (const h of [{}, bearer(nodeSecret.toString('hex')), bearer(internalBearer)]) bad.push(...(await probe(dataPort, op, variantsOf(op), h, routeMissing)));
+      for (const h of [{}, bearer(nodeSecret.toString('hex')), bearer(internalBearer)])
+        bad.push(...(await probe(dataPort, op, variantsOf(op), h, routeMissing)));
     }
     expect(bad).toEqual([]);
   });
@@ -162,7 +196,10 @@ describe('gateway data plane', () => {
     for (const op of dataOps.filter((o) => !o.websocket)) {
       const q = queryFor(op);
       const path = `${asWritten(op)[0]}${q ? `${q}&` : '?'}access_token=${aToken}`;
-      const r = await rawRequest(dataPort, op.method, path, { headers: bodyFor(op) === undefined ? {} : { 'content-type': 'application/json' }, body: bodyFor(op) });
+      const r = await rawRequest(dataPort, op.method, path, {
+        headers: bodyFor(op) === undefined ? {} : { 'content-type': 'application/json' },
+        body: bodyFor(op),
+      });
       if (r.status !== 401 || errorCodeOf(r.body) !== 'unauthenticated') bad.push(`${op.method} ${path} -> ${r.status} ${r.body.slice(0, 160)}`);
     }
     expect(bad).toEqual([]);
@@ -189,14 +226,16 @@ describe('gateway internal API', () => {
     for (const op of internalOps) {
       bad.push(...(await probe(internalSocket, op, variantsOf(op), {})));
       bad.push(...(await probe(internalSocket, op, variantsOf(op), bearer(nodeSecret.toString('hex')))));
-      for (const h of [bearer(aToken), bearer(bKey), bearer(deriveNodeKeys(nodeSecret).accessToken.toString('hex'))]) bad.push(...(await probe(internalSocket, op, asWritten(op), h)));
+      for (const h of [bearer(aToken), bearer(bKey), bearer(deriveNodeKeys(nodeSecret).accessToken.toString('hex'))])
+        bad.push(...(await probe(internalSocket, op, asWritten(op), h)));
     }
     expect(bad).toEqual([]);
   });
 
   it('serves no data-plane route, even with a valid token', async () => {
     const bad: string[] = [];
-    for (const op of dataOps) bad.push(...(await probe(internalSocket, op, asWritten(op), bearer(aToken), (r) => r.status === 404 && errorCodeOf(r.body) === 'not_found')));
+    for (const op of dataOps)
+      bad.push(...(await probe(internalSocket, op, asWritten(op), bearer(aToken), (r) => r.status === 404 && errorCodeOf(r.body) === 'not_found')));
     expect(bad).toEqual([]);
   });
 });
@@ -207,7 +246,8 @@ describe('control plane', () => {
     const bad: string[] = [];
     for (const op of apiOps) {
       bad.push(...(await probe(apiPort, op, variantsOf(op), {})));
-      for (const h of [bearer('sg_bogus'), bearer(aToken), bearer(nodeSecret.toString('hex')), bearer(internalBearer), { authorization: 'Bearer' }]) bad.push(...(await probe(apiPort, op, asWritten(op), h)));
+      for (const h of [bearer('sg_bogus'), bearer(aToken), bearer(nodeSecret.toString('hex')), bearer(internalBearer), { authorization: 'Bearer' }])
+        bad.push(...(await probe(apiPort, op, asWritten(op), h)));
     }
     expect(bad).toEqual([]);
   });

@@ -18,7 +18,10 @@ afterAll(() => {
 /** Runs `sandglass up` until it exits; one that comes up anyway (server.json written) is stopped and reported so. */
 function up(home: string): Promise<{ code: number | null; started: boolean; output: string }> {
   return new Promise((resolve) => {
-    const child = spawn(bin, ['up', '--port', String(port)], { env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_LOG_LEVEL: 'warn' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(bin, ['up', '--port', String(port)], {
+      env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     let started = false;
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));

@@ -29,7 +29,11 @@ afterAll(() => {
 describe('GatewayClient', () => {
   it('calls the internal API over a unix socket with the internal-bearer key, never the node secret', async () => {
     const client = new GatewayClient(SECRET);
-    await client.setExpiry({ id: 'node_a', url: 'http://127.0.0.1:1', internalUrl: `unix:${socketPath}` }, 'sbx_aaaaaaaaaaaaaaaaaaaa', '2025-06-01T00:00:00.000Z');
+    await client.setExpiry(
+      { id: 'node_a', url: 'http://127.0.0.1:1', internalUrl: `unix:${socketPath}` },
+      'sbx_aaaaaaaaaaaaaaaaaaaa',
+      '2025-06-01T00:00:00.000Z',
+    );
     expect(seen).toEqual([
       {
         method: 'POST',

@@ -150,7 +150,8 @@ export class GatewayClient {
   }
 
   async listApprovals(gateway: GatewayEndpoint, sandboxId: string): Promise<ApprovalRequest[]> {
-    return ((await this.#call(gateway, 'GET', `${sandboxPath(sandboxId)}/approvals`, undefined, this.#requestTimeoutMs)) as { approvals: ApprovalRequest[] }).approvals;
+    return ((await this.#call(gateway, 'GET', `${sandboxPath(sandboxId)}/approvals`, undefined, this.#requestTimeoutMs)) as { approvals: ApprovalRequest[] })
+      .approvals;
   }
 
   async decideApproval(gateway: GatewayEndpoint, sandboxId: string, requestId: string, decision: GatewayApprovalDecision): Promise<void> {

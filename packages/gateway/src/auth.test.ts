@@ -70,7 +70,10 @@ async function probe(target: Parameters<typeof rawRequest>[0], method: string, p
   const bad: string[] = [];
   for (const p of paths) {
     const withBody = method === 'POST' || method === 'PUT';
-    const r = await rawRequest(target, method, p + query, { headers: withBody ? { ...headers, 'content-type': 'application/json' } : headers, body: withBody ? '{}' : undefined });
+    const r = await rawRequest(target, method, p + query, {
+      headers: withBody ? { ...headers, 'content-type': 'application/json' } : headers,
+      body: withBody ? '{}' : undefined,
+    });
     if (!refused(r, method)) bad.push(`${method} ${p}${query} -> ${r.status} ${r.body.slice(0, 120)}`);
   }
   return bad;
@@ -94,20 +97,36 @@ describe('data plane', () => {
     expect(touched).toEqual([]);
   });
 
-  it.each(dataOps.map((o) => [`${o.method} ${o.path}`, o] as const))('%s: refuses the node secret, the internal bearer, and a token under the bearer key', async (_n, op) => {
-    const path = fillPath(op.path, ids);
-    const bad: string[] = [];
-    for (const h of [bearer(SECRET.toString('hex')), bearer(KEYS.internalBearer.toString('hex')), bearer(token(SBX, KEYS.internalBearer)), bearer(token(SBX, SECRET))]) {
-      bad.push(...(await probe({ port: dataPort }, op.method, [path], h)));
-    }
-    expect(bad).toEqual([]);
-    expect(touched).toEqual([]);
-  });
+  it.each(dataOps.map((o) => [`${o.method} ${o.path}`, o] as const))(
+    '%s: refuses the node secret, the internal bearer, and a token under the bearer key',
+    async (_n, op) => {
+      const path = fillPath(op.path, ids);
+      const bad: string[] = [];
+      for (const h of [
+        bearer(SECRET.toString('hex')),
+        bearer(KEYS.internalBearer.toString('hex')),
+        bearer(token(SBX, KEYS.internalBearer)),
+        bearer(token(SBX, SECRET)),
+      ]) {
+        bad.push(...(await probe({ port: dataPort }, op.method, [path], h)));
+      }
+      expect(bad).toEqual([]);
+      expect(touched).toEqual([]);
+    },
+  );
 
   it('takes ?access_token= on the WebSocket route only', async () => {
     const queryOnly = `?access_token=${token(SBX)}`;
     for (const op of dataOps.filter((o) => !o.websocket)) {
-      expect(await probe({ port: dataPort }, op.method, [fillPath(op.path, ids)], {}, op.path.includes('/files') && !op.path.endsWith('mkdir') && !op.path.endsWith('rename') ? `${queryOnly}&path=/x` : queryOnly)).toEqual([]);
+      expect(
+        await probe(
+          { port: dataPort },
+          op.method,
+          [fillPath(op.path, ids)],
+          {},
+          op.path.includes('/files') && !op.path.endsWith('mkdir') && !op.path.endsWith('rename') ? `${queryOnly}&path=/x` : queryOnly,
+        ),
+      ).toEqual([]);
     }
     expect(touched).toEqual([]);
     // The WebSocket route does take it (the handler then looks the sandbox up).
@@ -146,7 +165,8 @@ describe('internal API', () => {
     const variants = pathVariants(fillPath(op.path, ids));
     const bad: string[] = [];
     bad.push(...(await probe({ socketPath }, op.method, variants, {})));
-    for (const h of [bearer(SECRET.toString('hex')), bearer(token(SBX)), bearer(KEYS.accessToken.toString('hex'))]) bad.push(...(await probe({ socketPath }, op.method, [variants[0]!], h)));
+    for (const h of [bearer(SECRET.toString('hex')), bearer(token(SBX)), bearer(KEYS.accessToken.toString('hex'))])
+      bad.push(...(await probe({ socketPath }, op.method, [variants[0]!], h)));
     bad.push(...(await probe({ socketPath }, op.method, [fillPath(op.path, ids)], {}, `?access_token=${KEYS.internalBearer.toString('hex')}`)));
     expect(bad).toEqual([]);
     expect(touched).toEqual([]);

@@ -63,7 +63,16 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
 
     // ---- commands ----
     route('POST', '/v1/sandboxes/{id}/commands', async (req, reply) => {
-      const body = req.body as { cmd?: string; argv?: string[]; cwd?: string; envs?: Record<string, string>; user?: string; stdin?: boolean; pty?: { cols: number; rows: number }; timeoutMs?: number };
+      const body = req.body as {
+        cmd?: string;
+        argv?: string[];
+        cwd?: string;
+        envs?: Record<string, string>;
+        user?: string;
+        stdin?: boolean;
+        pty?: { cols: number; rows: number };
+        timeoutMs?: number;
+      };
       if ((body.cmd === undefined) === (body.argv === undefined)) throw invalidArgument('cmd', 'give exactly one of cmd or argv');
       const sbx = sbxOf(req);
       // Not a login shell: the agent already gives every process PATH, HOME and friends, and under TCG sourcing the
@@ -85,9 +94,7 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       commands: [...sbxOf(req).commands.values()].map(commandView),
     }));
 
-    route('GET', '/v1/sandboxes/{id}/commands/{cid}', async (req) =>
-      commandView(sbxOf(req).command((req.params as Params).cid)),
-    );
+    route('GET', '/v1/sandboxes/{id}/commands/{cid}', async (req) => commandView(sbxOf(req).command((req.params as Params).cid)));
 
     const runningCommand = (req: FastifyRequest) => {
       const sbx = sbxOf(req);
@@ -132,7 +139,9 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
         sbx.requireRunning();
       });
       const stream = operation('GET', '/v1/sandboxes/{id}/commands/{cid}/stream');
-      ws.get(stream.url, { websocket: true, schema: stream.schema, config: { tokenInQuery: true } }, (socket: WebSocket, req) => streamCommand(gw, socket, req));
+      ws.get(stream.url, { websocket: true, schema: stream.schema, config: { tokenInQuery: true } }, (socket: WebSocket, req) =>
+        streamCommand(gw, socket, req),
+      );
     });
 
     // ---- files ----
@@ -179,7 +188,12 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
 
     route('GET', '/v1/sandboxes/{id}/files/list', async (req) => {
       const path = pathOf(req);
-      const entries = await viaAgent(sbxOf(req).requireRunning().list(path, { depth: (req.query as { depth?: number }).depth ?? 1 }), { path });
+      const entries = await viaAgent(
+        sbxOf(req)
+          .requireRunning()
+          .list(path, { depth: (req.query as { depth?: number }).depth ?? 1 }),
+        { path },
+      );
       return { entries: entries.map(fileView) };
     });
 
@@ -252,19 +266,18 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
         // The exit status comes with proc.exit; should the stream's end overtake it, ask before answering.
         void sbx.exitStatus(rec.id).then(() => {
           if (socket.readyState !== socket.OPEN) return;
-          socket.send(JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }));
+          socket.send(
+            JSON.stringify({ type: 'exit', exitCode: rec.exitCode ?? null, signal: rec.signal ?? null, timedOut: rec.timedOut, endOffset: rec.outputBytes }),
+          );
           socket.close(1000, 'exited');
         });
       }),
   );
-  handle.then(
-    (info) => {
-      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: 'start', startOffset: info.startOffset, command: commandView(rec) }));
-      started = true;
-      for (const fn of early.splice(0)) fn();
-    },
-    sendError,
-  );
+  handle.then((info) => {
+    if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: 'start', startOffset: info.startOffset, command: commandView(rec) }));
+    started = true;
+    for (const fn of early.splice(0)) fn();
+  }, sendError);
   socket.on('message', (data: Buffer, isBinary: boolean) => {
     if (isBinary) {
       agent.procStdin(rec.id, data).catch(() => {});

@@ -58,7 +58,14 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       snapshot: await gw.pauseSandbox((req.params as Params).id),
     }));
     route('POST', '/internal/v1/sandboxes/{id}/resume', async (req) => {
-      const body = req.body as { snapshotId: string; tenantId: string; timeoutS: number; snapshotIntervalS?: number; network?: PolicyInput; secrets?: string[] };
+      const body = req.body as {
+        snapshotId: string;
+        tenantId: string;
+        timeoutS: number;
+        snapshotIntervalS?: number;
+        network?: PolicyInput;
+        secrets?: string[];
+      };
       return sandboxView(await gw.restoreSandbox({ id: (req.params as Params).id, ...body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
@@ -100,7 +107,9 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       const body = req.body as { decision: 'approve' | 'deny'; ttlS?: number };
       // Only this sandbox's pending requests: a request id of another sandbox is as unknown as a made-up one.
       if (!gw.network.approvals.pending(id).some((a) => a.requestId === requestId)) {
-        throw new SandglassError('approval_not_found', `No pending approval request ${requestId} for sandbox ${id} (decided, timed out, or never made).`, { details: { field: 'requestId' } });
+        throw new SandglassError('approval_not_found', `No pending approval request ${requestId} for sandbox ${id} (decided, timed out, or never made).`, {
+          details: { field: 'requestId' },
+        });
       }
       gw.network.approvals.decide(requestId, body.decision, body.ttlS ? { ttlMs: body.ttlS * 1000 } : {});
       return reply.status(204).send();

@@ -118,12 +118,15 @@ export function rawRequest(
   const headers: Record<string, string> = { ...opts.headers };
   if (opts.body !== undefined) headers['content-length'] = String(Buffer.byteLength(opts.body));
   return new Promise((resolve, reject) => {
-    const req = request({ ...('socketPath' in target ? target : { host: target.host ?? '127.0.0.1', port: target.port }), method, path, headers, agent }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', reject);
-    });
+    const req = request(
+      { ...('socketPath' in target ? target : { host: target.host ?? '127.0.0.1', port: target.port }), method, path, headers, agent },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(opts.body);
   });
