@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"unsafe"
 )
 
 // jailRoot is the mount point of every jail's tmpfs root. Each jail mounts its own tmpfs there inside its own mount
@@ -95,10 +96,8 @@ func stage1(cfg *Config) int {
 	}
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		// Die of the same signal, so the gateway sees what killed QEMU (a SIGKILL from the OOM killer, say).
-		signal.Reset()
-		_ = syscall.Kill(os.Getpid(), ws.Signal())
-		select {}
+		// Die of the same signal, so the gateway sees what killed QEMU (a SIGKILL from the OOM killer, an abort).
+		dieOf(ws.Signal())
 	}
 	return ws.ExitStatus()
 }
@@ -158,4 +157,24 @@ func prctl(option int, arg uintptr) error {
 		return e
 	}
 	return nil
+}
+
+// sigaction is the kernel's struct sigaction on amd64, for rt_sigaction.
+type sigaction struct {
+	handler  uintptr
+	flags    uint64
+	restorer uintptr
+	mask     uint64
+}
+
+// dieOf ends the process by signal sig. The Go runtime keeps its own handler for SIGABRT, SIGSEGV and the like even
+// after signal.Reset, and would print a goroutine dump of the jailer over QEMU's own last words (the reason the
+// gateway reports); so the default action is restored with a raw rt_sigaction first, and no core is written.
+func dieOf(sig syscall.Signal) {
+	signal.Reset()
+	_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{})
+	act := sigaction{handler: 0} // SIG_DFL
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	_ = syscall.Kill(os.Getpid(), sig)
+	select {}
 }
