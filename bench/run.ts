@@ -118,7 +118,7 @@ async function snapshotPhase(): Promise<void> {
         if (busy) {
           // 10 MiB of fresh random data per minute into files (the disk) through the page cache (memory).
           await sbx.commands.run(
-            'nohup bash -c \'i=0; while true; do head -c 10485760 /dev/urandom > /root/w$((i % 3)); i=$((i+1)); sleep 60; done\' >/dev/null 2>&1 &',
+            "nohup bash -c 'i=0; while true; do head -c 10485760 /dev/urandom > /root/w$((i % 3)); i=$((i+1)); sleep 60; done' >/dev/null 2>&1 &",
           );
         }
         subjects.push({ label: `${memoryMib} MiB guest, ${busy ? 'writing 10 MiB/min' : 'idle'}`, memoryMib, sbx });
@@ -144,7 +144,13 @@ async function snapshotPhase(): Promise<void> {
     // A sandbox's first snapshot: its pages that the tenant's store does not hold yet (the template's are shared by id).
     const firsts = subjects.filter((s) => !s.label.includes('writing')).map(async (s) => (await taken(s.sbx))[0]!.sizeAddedBytes);
     const firstBytes = await Promise.all(firsts);
-    rows.push({ what: 'bytes stored by a sandbox\'s first snapshot (256 MiB / 1 GiB, idle)', n: firstBytes.length, p50: mb(firstBytes[0]!), p95: mb(firstBytes[1] ?? 0), other: 'after earlier sandboxes of the tenant: only pages new to its store' });
+    rows.push({
+      what: "bytes stored by a sandbox's first snapshot (256 MiB / 1 GiB, idle)",
+      n: firstBytes.length,
+      p50: mb(firstBytes[0]!),
+      p95: mb(firstBytes[1] ?? 0),
+      other: 'after earlier sandboxes of the tenant: only pages new to its store',
+    });
     for (const s of subjects) if (s.label.includes('writing')) await s.sbx.kill();
 
     // Pause per live snapshot: idle sandboxes, snapshots back to back.
@@ -257,7 +263,13 @@ async function jailPhase(): Promise<void> {
   }
   addLatency('create (restore + agent sync), jailed', times.on);
   addLatency('create (restore + agent sync), SANDGLASS_JAIL=off', times.off);
-  rows.push({ what: 'added by the jailer per create (p50)', n: times.on.length, p50: ms(pct(times.on, 50) - pct(times.off, 50)), p95: '', other: 'target ≤ 5 ms' });
+  rows.push({
+    what: 'added by the jailer per create (p50)',
+    n: times.on.length,
+    p50: ms(pct(times.on, 50) - pct(times.off, 50)),
+    p95: '',
+    other: 'target ≤ 5 ms',
+  });
 }
 
 async function main(): Promise<void> {

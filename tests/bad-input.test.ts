@@ -43,7 +43,12 @@ describe('control plane rejects bad input and changes nothing', () => {
     ['too many vcpus', () => api('POST', '/v1/sandboxes', { body: { vcpus: 64 } }), 400, 'invalid_argument', 'vcpus'],
     ['negative timeout', () => api('POST', '/v1/sandboxes', { body: { timeoutS: -5 } }), 400, 'invalid_argument', 'timeoutS'],
     ['unknown field', () => api('POST', '/v1/sandboxes', { body: { memoryMb: 512 } }), 400, 'invalid_argument', 'memoryMb'],
-    ['malformed JSON', () => api('POST', '/v1/sandboxes', { rawBody: '{"template": ', headers: { 'content-type': 'application/json' } }), 400, 'malformed_json'],
+    [
+      'malformed JSON',
+      () => api('POST', '/v1/sandboxes', { rawBody: '{"template": ', headers: { 'content-type': 'application/json' } }),
+      400,
+      'malformed_json',
+    ],
     ['oversized body', () => sendOversized(`${apiUrl}/v1/sandboxes`, { authorization: `Bearer ${adminKey}` }, 2 * 1024 * 1024), 413, 'payload_too_large'],
     ['missing API key', () => api('POST', '/v1/sandboxes', { key: null, body: {} }), 401, 'unauthenticated'],
     ['wrong API key', () => api('POST', '/v1/sandboxes', { key: 'sg_wrong', body: {} }), 401, 'unauthenticated'],
@@ -78,7 +83,12 @@ describe('gateway rejects bad input and changes nothing', () => {
     ['cwd that does not exist', () => gw('POST', '/commands', { body: { argv: ['true'], cwd: '/no/such/dir' } }), 404, 'file_not_found', 'cwd'],
     ['unknown command id', () => gw('GET', '/commands/cmd_aaaaaaaaaaaaaaaaaaaa'), 404, 'command_not_found'],
     ['malformed JSON', () => gw('POST', '/commands', { raw: '{"cmd":', headers: { 'content-type': 'application/json' } }), 400, 'malformed_json'],
-    ['oversized JSON', () => sendOversized(`${gatewayUrl}/v1/sandboxes/${sbx.id}/commands`, { authorization: `Bearer ${token}` }, 2 * 1024 * 1024), 413, 'payload_too_large'],
+    [
+      'oversized JSON',
+      () => sendOversized(`${gatewayUrl}/v1/sandboxes/${sbx.id}/commands`, { authorization: `Bearer ${token}` }, 2 * 1024 * 1024),
+      413,
+      'payload_too_large',
+    ],
     ['unknown signal', () => gw('POST', '/commands/cmd_aaaaaaaaaaaaaaaaaaaa/signal', { body: { signal: 'SIGBOGUS' } }), 400, 'invalid_argument', 'signal'],
     ['reading a directory', () => gw('GET', '/files?path=/etc'), 409, 'is_a_directory'],
   ];

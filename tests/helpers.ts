@@ -18,7 +18,11 @@ export function config(apiKey = adminKey): ConnectionConfig {
   return { apiUrl, apiKey };
 }
 
-export async function api(method: string, path: string, opts: { key?: string | null; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {}) {
+export async function api(
+  method: string,
+  path: string,
+  opts: { key?: string | null; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {},
+) {
   const headers: Record<string, string> = { ...opts.headers };
   if (opts.key !== null) headers.authorization = `Bearer ${opts.key ?? adminKey}`;
   let body: string | undefined;

@@ -35,7 +35,10 @@ describe('lifecycle', () => {
 
   it('kills a sandbox when its timeout passes', async () => {
     const sbx = await Sandbox.create({ ...config(), timeoutS: 3 });
-    const info = await until(() => sbx.getInfo(), (i) => i.state !== 'running');
+    const info = await until(
+      () => sbx.getInfo(),
+      (i) => i.state !== 'running',
+    );
     expect(info.state).toBe('ended');
     expect(info.endReason).toBe('timeout');
   });
@@ -46,7 +49,10 @@ describe('lifecycle', () => {
     const { pid, vmId } = started.data as { pid: number; vmId: string };
     expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8')).toContain(`sandglass-${vmId}`);
     process.kill(pid, 'SIGKILL');
-    const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed');
+    const info = await until(
+      () => sbx.getInfo(),
+      (i) => i.state === 'failed',
+    );
     expect(info.failureReason).toMatch(/VM exited unexpectedly: QEMU exited \(code null, signal SIGKILL\)/);
     const failed = (await sbx.events()).find((e) => e.type === 'sandbox.failed');
     expect(failed).toBeDefined();
@@ -56,7 +62,10 @@ describe('lifecycle', () => {
     const sbx = await Sandbox.create(config());
     // The command never returns: the guest kernel panics under it.
     await sbx.commands.run('echo c > /proc/sysrq-trigger', { background: true });
-    const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed');
+    const info = await until(
+      () => sbx.getInfo(),
+      (i) => i.state === 'failed',
+    );
     expect(info.failureReason).toMatch(/guest went down \(guest-reset\)/);
     const failed = (await sbx.events()).find((e) => e.type === 'sandbox.failed')!;
     expect(String((failed.data as { consoleTail: string }).consoleTail)).toMatch(/sysrq|Kernel panic/i);
@@ -68,10 +77,17 @@ describe('lifecycle', () => {
     const pid = (started.data as { pid: number }).pid;
     // A stopped QEMU is the purest hang: the process lives, the guest answers nothing.
     process.kill(pid, 'SIGSTOP');
-    const info = await until(() => sbx.getInfo(), (i) => i.state === 'failed', 120_000);
+    const info = await until(
+      () => sbx.getInfo(),
+      (i) => i.state === 'failed',
+      120_000,
+    );
     expect(info.failureReason).toMatch(/hung/);
     // Its resources are freed: the QEMU process is gone.
-    await until(async () => existsSync(`/proc/${pid}`), (alive) => !alive);
+    await until(
+      async () => existsSync(`/proc/${pid}`),
+      (alive) => !alive,
+    );
   });
 
   it('records every state change as a hash-chained event; the projection rebuilds from the log', async () => {

@@ -87,14 +87,14 @@ describe('snapshots and forks', () => {
 
     const [f1] = await track(Sandbox.fork(s1.id, config()));
     const [f2] = await track(Sandbox.fork(s2.id, config()));
-    expect((await f1!.files.read('/root/version'))).toBe('v1');
-    expect((await f2!.files.read('/root/version'))).toBe('v2');
+    expect(await f1!.files.read('/root/version')).toBe('v1');
+    expect(await f2!.files.read('/root/version')).toBe('v2');
     // The holder process came along, with its 64 MiB buffer intact and its counter continuing from the snapshot.
     const a = await askHolder(f1!);
     expect(a.hash).toBe(hash);
     expect(a.counter).toBeGreaterThanOrEqual(before);
     // The source keeps running untouched.
-    expect((await src.files.read('/root/version'))).toBe('v2');
+    expect(await src.files.read('/root/version')).toBe('v2');
     expect((await askHolder(src)).hash).toBe(hash);
 
     const timeline = await src.timeline();
@@ -141,12 +141,12 @@ describe('pause and resume', () => {
     let out = '';
     for (let i = 0; i < 100 && !out.includes('ready'); i++) {
       await new Promise((r) => setTimeout(r, 100));
-      out = (await sbx.commands.connect(shell.id, { fromOffset: 0 }).then(async (h) => {
+      out = await sbx.commands.connect(shell.id, { fromOffset: 0 }).then(async (h) => {
         await new Promise((r) => setTimeout(r, 100));
         const s = h.stdout;
         await h.disconnect();
         return s;
-      }));
+      });
     }
     expect(out).toContain('ready');
     const before = await counterNow(sbx);

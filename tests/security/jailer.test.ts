@@ -9,7 +9,18 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
-import { configureJail, createCgroup, createOverlay, jailerArgv, qemuHostFiles, releaseVmIdentity, vmIdentity, type Cgroup, type JailContext, type JailSpec } from '@sandglass/vmm';
+import {
+  configureJail,
+  createCgroup,
+  createOverlay,
+  jailerArgv,
+  qemuHostFiles,
+  releaseVmIdentity,
+  vmIdentity,
+  type Cgroup,
+  type JailContext,
+  type JailSpec,
+} from '@sandglass/vmm';
 import { apiUrl, checkResponsesAgainstSpec, config, home } from '../helpers.js';
 
 checkResponsesAgainstSpec();
@@ -55,7 +66,10 @@ describe.skipIf(!isRoot)('the jail a VM runs in', () => {
     rmSync(jailDir, { recursive: true, force: true });
     mkdirSync(jailDir, { recursive: true });
     hostile = join(home, 'test-jail', 'hostile');
-    execFileSync('go', ['build', '-buildvcs=false', '-o', hostile, '.'], { cwd: join(root, 'tests/security/hostile'), env: { ...process.env, CGO_ENABLED: '0', GOFLAGS: '', GOPROXY: 'off' } });
+    execFileSync('go', ['build', '-buildvcs=false', '-o', hostile, '.'], {
+      cwd: join(root, 'tests/security/hostile'),
+      env: { ...process.env, CGO_ENABLED: '0', GOFLAGS: '', GOPROXY: 'off' },
+    });
     ctx = configureJail();
     expect(ctx.mode).toBe('jailed');
     // What a restored VM gets: its run directory and RAM file writable, an overlay over the template's frozen
@@ -96,7 +110,9 @@ describe.skipIf(!isRoot)('the jail a VM runs in', () => {
     const mem = readdirSync(shmDir()).find((n) => n.endsWith('.mem'))!;
     expect(mem).toBeDefined();
     expectRefusedOnlyInJail('read', join(shmDir(), mem));
-    const vmDir = readdirSync(join(home, 'run')).map((n) => join(home, 'run', n)).find((d) => existsSync(join(d, 'qmp.sock')))!;
+    const vmDir = readdirSync(join(home, 'run'))
+      .map((n) => join(home, 'run', n))
+      .find((d) => existsSync(join(d, 'qmp.sock')))!;
     expectRefusedOnlyInJail('list', vmDir);
     expectRefusedOnlyInJail('unix', join(vmDir, 'qmp.sock'));
     expectRefusedOnlyInJail('unix', join(vmDir, 'agent.sock'));

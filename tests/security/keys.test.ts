@@ -93,7 +93,11 @@ describe('a tenant admin stays in its tenant', () => {
 
   it('lets a member key manage no keys', async () => {
     const before = await keysAndEvents(a);
-    for (const [method, path] of [['POST', '/v1/api-keys'], ['GET', '/v1/api-keys'], ['DELETE', `/v1/api-keys/${a.adminId}`]] as const) {
+    for (const [method, path] of [
+      ['POST', '/v1/api-keys'],
+      ['GET', '/v1/api-keys'],
+      ['DELETE', `/v1/api-keys/${a.adminId}`],
+    ] as const) {
       const res = await api(method, path, { key: a.member, ...(method === 'POST' ? { body: {} } : {}) });
       expect([method, res.status, res.body!.error?.code]).toEqual([method, 403, 'permission_denied']);
     }
@@ -107,7 +111,13 @@ describe('a tenant admin stays in its tenant', () => {
     const text = JSON.stringify(res.body);
     expect(text).not.toContain(a.admin);
     expect(text).not.toContain(a.member);
-    expect(res.body!.apiKeys.find((k: { id: string }) => k.id === a.memberId)).toMatchObject({ role: 'member', prefix: a.member.slice(0, 10), revokedAt: null, expiresAt: null, createdByKeyId: a.adminId });
+    expect(res.body!.apiKeys.find((k: { id: string }) => k.id === a.memberId)).toMatchObject({
+      role: 'member',
+      prefix: a.member.slice(0, 10),
+      revokedAt: null,
+      expiresAt: null,
+      createdByKeyId: a.adminId,
+    });
   });
 });
 
@@ -126,7 +136,11 @@ describe('revocation', () => {
     const revoked = await api('DELETE', `/v1/api-keys/${key.id}`, { key: t.admin });
     expect(revoked.status).toBe(200);
     expect(revoked.body!.revokedAt).toEqual(expect.any(String));
-    for (const [method, path] of [['POST', `/v1/sandboxes/${sbx.id}/access`], ['GET', '/v1/sandboxes'], ['GET', `/v1/sandboxes/${sbx.id}`]] as const) {
+    for (const [method, path] of [
+      ['POST', `/v1/sandboxes/${sbx.id}/access`],
+      ['GET', '/v1/sandboxes'],
+      ['GET', `/v1/sandboxes/${sbx.id}`],
+    ] as const) {
       const res = await api(method, path, { key: key.key });
       expect([path, res.status, res.body!.error?.code]).toEqual([path, 401, 'api_key_revoked']);
     }
@@ -171,7 +185,9 @@ describe('events', () => {
 describe('the CLI', () => {
   it('creates, lists and revokes keys with `sandglass api-keys`', async () => {
     const env = { ...process.env, SANDGLASS_URL: apiUrl, SANDGLASS_API_KEY: a.admin };
-    const created = JSON.parse((await run(BIN, ['api-keys', 'create', '--role', 'member', '--name', 'from-cli', '--expires', '30d', '--json'], { env })).stdout);
+    const created = JSON.parse(
+      (await run(BIN, ['api-keys', 'create', '--role', 'member', '--name', 'from-cli', '--expires', '30d', '--json'], { env })).stdout,
+    );
     expect(created).toMatchObject({ tenantId: a.id, role: 'member', name: 'from-cli', key: expect.stringMatching(/^sg_/) });
     expect(Date.parse(created.expiresAt) - Date.parse(created.createdAt)).toBe(30 * 86400 * 1000);
     const listed = (await run(BIN, ['api-keys', 'ls'], { env })).stdout;

@@ -261,9 +261,7 @@ describe('agent client ↔ Go agent over stdio', () => {
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);
     expect(fs.readdirSync(path.dirname(file))).toEqual(['random.bin']);
     const mib = data.length / 1024 / 1024;
-    console.log(
-      `20 MiB over stdio: write ${(mib / ((t1 - t0) / 1000)).toFixed(0)} MiB/s, read ${(mib / ((t2 - t1) / 1000)).toFixed(0)} MiB/s`,
-    );
+    console.log(`20 MiB over stdio: write ${(mib / ((t1 - t0) / 1000)).toFixed(0)} MiB/s, read ${(mib / ((t2 - t1) / 1000)).toFixed(0)} MiB/s`);
   });
 
   it('reads with a small window, writes from a stream, and appends', async () => {
@@ -325,7 +323,15 @@ describe('agent client ↔ Go agent over stdio', () => {
     await expectCode(client.rename(missing, path.join(tmp, 'other')), 'not_found');
     await expectCode(client.list(missing), 'not_found');
     await expectCode(client.readFile(tmp), 'is_a_directory');
-    await expectCode(client.procAttach('cmd_missing', 0, () => undefined, () => undefined), 'not_found');
+    await expectCode(
+      client.procAttach(
+        'cmd_missing',
+        0,
+        () => undefined,
+        () => undefined,
+      ),
+      'not_found',
+    );
     await expectCode(client.procStdin('cmd_missing', 'x'), 'not_found');
   });
 
@@ -590,7 +596,7 @@ describe('relayed guest connections (net.listen) and env defaults', () => {
     await expectCode(client.netListen(70_000), 'bad_request');
   });
 
-  it('merges env defaults into every process; a process\'s own env wins', async () => {
+  it("merges env defaults into every process; a process's own env wins", async () => {
     await client.envDefaults({
       HTTP_PROXY: `http://127.0.0.1:${port}`,
       https_proxy: `http://127.0.0.1:${port}`,

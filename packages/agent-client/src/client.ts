@@ -130,6 +130,7 @@ export interface AgentClient {
   off(event: 'net.open', listener: NetOpenListener): this;
 }
 
+// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the interface only adds typed overloads of on/once/off, which EventEmitter implements
 export class AgentClient extends EventEmitter {
   private readonly readable: Readable;
   private readonly writable: Writable;

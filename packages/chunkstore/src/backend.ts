@@ -36,7 +36,8 @@ const KEY = new RegExp(`^${SEGMENT}(/${SEGMENT})*$`);
 const PREFIX = new RegExp(`^(${SEGMENT}/)*(${SEGMENT})?$`);
 
 export function checkKey(key: string): void {
-  if (typeof key !== 'string' || !KEY.test(key)) throw invalidArgument('key', 'must be "/"-separated segments of letters, digits, ".", "_" or "-", none starting with "."');
+  if (typeof key !== 'string' || !KEY.test(key))
+    throw invalidArgument('key', 'must be "/"-separated segments of letters, digits, ".", "_" or "-", none starting with "."');
 }
 
 export function checkPrefix(prefix: string): void {

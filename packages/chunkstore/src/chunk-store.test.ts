@@ -113,7 +113,10 @@ describe('chunks', () => {
     await expect(a.has('ABC')).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'id' } });
     await expect(store.tenant('../ten_a')).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'tenantId' } });
     await expect(a.getManifest('a/b')).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'snapshotId' } });
-    await expect(a.putManifest('snap_1', { refs: ['nope'], body: {} })).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'manifest.refs' } });
+    await expect(a.putManifest('snap_1', { refs: ['nope'], body: {} })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      details: { field: 'manifest.refs' },
+    });
     expect(() => a.lease().add('zz')).toThrow(/chunk id/);
   });
 
@@ -163,7 +166,10 @@ describe('manifests', () => {
   });
 
   it('refuses a body that is not JSON', async () => {
-    await expect(a.putManifest('snap_1', { refs: [], body: { n: 1n } })).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'manifest.body' } });
+    await expect(a.putManifest('snap_1', { refs: [], body: { n: 1n } })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      details: { field: 'manifest.body' },
+    });
   });
 });
 

@@ -102,12 +102,16 @@ describe('egress options', () => {
   });
 
   it('reads durations in seconds, from 1 s to 1 d', () => {
-    expect([parseDurationS('90'), parseDurationS('30s'), parseDurationS('10m'), parseDurationS('2h'), parseDurationS('1d')]).toEqual([90, 30, 600, 7200, 86400]);
+    expect([parseDurationS('90'), parseDurationS('30s'), parseDurationS('10m'), parseDurationS('2h'), parseDurationS('1d')]).toEqual([
+      90, 30, 600, 7200, 86400,
+    ]);
     for (const bad of ['0', '0m', '25h', '2d', '1.5h', '10 min', '-1', 'm', '']) expect(() => parseDurationS(bad), bad).toThrow(InvalidArgumentError);
   });
 
   it('reads key lifetimes from a second to ten years', () => {
-    expect([parseKeyExpiryS('3600'), parseKeyExpiryS('90m'), parseKeyExpiryS('12h'), parseKeyExpiryS('30d'), parseKeyExpiryS('3650d')]).toEqual([3600, 5400, 43200, 2592000, 315360000]);
+    expect([parseKeyExpiryS('3600'), parseKeyExpiryS('90m'), parseKeyExpiryS('12h'), parseKeyExpiryS('30d'), parseKeyExpiryS('3650d')]).toEqual([
+      3600, 5400, 43200, 2592000, 315360000,
+    ]);
     for (const bad of ['0', '0s', '0d', '3651d', '1.5d', '30 days', '-1d', 'd', '']) expect(() => parseKeyExpiryS(bad), bad).toThrow(InvalidArgumentError);
   });
 

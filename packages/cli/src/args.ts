@@ -60,7 +60,8 @@ export function parseKeyExpiryS(value: string): number {
  */
 export function secretValueFromStdin(text: string): string {
   const value = text.replace(/\r?\n$/, '');
-  if (value === '') throw new UsageError('secrets set: the value on stdin is empty; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com');
+  if (value === '')
+    throw new UsageError('secrets set: the value on stdin is empty; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com');
   return value;
 }
 

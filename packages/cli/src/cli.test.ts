@@ -88,7 +88,8 @@ beforeAll(async () => {
     const route = `${req.method} ${u.pathname}`;
     if (route === `GET /v1/sandboxes/${SBX}`) return json(res, 200, sandbox);
     if (route === 'GET /v1/sandboxes') return json(res, 200, { sandboxes: [sandbox] });
-    if (route === `POST /v1/sandboxes/${SBX}/access`) return json(res, 200, { gatewayUrl: url, token: 'sgat_t', expiresAt: new Date(Date.now() + 900_000).toISOString() });
+    if (route === `POST /v1/sandboxes/${SBX}/access`)
+      return json(res, 200, { gatewayUrl: url, token: 'sgat_t', expiresAt: new Date(Date.now() + 900_000).toISOString() });
     if (route === `POST /v1/sandboxes/${SBX}/commands`) {
       started.push(JSON.parse((await body(req)).toString()));
       return json(res, 201, command);
@@ -105,7 +106,8 @@ beforeAll(async () => {
       await receive(route, req);
       return json(res, 201, snapshot({ reason: 'manual' }));
     }
-    if (route === `POST /v1/sandboxes/${SBX}/pause`) return json(res, 200, { sandbox: { ...sandbox, state: 'paused' }, snapshot: snapshot({ reason: 'pause' }) });
+    if (route === `POST /v1/sandboxes/${SBX}/pause`)
+      return json(res, 200, { sandbox: { ...sandbox, state: 'paused' }, snapshot: snapshot({ reason: 'pause' }) });
     if (route === `POST /v1/sandboxes/${SBX}/resume`) {
       await receive(route, req);
       return json(res, 200, { ...sandbox, access: grant() });
@@ -127,14 +129,50 @@ beforeAll(async () => {
     if (route === 'PUT /v1/secrets/GITHUB_TOKEN') {
       await receive(route, req);
       const b = received.get(route)!.at(-1) as Record<string, unknown>;
-      return json(res, 201, { name: 'GITHUB_TOKEN', hosts: b.hosts, header: b.header ?? null, format: b.format ?? null, bodyContentTypes: [], approval: b.approval ?? 'none', createdAt: '2025-06-01T12:00:00Z', updatedAt: '2025-06-01T12:00:00Z' });
+      return json(res, 201, {
+        name: 'GITHUB_TOKEN',
+        hosts: b.hosts,
+        header: b.header ?? null,
+        format: b.format ?? null,
+        bodyContentTypes: [],
+        approval: b.approval ?? 'none',
+        createdAt: '2025-06-01T12:00:00Z',
+        updatedAt: '2025-06-01T12:00:00Z',
+      });
     }
     if (route === 'GET /v1/secrets') {
-      return json(res, 200, { secrets: [{ name: 'GITHUB_TOKEN', hosts: ['api.github.com', '*.example.com'], header: 'Authorization', format: 'Bearer {value}', bodyContentTypes: [], approval: 'required', createdAt: '2025-06-01T12:00:00Z', updatedAt: '2025-06-01T12:00:00Z' }] });
+      return json(res, 200, {
+        secrets: [
+          {
+            name: 'GITHUB_TOKEN',
+            hosts: ['api.github.com', '*.example.com'],
+            header: 'Authorization',
+            format: 'Bearer {value}',
+            bodyContentTypes: [],
+            approval: 'required',
+            createdAt: '2025-06-01T12:00:00Z',
+            updatedAt: '2025-06-01T12:00:00Z',
+          },
+        ],
+      });
     }
     if (route === 'DELETE /v1/secrets/NOPE') return json(res, 404, { error: { code: 'secret_not_found', message: 'No secret NOPE exists for your tenant.' } });
     if (route === `GET /v1/sandboxes/${SBX}/approvals`) {
-      return json(res, 200, { approvals: [{ requestId: 'apr_aaaaaaaaaaaaaaaaaaaa', sandboxId: SBX, secret: 'GITHUB_TOKEN', host: 'api.github.com', port: 443, method: 'POST', path: '/repos/x/issues', requestedAt: '2025-06-01T12:00:00Z', expiresAt: '2025-06-01T12:05:00Z' }] });
+      return json(res, 200, {
+        approvals: [
+          {
+            requestId: 'apr_aaaaaaaaaaaaaaaaaaaa',
+            sandboxId: SBX,
+            secret: 'GITHUB_TOKEN',
+            host: 'api.github.com',
+            port: 443,
+            method: 'POST',
+            path: '/repos/x/issues',
+            requestedAt: '2025-06-01T12:00:00Z',
+            expiresAt: '2025-06-01T12:05:00Z',
+          },
+        ],
+      });
     }
     if (route.startsWith('POST /v1/approvals/')) {
       await receive(route, req);
@@ -142,9 +180,24 @@ beforeAll(async () => {
     }
     if (route === `GET /v1/sandboxes/${SBX}/events`) {
       received.set(route, [...(received.get(route) ?? []), u.searchParams.get('type')]);
-      return json(res, 200, { events: [{ seq: 7, id: 'evt_1', type: 'egress.request', sandboxId: SBX, tenantId: 't', at: '2025-06-01T12:00:00Z', data: { host: 'api.github.com' }, hash: 'h', prevHash: 'p' }] });
+      return json(res, 200, {
+        events: [
+          {
+            seq: 7,
+            id: 'evt_1',
+            type: 'egress.request',
+            sandboxId: SBX,
+            tenantId: 't',
+            at: '2025-06-01T12:00:00Z',
+            data: { host: 'api.github.com' },
+            hash: 'h',
+            prevHash: 'p',
+          },
+        ],
+      });
     }
-    if (route.startsWith('DELETE /v1/snapshots/')) return json(res, 404, { error: { code: 'snapshot_not_found', message: 'no such snapshot', requestId: 'req_2' } });
+    if (route.startsWith('DELETE /v1/snapshots/'))
+      return json(res, 404, { error: { code: 'snapshot_not_found', message: 'no such snapshot', requestId: 'req_2' } });
     if (route === `DELETE /v1/sandboxes/${SBX}`) {
       deleted.push(SBX);
       return json(res, 204);
@@ -346,7 +399,9 @@ describe('sandglass egress', () => {
     received.clear();
     const r = await cli(['create', '--allow', 'api.github.com', '--allow', '*.pypi.org', '--deny', 'evil.pypi.org', '--secret', 'GITHUB_TOKEN']);
     expect([r.code, r.stderr]).toEqual([0, '']);
-    expect(received.get('POST /v1/sandboxes')).toEqual([{ template: 'base', network: { allow: ['api.github.com', '*.pypi.org'], deny: ['evil.pypi.org'] }, secrets: ['GITHUB_TOKEN'] }]);
+    expect(received.get('POST /v1/sandboxes')).toEqual([
+      { template: 'base', network: { allow: ['api.github.com', '*.pypi.org'], deny: ['evil.pypi.org'] }, secrets: ['GITHUB_TOKEN'] },
+    ]);
     expect((await cli(['create'])).code).toBe(0);
     expect(received.get('POST /v1/sandboxes')!.at(-1)).toEqual({ template: 'base' });
   });
@@ -362,7 +417,22 @@ describe('sandglass egress', () => {
 
   it('sets a secret from stdin (one trailing newline dropped), never printing the value; refuses an empty one', async () => {
     received.clear();
-    const r = await cli(['secrets', 'set', 'GITHUB_TOKEN', '--hosts', 'api.github.com,*.example.com', '--header', 'Authorization', '--format', 'Bearer {value}', '--approval', 'required'], 'ghp_value\n');
+    const r = await cli(
+      [
+        'secrets',
+        'set',
+        'GITHUB_TOKEN',
+        '--hosts',
+        'api.github.com,*.example.com',
+        '--header',
+        'Authorization',
+        '--format',
+        'Bearer {value}',
+        '--approval',
+        'required',
+      ],
+      'ghp_value\n',
+    );
     expect([r.code, r.stderr, r.stdout.toString()]).toEqual([0, '', '']);
     expect(received.get('PUT /v1/secrets/GITHUB_TOKEN')).toEqual([
       { value: 'ghp_value', hosts: ['api.github.com', '*.example.com'], header: 'Authorization', format: 'Bearer {value}', approval: 'required' },

@@ -50,7 +50,13 @@ async function upload(plan: Extract<CpPlan, { direction: 'upload' }>): Promise<v
     sizeBytes = st.size;
     source = createReadStream(plan.from.path);
     // Like cp(1): into a directory keeps the file's own name.
-    if (target.endsWith('/') || (await sbx.files.stat(target).then((i) => i.type === 'dir', () => false))) {
+    if (
+      target.endsWith('/') ||
+      (await sbx.files.stat(target).then(
+        (i) => i.type === 'dir',
+        () => false,
+      ))
+    ) {
       target = posix.join(target, basename(plan.from.path));
     }
   }

@@ -1,7 +1,18 @@
 // The `sandglass` command line: every command, its options, and the exit status it leaves.
 import { constants as osConstants } from 'node:os';
 import { Command, Option } from 'commander';
-import { ApiKeys, Sandbox, SandglassError, Secrets, type ApiKeyInfo, type ApiKeyRole, type NetworkPolicy, type SandboxCreateOptions, type SandboxInfo, type SandboxState } from '@sandglass/sdk';
+import {
+  ApiKeys,
+  Sandbox,
+  SandglassError,
+  Secrets,
+  type ApiKeyInfo,
+  type ApiKeyRole,
+  type NetworkPolicy,
+  type SandboxCreateOptions,
+  type SandboxInfo,
+  type SandboxState,
+} from '@sandglass/sdk';
 import {
   collectEnv,
   collectList,
@@ -55,7 +66,11 @@ function addCreateOptions(cmd: Command): Command {
     .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
     .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
     .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt)
-    .option('--allow <rule>', "let the sandbox reach this (host[:port] [METHOD] [/path], '*.domain'; repeatable); without --allow it has no network", collectRepeated)
+    .option(
+      '--allow <rule>',
+      "let the sandbox reach this (host[:port] [METHOD] [/path], '*.domain'; repeatable); without --allow it has no network",
+      collectRepeated,
+    )
     .option('--deny <rule>', 'keep it from this even where an --allow rule matches (repeatable)', collectRepeated)
     .option('--secret <NAME>', 'bind this tenant secret: the sandbox sees $NAME holding a placeholder (repeatable)', collectRepeated);
 }
@@ -208,9 +223,7 @@ export function buildProgram(state: RunState): Command {
     .argument('<id>', 'sandbox id')
     .argument('<command-id>', 'command id (from exec --background)')
     .option('--from-offset <n>', 'output byte offset to resume at (default: the oldest the gateway holds)', parseNonNegativeInt)
-    .action(
-      act(async (id: string, commandId: string, flags: { fromOffset?: number }) => attach(await Sandbox.connect(id), commandId, flags.fromOffset)),
-    );
+    .action(act(async (id: string, commandId: string, flags: { fromOffset?: number }) => attach(await Sandbox.connect(id), commandId, flags.fromOffset)));
 
   addExecOptions(addCreateOptions(program.command('run').description('create a sandbox, run one command in it, kill it')))
     .argument('<cmd...>', 'the command and its arguments; put -- before it when it has options')
@@ -327,7 +340,11 @@ export function buildProgram(state: RunState): Command {
     .command('resume')
     .description('run a paused sandbox again from its latest snapshot, or one at or before --at, or --snapshot')
     .argument('<id>', 'sandbox id')
-    .addOption(new Option('--at <time>', 'its latest snapshot at or before this time (ISO 8601, or local "YYYY-MM-DD HH:MM:SS")').argParser(parseTime).conflicts('snapshot'))
+    .addOption(
+      new Option('--at <time>', 'its latest snapshot at or before this time (ISO 8601, or local "YYYY-MM-DD HH:MM:SS")')
+        .argParser(parseTime)
+        .conflicts('snapshot'),
+    )
     .option('--snapshot <snapshot-id>', 'this snapshot of the sandbox')
     .action(
       act(async (id: string, flags: { at?: string; snapshot?: string }) => {
@@ -362,7 +379,9 @@ export function buildProgram(state: RunState): Command {
       act(async (id: string, flags: { allow?: string[]; deny?: string[]; json?: boolean }) => {
         const sbx = await Sandbox.connect(id);
         const network =
-          flags.allow === undefined && flags.deny === undefined ? (await sbx.getInfo()).network : await sbx.setNetwork({ allow: flags.allow ?? [], deny: flags.deny ?? [] });
+          flags.allow === undefined && flags.deny === undefined
+            ? (await sbx.getInfo()).network
+            : await sbx.setNetwork({ allow: flags.allow ?? [], deny: flags.deny ?? [] });
         if (flags.json) return printJson(network);
         printNetwork(network);
       }),
@@ -382,21 +401,38 @@ export function buildProgram(state: RunState): Command {
     .option('--allow-upgrade', 'also send it on WebSocket upgrades, whose frames are not masked')
     .option('--json', 'print the stored configuration as JSON')
     .action(
-      act(async (name: string, flags: { hosts: string[]; header?: string; format?: string; bodyType?: string[]; approval?: 'none' | 'required'; allowPlaintext?: boolean; allowUpgrade?: boolean; json?: boolean }) => {
-        // Never a prompt: a typed value would echo, and an empty one is never what was meant.
-        if (process.stdin.isTTY) throw new UsageError('secrets set reads the value from stdin; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com');
-        const value = secretValueFromStdin(await readStdin());
-        const info = await Secrets.set(name, value, {
-          hosts: flags.hosts,
-          header: flags.header,
-          format: flags.format,
-          bodyContentTypes: flags.bodyType,
-          approval: flags.approval,
-          ...(flags.allowPlaintext ? { allowPlaintext: true } : {}),
-          ...(flags.allowUpgrade ? { allowUpgrade: true } : {}),
-        });
-        if (flags.json) printJson(info);
-      }),
+      act(
+        async (
+          name: string,
+          flags: {
+            hosts: string[];
+            header?: string;
+            format?: string;
+            bodyType?: string[];
+            approval?: 'none' | 'required';
+            allowPlaintext?: boolean;
+            allowUpgrade?: boolean;
+            json?: boolean;
+          },
+        ) => {
+          // Never a prompt: a typed value would echo, and an empty one is never what was meant.
+          if (process.stdin.isTTY)
+            throw new UsageError(
+              'secrets set reads the value from stdin; pipe it in, e.g. printf %s "$TOKEN" | sandglass secrets set NAME --hosts api.example.com',
+            );
+          const value = secretValueFromStdin(await readStdin());
+          const info = await Secrets.set(name, value, {
+            hosts: flags.hosts,
+            header: flags.header,
+            format: flags.format,
+            bodyContentTypes: flags.bodyType,
+            approval: flags.approval,
+            ...(flags.allowPlaintext ? { allowPlaintext: true } : {}),
+            ...(flags.allowUpgrade ? { allowUpgrade: true } : {}),
+          });
+          if (flags.json) printJson(info);
+        },
+      ),
     );
   secrets
     .command('ls')
@@ -427,8 +463,12 @@ export function buildProgram(state: RunState): Command {
   apiKeys
     .command('create')
     .description('create an API key and print it; it is shown this once and never again')
-    .addOption(new Option('--role <role>', 'member uses sandboxes; admin also manages keys; operator (operator key only) creates tenants').choices(['member', 'admin', 'operator']).default('member'))
-    .option('--tenant <id>', "the tenant (default: your own; another tenant needs the operator key)")
+    .addOption(
+      new Option('--role <role>', 'member uses sandboxes; admin also manages keys; operator (operator key only) creates tenants')
+        .choices(['member', 'admin', 'operator'])
+        .default('member'),
+    )
+    .option('--tenant <id>', 'the tenant (default: your own; another tenant needs the operator key)')
     .option('--name <name>', 'a label to tell keys apart')
     .option('--expires <duration>', 'refuse the key after this long: 3600, 90m, 12h, 30d (default: never)', parseKeyExpiryS)
     .option('--json', 'print the key and its metadata as JSON')
@@ -437,7 +477,9 @@ export function buildProgram(state: RunState): Command {
         const created = await ApiKeys.create({ role: flags.role, tenantId: flags.tenant, name: flags.name, expiresInS: flags.expires });
         if (flags.json) return printJson(created);
         process.stdout.write(`${created.key}\n`);
-        process.stderr.write(`${created.id} (${created.role}, tenant ${created.tenantId}${created.expiresAt ? `, expires ${created.expiresAt}` : ''}): store the key now, it is not shown again\n`);
+        process.stderr.write(
+          `${created.id} (${created.role}, tenant ${created.tenantId}${created.expiresAt ? `, expires ${created.expiresAt}` : ''}): store the key now, it is not shown again\n`,
+        );
       }),
     );
   apiKeys
@@ -488,7 +530,9 @@ export function buildProgram(state: RunState): Command {
     .argument('<request-id>', 'apr_… (from `sandglass approvals`)')
     .requiredOption('--sandbox <id>', 'the sandbox that made the request')
     .option('--for <duration>', 'a time-boxed grant: 90, 30s, 10m, 2h or 1d', parseDurationS)
-    .action(act(async (requestId: string, flags: { sandbox: string; for?: number }) => Sandbox.approve(requestId, { sandboxId: flags.sandbox, ttlS: flags.for })));
+    .action(
+      act(async (requestId: string, flags: { sandbox: string; for?: number }) => Sandbox.approve(requestId, { sandboxId: flags.sandbox, ttlS: flags.for })),
+    );
 
   program
     .command('deny')

@@ -29,10 +29,14 @@ function checkAgainstSpec(method: string, url: string, status: number, body: str
   const template = Object.keys(spec.paths).find((t) => new RegExp(`^${t.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(pathname));
   const where = `${method} ${pathname} → ${status}`;
   if (!template) return void violations.push(`${where}: path not in spec`);
-  const op = spec.paths[template]![method.toLowerCase()] as { responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }> } | undefined;
+  const op = spec.paths[template]![method.toLowerCase()] as
+    | { responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }> }
+    | undefined;
   const declared = op?.responses[String(status)];
   if (!declared) return void violations.push(`${where}: not in spec`);
-  const resolved = declared.$ref ? (spec as unknown as { components: { responses: Record<string, typeof declared> } }).components.responses[declared.$ref.split('/').pop()!]! : declared;
+  const resolved = declared.$ref
+    ? (spec as unknown as { components: { responses: Record<string, typeof declared> } }).components.responses[declared.$ref.split('/').pop()!]!
+    : declared;
   const schema = resolved.content?.['application/json']?.schema;
   if (!schema) return void (body === '' || violations.push(`${where}: a body where the spec declares none`));
   if (!ajv.validate(derefSchema(spec, schema) as object, JSON.parse(body))) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
@@ -52,7 +56,13 @@ async function tenant(name: string) {
   expect(admin.status, JSON.stringify(admin.body)).toBe(201);
   const member = await call('POST', '/v1/api-keys', admin.body!.key, { name: 'ci' });
   expect(member.status, JSON.stringify(member.body)).toBe(201);
-  return { id: t.body!.id as string, admin: admin.body!.key as string, adminId: admin.body!.id as string, member: member.body!.key as string, memberId: member.body!.id as string };
+  return {
+    id: t.body!.id as string,
+    admin: admin.body!.key as string,
+    adminId: admin.body!.id as string,
+    member: member.body!.key as string,
+    memberId: member.body!.id as string,
+  };
 }
 
 /** Everything a refused request must leave alone (the caller's own last use aside: it did authenticate). */
@@ -71,7 +81,14 @@ beforeEach(async () => {
   home = mkdtempSync(join(tmpdir(), 'sg-keys-'));
   operatorKey = await bootstrapLocal({ db: database.db, events, keyFile: join(home, 'admin-key'), clock });
   const gateway = NO_GATEWAY;
-  cp = createControlPlane({ db: database.db, events, gateways: singleGateway(gateway), nodeSecret: Buffer.alloc(32, 7), clock, logger: createLogger('test', 'silent') });
+  cp = createControlPlane({
+    db: database.db,
+    events,
+    gateways: singleGateway(gateway),
+    nodeSecret: Buffer.alloc(32, 7),
+    clock,
+    logger: createLogger('test', 'silent'),
+  });
   await cp.app.ready();
 });
 afterEach(async () => {
@@ -85,11 +102,16 @@ describe('roles', () => {
   it('makes the local key the operator of tenant default, which creates tenants and their first admin key', async () => {
     const own = await call('GET', '/v1/api-keys', operatorKey);
     expect(own.status).toBe(200);
-    expect(own.body!.apiKeys).toEqual([expect.objectContaining({ role: 'operator', name: 'local operator', prefix: operatorKey.slice(0, 10), createdByKeyId: null })]);
+    expect(own.body!.apiKeys).toEqual([
+      expect.objectContaining({ role: 'operator', name: 'local operator', prefix: operatorKey.slice(0, 10), createdByKeyId: null }),
+    ]);
     const a = await tenant('a');
     const listed = await call('GET', `/v1/api-keys?tenantId=${a.id}`, operatorKey);
     expect(byId(listed.body!.apiKeys as { id: string; role: string }[]).map((k) => [k.id, k.role])).toEqual(
-      byId([{ id: a.adminId, role: 'admin' }, { id: a.memberId, role: 'member' }]).map((k) => [k.id, k.role]),
+      byId([
+        { id: a.adminId, role: 'admin' },
+        { id: a.memberId, role: 'member' },
+      ]).map((k) => [k.id, k.role]),
     );
     // The operator still acts in its own tenant for sandboxes.
     expect((await call('GET', '/v1/sandboxes', operatorKey)).status).toBe(200);
@@ -227,7 +249,11 @@ describe('revocation', () => {
     const revoked = await call('DELETE', `/v1/api-keys/${a.memberId}`, a.admin);
     expect(revoked.status).toBe(200);
     expect(revoked.body).toMatchObject({ id: a.memberId, revokedAt: '2025-06-01T12:00:00.000Z' });
-    for (const [method, url] of [['GET', '/v1/sandboxes'], ['POST', '/v1/sandboxes/sbx_any/access'], ['POST', '/v1/sandboxes']] as const) {
+    for (const [method, url] of [
+      ['GET', '/v1/sandboxes'],
+      ['POST', '/v1/sandboxes/sbx_any/access'],
+      ['POST', '/v1/sandboxes'],
+    ] as const) {
       const res = await call(method, url, a.member, method === 'POST' ? {} : undefined);
       expect([url, res.status, res.body!.error.code]).toEqual([url, 401, 'api_key_revoked']);
     }

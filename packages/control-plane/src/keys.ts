@@ -50,7 +50,11 @@ export async function authenticate(db: Kysely<Schema>, authorization: string | u
   if (row.revoked_at !== null) throw new SandglassError('api_key_revoked', 'This API key was revoked.');
   if (row.expires_at !== null && fromIso(row.expires_at) <= nowMs) throw new SandglassError('api_key_expired', 'This API key has expired.');
   if (row.last_used_at === null || nowMs - fromIso(row.last_used_at) >= LAST_USED_RESOLUTION_MS) {
-    await db.updateTable('api_keys').set({ last_used_at: toIso(nowMs) }).where('id', '=', row.id).execute();
+    await db
+      .updateTable('api_keys')
+      .set({ last_used_at: toIso(nowMs) })
+      .where('id', '=', row.id)
+      .execute();
   }
   return { tenantId: row.tenant_id, keyId: row.id, role: row.role };
 }
@@ -126,7 +130,8 @@ export class ApiKeyService {
   async create(by: Principal, input: CreateApiKeyInput): Promise<ApiKey> {
     const tenantId = await this.managedTenant(by, input.tenantId);
     if (input.role === 'operator') {
-      if (by.role !== 'operator') throw new SandglassError('permission_denied', 'Only an operator key may create operator keys.', { details: { field: 'role' } });
+      if (by.role !== 'operator')
+        throw new SandglassError('permission_denied', 'Only an operator key may create operator keys.', { details: { field: 'role' } });
       if (tenantId !== by.tenantId) {
         throw new SandglassError('invalid_argument', "Operator keys belong to the operator's own tenant; leave tenantId out.", { details: { field: 'role' } });
       }
@@ -194,14 +199,22 @@ export class ApiKeyService {
 }
 
 /** Creates the tenant and appends `tenant.created` in one transaction; a taken name is a `conflict`. */
-export async function createTenant(db: Kysely<Schema>, events: EventLog, name: string, opts: { clock: Clock; random?: Random; createdByKeyId?: string }): Promise<TenantRow> {
+export async function createTenant(
+  db: Kysely<Schema>,
+  events: EventLog,
+  name: string,
+  opts: { clock: Clock; random?: Random; createdByKeyId?: string },
+): Promise<TenantRow> {
   const row: TenantRow = { id: newId('ten', (opts.random ?? systemRandom).bytes), name, created_at: toIso(opts.clock.nowMs()) };
   await db.transaction().execute(async (trx) => {
     if (await trx.selectFrom('tenants').select('id').where('name', '=', name).executeTakeFirst()) {
       throw new SandglassError('conflict', `A tenant named ${JSON.stringify(name)} already exists.`, { details: { field: 'name' } });
     }
     await trx.insertInto('tenants').values(row).execute();
-    await events.append({ type: 'tenant.created', tenantId: row.id, data: { name, createdByKeyId: opts.createdByKeyId } }, { clock: opts.clock, random: opts.random, trx });
+    await events.append(
+      { type: 'tenant.created', tenantId: row.id, data: { name, createdByKeyId: opts.createdByKeyId } },
+      { clock: opts.clock, random: opts.random, trx },
+    );
   });
   return row;
 }
@@ -235,7 +248,8 @@ export async function bootstrapLocal(opts: BootstrapOptions): Promise<string> {
     const known = await opts.db.selectFrom('api_keys').select(['id', 'role', 'tenant_id']).where('key_hash', '=', hashApiKey(existing)).executeTakeFirst();
     if (!known) await issueApiKey(opts.db, opts.events, tenant.id, 'operator', { clock, random: opts.random, name: 'local operator', key: existing });
     else if (known.role !== 'operator') {
-      if (known.tenant_id !== tenant.id) throw new Error(`${opts.keyFile} holds a key of another tenant than ${DEFAULT_TENANT}; remove it to have a new one made`);
+      if (known.tenant_id !== tenant.id)
+        throw new Error(`${opts.keyFile} holds a key of another tenant than ${DEFAULT_TENANT}; remove it to have a new one made`);
       await opts.db.transaction().execute(async (trx) => {
         await trx.updateTable('api_keys').set({ role: 'operator' }).where('id', '=', known.id).execute();
         await opts.events.append(

@@ -83,8 +83,12 @@ export class SandboxService {
   async create(who: Principal, req: CreateSandboxRequest): Promise<Sandbox> {
     const { db, events, gateways, gatewayClient, clock } = this.deps;
     const template = await findTemplate(db, req.template);
-    if (!template) throw new SandglassError('template_not_found', `No template ${JSON.stringify(req.template)}; GET /v1/templates lists them.`, { details: { field: 'template' } });
-    if (template.status === 'failed') throw new SandglassError('template_not_ready', `Template ${template.name} failed to build; rebuild it before creating sandboxes from it.`);
+    if (!template)
+      throw new SandglassError('template_not_found', `No template ${JSON.stringify(req.template)}; GET /v1/templates lists them.`, {
+        details: { field: 'template' },
+      });
+    if (template.status === 'failed')
+      throw new SandglassError('template_not_ready', `Template ${template.name} failed to build; rebuild it before creating sandboxes from it.`);
     if (template.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${template.name} is still being built; retry shortly.`);
     const network = req.network === undefined ? undefined : checkNetwork(req.network, 'network');
     const secrets = req.secrets ?? [];
@@ -147,14 +151,18 @@ export class SandboxService {
     const expiresAt = toIso(this.deps.clock.nowMs() + timeoutS * 1000);
     // A paused sandbox has no VM to expire: its timeout counts afresh from the resume.
     if (row.state !== 'paused') await this.deps.gatewayClient.setExpiry(await this.#gatewayOf(row), id, expiresAt);
-    await this.deps.events.append({ type: 'sandbox.extended', tenantId: who.tenantId, sandboxId: id, data: { timeoutS, expiresAt } }, { clock: this.deps.clock });
+    await this.deps.events.append(
+      { type: 'sandbox.extended', tenantId: who.tenantId, sandboxId: id, data: { timeoutS, expiresAt } },
+      { clock: this.deps.clock },
+    );
     return toSandbox(await this.#row(id));
   }
 
   async access(who: Principal, id: string): Promise<Access> {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; there is nothing to connect to.`);
-    if (row.state === 'paused') throw new SandglassError('sandbox_not_running', `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume) to connect to it.`);
+    if (row.state === 'paused')
+      throw new SandglassError('sandbox_not_running', `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume) to connect to it.`);
     return this.#access(row, await this.#gatewayOf(row));
   }
 
@@ -181,7 +189,8 @@ export class SandboxService {
   }
 
   async decideApproval(who: Principal, requestId: string, req: ApprovalDecision): Promise<void> {
-    if (req.ttlS !== undefined && req.decision !== 'approve') throw invalidArgument('ttlS', 'applies only to decision approve: a denial is always for this request only');
+    if (req.ttlS !== undefined && req.decision !== 'approve')
+      throw invalidArgument('ttlS', 'applies only to decision approve: a denial is always for this request only');
     const row = await this.#own(who, req.sandboxId);
     if (row.state !== 'running') {
       throw new SandglassError('approval_not_found', `Sandbox ${req.sandboxId} is ${row.state}, so it has no pending approval request ${requestId}.`);
@@ -195,7 +204,10 @@ export class SandboxService {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; it takes no more snapshots.`);
     if (row.state !== 'paused') await this.deps.gatewayClient.setSnapshotInterval(await this.#gatewayOf(row), id, snapshotIntervalS);
-    await this.deps.events.append({ type: 'sandbox.configured', tenantId: who.tenantId, sandboxId: id, data: { snapshotIntervalS } }, { clock: this.deps.clock });
+    await this.deps.events.append(
+      { type: 'sandbox.configured', tenantId: who.tenantId, sandboxId: id, data: { snapshotIntervalS } },
+      { clock: this.deps.clock },
+    );
     return toSandbox(await this.#row(id));
   }
 
@@ -231,13 +243,20 @@ export class SandboxService {
 
   /** Runs a paused sandbox again under its id from one of its snapshots; the gateway records sandbox.resumed. */
   async resume(who: Principal, id: string, req: ResumeSandboxRequest): Promise<Sandbox> {
-    if (req.at !== undefined && req.snapshotId !== undefined) throw invalidArgument('at', 'cannot be combined with snapshotId; give one of them, or neither for the latest snapshot');
+    if (req.at !== undefined && req.snapshotId !== undefined)
+      throw invalidArgument('at', 'cannot be combined with snapshotId; give one of them, or neither for the latest snapshot');
     const row = await this.#own(who, id);
     if (row.state === 'running' || row.state === 'starting') {
-      throw new SandglassError('sandbox_running', `Sandbox ${id} is ${row.state}; pause it before resuming it, or fork it to run a copy from one of its snapshots.`);
+      throw new SandglassError(
+        'sandbox_running',
+        `Sandbox ${id} is ${row.state}; pause it before resuming it, or fork it to run a copy from one of its snapshots.`,
+      );
     }
     if (isFinal(row.state)) {
-      throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state} and cannot be resumed; fork it (POST /v1/forks) to run a new sandbox from one of its snapshots.`);
+      throw new SandglassError(
+        'sandbox_not_running',
+        `Sandbox ${id} has ${row.state} and cannot be resumed; fork it (POST /v1/forks) to run a new sandbox from one of its snapshots.`,
+      );
     }
     const snap = await this.#choose(who, row, req);
     const gateway = await this.#gatewayFor(row);
@@ -260,9 +279,12 @@ export class SandboxService {
    */
   async fork(who: Principal, req: ForkRequest): Promise<ForkResponse> {
     const { events, gateways, gatewayClient, clock } = this.deps;
-    if (req.snapshotId !== undefined && req.sandboxId !== undefined) throw invalidArgument('sandboxId', 'cannot be combined with snapshotId; give exactly one of them');
-    if (req.snapshotId === undefined && req.sandboxId === undefined) throw invalidArgument('snapshotId', 'is required unless sandboxId is given; give exactly one of them');
-    if (req.snapshotId !== undefined && req.at !== undefined) throw invalidArgument('at', 'only applies with sandboxId; a snapshotId already names one point in time');
+    if (req.snapshotId !== undefined && req.sandboxId !== undefined)
+      throw invalidArgument('sandboxId', 'cannot be combined with snapshotId; give exactly one of them');
+    if (req.snapshotId === undefined && req.sandboxId === undefined)
+      throw invalidArgument('snapshotId', 'is required unless sandboxId is given; give exactly one of them');
+    if (req.snapshotId !== undefined && req.at !== undefined)
+      throw invalidArgument('at', 'only applies with sandboxId; a snapshotId already names one point in time');
 
     let snap: SnapshotRow;
     let source: SandboxRow;
@@ -355,7 +377,8 @@ export class SandboxService {
   /** Another tenant's snapshot is indistinguishable from one that does not exist. */
   async #ownSnapshot(who: Principal, snapshotId: string): Promise<SnapshotRow> {
     const row = await this.deps.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).where('tenant_id', '=', who.tenantId).executeTakeFirst();
-    if (!row) throw new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant (retention may have thinned it, or it was deleted).`);
+    if (!row)
+      throw new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant (retention may have thinned it, or it was deleted).`);
     return row;
   }
 
@@ -364,7 +387,10 @@ export class SandboxService {
     const timeline = `GET /v1/sandboxes/${sandbox.id}/snapshots lists them`;
     if (choice.snapshotId !== undefined) {
       const snap = await this.#snapshotsOf(who, sandbox.id).where('id', '=', choice.snapshotId).executeTakeFirst();
-      if (!snap) throw new SandglassError('snapshot_not_found', `Sandbox ${sandbox.id} has no snapshot ${choice.snapshotId}; ${timeline}.`, { details: { field: 'snapshotId' } });
+      if (!snap)
+        throw new SandglassError('snapshot_not_found', `Sandbox ${sandbox.id} has no snapshot ${choice.snapshotId}; ${timeline}.`, {
+          details: { field: 'snapshotId' },
+        });
       return snap;
     }
     let q = this.#snapshotsOf(who, sandbox.id);
@@ -388,7 +414,10 @@ export class SandboxService {
     const cause = err instanceof SandglassError ? err : new SandglassError('internal', undefined, { cause: err });
     for (const id of ids) {
       if (isFinal((await this.#row(id)).state)) continue;
-      await this.deps.events.append({ type: 'sandbox.failed', tenantId: who.tenantId, sandboxId: id, data: { reason: cause.message, code: cause.code } }, { clock: this.deps.clock });
+      await this.deps.events.append(
+        { type: 'sandbox.failed', tenantId: who.tenantId, sandboxId: id, data: { reason: cause.message, code: cause.code } },
+        { clock: this.deps.clock },
+      );
     }
     return cause;
   }

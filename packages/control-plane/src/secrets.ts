@@ -74,7 +74,9 @@ const aadOf = (tenantId: string, name: string) => Buffer.from(`${tenantId}/${nam
 
 function notFound(name: string, field = 'name'): SandglassError {
   const where = field === 'name' ? '' : `${field}: `;
-  return new SandglassError('secret_not_found', `${where}No secret ${name} exists for your tenant; PUT /v1/secrets/${name} creates it.`, { details: { field } });
+  return new SandglassError('secret_not_found', `${where}No secret ${name} exists for your tenant; PUT /v1/secrets/${name} creates it.`, {
+    details: { field },
+  });
 }
 
 export function checkSecretName(name: string, field = 'name'): void {
@@ -112,7 +114,8 @@ export function renameRuleField(err: unknown, rename: (field: string) => string)
 
 function checkInput(input: SecretInput): void {
   const bytes = Buffer.byteLength(input.value);
-  if (input.value.length < SECRET_VALUE_MIN_CHARS) throw invalidArgument('value', `must be at least ${SECRET_VALUE_MIN_CHARS} characters, or it could not be kept out of recorded traffic`);
+  if (input.value.length < SECRET_VALUE_MIN_CHARS)
+    throw invalidArgument('value', `must be at least ${SECRET_VALUE_MIN_CHARS} characters, or it could not be kept out of recorded traffic`);
   if (bytes > SECRET_VALUE_MAX_BYTES) throw invalidArgument('value', `must be at most ${SECRET_VALUE_MAX_BYTES} bytes (UTF-8)`);
   checkSecretHosts(input.hosts);
   if (input.header !== undefined) {
@@ -178,11 +181,33 @@ export class SecretStore {
       const existing = await trx.selectFrom('secrets').select('created_at').where('tenant_id', '=', tenantId).where('name', '=', name).executeTakeFirst();
       created = existing === undefined;
       if (existing) {
-        await trx.updateTable('secrets').set({ ...config, value_sealed: sealed, updated_at: now }).where('tenant_id', '=', tenantId).where('name', '=', name).execute();
+        await trx
+          .updateTable('secrets')
+          .set({ ...config, value_sealed: sealed, updated_at: now })
+          .where('tenant_id', '=', tenantId)
+          .where('name', '=', name)
+          .execute();
       } else {
-        await trx.insertInto('secrets').values({ tenant_id: tenantId, name, ...config, value_sealed: sealed, created_at: now, updated_at: now }).execute();
+        await trx
+          .insertInto('secrets')
+          .values({ tenant_id: tenantId, name, ...config, value_sealed: sealed, created_at: now, updated_at: now })
+          .execute();
       }
-      await this.#events.append({ type: 'secret.set', tenantId, data: { name, hosts: input.hosts, header, approval: config.approval, ...(input.allowPlaintext ? { allowPlaintext: true } : {}), ...(input.allowUpgrade ? { allowUpgrade: true } : {}) } }, { clock: this.#clock, trx });
+      await this.#events.append(
+        {
+          type: 'secret.set',
+          tenantId,
+          data: {
+            name,
+            hosts: input.hosts,
+            header,
+            approval: config.approval,
+            ...(input.allowPlaintext ? { allowPlaintext: true } : {}),
+            ...(input.allowUpgrade ? { allowUpgrade: true } : {}),
+          },
+        },
+        { clock: this.#clock, trx },
+      );
     });
     return { secret: toInfo(await this.#row(tenantId, name)), created };
   }
@@ -203,7 +228,16 @@ export class SecretStore {
   /** Throws secret_not_found naming `field` for the first name the tenant has no secret of. */
   async checkExist(tenantId: string, names: readonly string[], field = 'secrets'): Promise<void> {
     if (names.length === 0) return;
-    const known = new Set((await this.#db.selectFrom('secrets').select('name').where('tenant_id', '=', tenantId).where('name', 'in', [...names]).execute()).map((r) => r.name));
+    const known = new Set(
+      (
+        await this.#db
+          .selectFrom('secrets')
+          .select('name')
+          .where('tenant_id', '=', tenantId)
+          .where('name', 'in', [...names])
+          .execute()
+      ).map((r) => r.name),
+    );
     names.forEach((name, i) => {
       if (!known.has(name)) throw notFound(name, `${field}[${i}]`);
     });

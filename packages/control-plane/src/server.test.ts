@@ -65,7 +65,17 @@ async function recordSnapshot(sandboxId: string, reason: Snapshot['reason'], nam
   const sbx = await database.db.selectFrom('sandboxes').selectAll().where('id', '=', sandboxId).executeTakeFirstOrThrow();
   const parent = await database.db.selectFrom('snapshots').select('id').where('sandbox_id', '=', sandboxId).orderBy('taken_at', 'desc').executeTakeFirst();
   const snapshotId = newId('snap');
-  const data = { snapshotId, parentId: parent?.id ?? null, reason, name, pinned: name !== null, sizeAddedBytes: 4096, memoryMib: sbx.memory_mib, vcpus: sbx.vcpus, template: sbx.template };
+  const data = {
+    snapshotId,
+    parentId: parent?.id ?? null,
+    reason,
+    name,
+    pinned: name !== null,
+    sizeAddedBytes: 4096,
+    memoryMib: sbx.memory_mib,
+    vcpus: sbx.vcpus,
+    template: sbx.template,
+  };
   await events.append({ type: 'snapshot.taken', tenantId: sbx.tenant_id, sandboxId, data }, { clock });
   return toSnapshot(await database.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).executeTakeFirstOrThrow());
 }
@@ -84,7 +94,8 @@ beforeAll(async () => {
       res.writeHead(status, json === undefined ? {} : { 'content-type': 'application/json' });
       res.end(json === undefined ? undefined : JSON.stringify(json));
     };
-    if (req.headers.authorization !== `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`) return reply(401, { error: { code: 'unauthenticated', message: 'node secret' } });
+    if (req.headers.authorization !== `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`)
+      return reply(401, { error: { code: 'unauthenticated', message: 'node secret' } });
     if (req.method === 'POST' && req.url === '/internal/v1/sandboxes') {
       const b = body as { id: string; tenantId: string };
       if (mode === 'ok') {
@@ -92,7 +103,10 @@ beforeAll(async () => {
         return reply(201, { id: b.id, state: 'running', startedAt: toIso(clock.nowMs()), pid: 4242 });
       }
       if (mode === 'vm_failed_recorded') {
-        await events.append({ type: 'sandbox.failed', tenantId: b.tenantId, sandboxId: b.id, data: { reason: 'kernel panic', consoleTail: 'panic' } }, { clock });
+        await events.append(
+          { type: 'sandbox.failed', tenantId: b.tenantId, sandboxId: b.id, data: { reason: 'kernel panic', consoleTail: 'panic' } },
+          { clock },
+        );
       }
       return reply(500, { error: { code: 'vm_failed', message: 'The VM exited during restore.', requestId: 'req_gw' } });
     }
@@ -111,7 +125,8 @@ beforeAll(async () => {
       return reply(204);
     }
     const [, sandboxId, action] = /^\/internal\/v1\/sandboxes\/([^/]+)\/(snapshots|pause|resume)$/.exec(url.pathname) ?? [];
-    if (req.method === 'POST' && action === 'snapshots') return reply(201, { snapshot: await recordSnapshot(sandboxId!, 'manual', (body as { name?: string }).name ?? null) });
+    if (req.method === 'POST' && action === 'snapshots')
+      return reply(201, { snapshot: await recordSnapshot(sandboxId!, 'manual', (body as { name?: string }).name ?? null) });
     if (req.method === 'POST' && action === 'pause') {
       const snapshot = await recordSnapshot(sandboxId!, 'pause');
       const sbx = await database.db.selectFrom('sandboxes').select('tenant_id').where('id', '=', sandboxId!).executeTakeFirstOrThrow();
@@ -135,7 +150,10 @@ beforeAll(async () => {
           continue;
         }
         await events.append({ type: 'sandbox.started', tenantId: b.tenantId, sandboxId: id, data: { pid: 5000 + i } }, { clock });
-        await events.append({ type: 'sandbox.forked', tenantId: b.tenantId, sandboxId: id, data: { snapshotId: b.snapshotId, sourceSandboxId: source.sandbox_id } }, { clock });
+        await events.append(
+          { type: 'sandbox.forked', tenantId: b.tenantId, sandboxId: id, data: { snapshotId: b.snapshotId, sourceSandboxId: source.sandbox_id } },
+          { clock },
+        );
         sandboxes.push({ id, tenantId: b.tenantId, state: 'running', pid: 5000 + i, startedAt: toIso(clock.nowMs()), expiresAt: toIso(clock.nowMs()) });
       }
       return reply(200, { sandboxes });
@@ -143,7 +161,12 @@ beforeAll(async () => {
     const snapshotDelete = /^\/internal\/v1\/snapshots\/([^/]+)$/.exec(url.pathname);
     if (req.method === 'DELETE' && snapshotDelete) {
       const tenantId = url.searchParams.get('tenantId')!;
-      const snap = await database.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotDelete[1]!).where('tenant_id', '=', tenantId).executeTakeFirst();
+      const snap = await database.db
+        .selectFrom('snapshots')
+        .selectAll()
+        .where('id', '=', snapshotDelete[1]!)
+        .where('tenant_id', '=', tenantId)
+        .executeTakeFirst();
       if (!snap) return reply(404, { error: { code: 'snapshot_not_found', message: 'no snapshot' } });
       await events.append({ type: 'snapshot.deleted', tenantId, sandboxId: snap.sandbox_id, data: { snapshotId: snap.id, why: 'user' } }, { clock });
       return reply(204);
@@ -173,7 +196,11 @@ beforeEach(async () => {
   home = mkdtempSync(join(tmpdir(), 'sg-cp-'));
   keys = new LocalKeyring({ dir: join(home, 'keys') });
   adminKey = await bootstrapLocal({ db: database.db, events, keyFile: join(home, 'admin-key'), clock });
-  for (const [name, status] of [['base', 'ready'], ['slow', 'building'], ['broken', 'failed']] as const) {
+  for (const [name, status] of [
+    ['base', 'ready'],
+    ['slow', 'building'],
+    ['broken', 'failed'],
+  ] as const) {
     await upsertTemplate(database.db, { name, status, memoryMib: 256 }, { clock });
   }
   await start();
@@ -196,17 +223,25 @@ function checkAgainstSpec(method: string, url: string, status: number, body: str
   // An unknown route answers not_found, which no operation declares.
   if (!template) return;
   const where = `${method} ${pathname} → ${status}`;
-  const op = spec.paths[template]![method.toLowerCase()] as { responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }> } | undefined;
+  const op = spec.paths[template]![method.toLowerCase()] as
+    | { responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }> }
+    | undefined;
   const declared = op?.responses[String(status)];
   if (!declared) return void violations.push(`${where}: not in spec`);
-  const resolved = declared.$ref ? (spec as unknown as { components: { responses: Record<string, typeof declared> } }).components.responses[declared.$ref.split('/').pop()!]! : declared;
+  const resolved = declared.$ref
+    ? (spec as unknown as { components: { responses: Record<string, typeof declared> } }).components.responses[declared.$ref.split('/').pop()!]!
+    : declared;
   const schema = resolved.content?.['application/json']?.schema;
   if (!schema) return void (body === '' || violations.push(`${where}: a body where the spec declares none`));
   if (!ajv.validate(derefSchema(spec, schema) as object, JSON.parse(body))) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
 }
 
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
-async function call(method: Method, url: string, opts: { key?: string | null; json?: unknown; payload?: string | Buffer; headers?: Record<string, string> } = {}) {
+async function call(
+  method: Method,
+  url: string,
+  opts: { key?: string | null; json?: unknown; payload?: string | Buffer; headers?: Record<string, string> } = {},
+) {
   const key = opts.key === undefined ? adminKey : opts.key;
   const res = await cp.app.inject({
     method,
@@ -317,7 +352,11 @@ describe('POST /v1/sandboxes', () => {
     });
     expect(sbx.access.gatewayUrl).toBe(gatewayUrl);
     expect(sbx.access.expiresAt).toBe('2025-06-01T12:15:00.000Z');
-    expect(verifyAccessToken(sbx.access.token, NODE_KEYS.accessToken, clock.nowMs())).toEqual({ sbx: sbx.id, ten: sbx.tenantId, exp: Date.UTC(2025, 5, 1, 12, 15) });
+    expect(verifyAccessToken(sbx.access.token, NODE_KEYS.accessToken, clock.nowMs())).toEqual({
+      sbx: sbx.id,
+      ten: sbx.tenantId,
+      exp: Date.UTC(2025, 5, 1, 12, 15),
+    });
 
     expect(seen).toEqual([
       {
@@ -358,8 +397,20 @@ describe('POST /v1/sandboxes', () => {
     ['malformed JSON', { payload: '{"memoryMib": 5', headers: { 'content-type': 'application/json' } }, 400, 'malformed_json', undefined],
     ['an empty JSON body', { payload: '', headers: { 'content-type': 'application/json' } }, 400, 'malformed_json', undefined],
     ['a wrong content type', { payload: 'memoryMib=512', headers: { 'content-type': 'text/plain' } }, 400, 'invalid_argument', 'content-type'],
-    ['a form content type', { payload: 'memoryMib=512', headers: { 'content-type': 'application/x-www-form-urlencoded' } }, 400, 'invalid_argument', 'content-type'],
-    ['a body over 1 MiB', { payload: JSON.stringify({ metadata: { a: 'x'.repeat(1024 * 1024) } }), headers: { 'content-type': 'application/json' } }, 413, 'payload_too_large', undefined],
+    [
+      'a form content type',
+      { payload: 'memoryMib=512', headers: { 'content-type': 'application/x-www-form-urlencoded' } },
+      400,
+      'invalid_argument',
+      'content-type',
+    ],
+    [
+      'a body over 1 MiB',
+      { payload: JSON.stringify({ metadata: { a: 'x'.repeat(1024 * 1024) } }), headers: { 'content-type': 'application/json' } },
+      413,
+      'payload_too_large',
+      undefined,
+    ],
   ] as const)('rejects %s, changing nothing', async (_what, opts, status, code, field) => {
     const before = await state();
     const res = await call('POST', '/v1/sandboxes', opts as Parameters<typeof call>[2]);
@@ -482,7 +533,12 @@ describe('sandboxes of a tenant', () => {
   });
 
   it('answers sandbox_not_found for an unknown id on every sandbox route', async () => {
-    for (const [method, suffix] of [['GET', ''], ['DELETE', ''], ['POST', '/access'], ['GET', '/events']] as const) {
+    for (const [method, suffix] of [
+      ['GET', ''],
+      ['DELETE', ''],
+      ['POST', '/access'],
+      ['GET', '/events'],
+    ] as const) {
       const res = await call(method, `/v1/sandboxes/sbx_nope${suffix}`);
       expect(res.statusCode).toBe(404);
       expect(res.json().error.code).toBe('sandbox_not_found');
@@ -586,7 +642,10 @@ describe('admin routes', () => {
   it('refuses a member key', async () => {
     const b = await tenantB();
     const before = await state();
-    for (const [url, json] of [['/v1/tenants', { name: 'c' }], [`/v1/tenants/${b.tenantId}/api-keys`, { role: 'admin' }]] as const) {
+    for (const [url, json] of [
+      ['/v1/tenants', { name: 'c' }],
+      [`/v1/tenants/${b.tenantId}/api-keys`, { role: 'admin' }],
+    ] as const) {
       const res = await call('POST', url, { key: b.key, json });
       expect(res.statusCode).toBe(403);
       expect(res.json().error.code).toBe('permission_denied');
@@ -602,7 +661,11 @@ describe('admin routes', () => {
     const missing = await call('POST', '/v1/tenants/ten_nope/api-keys', { json: {} });
     expect(missing.statusCode).toBe(404);
     expect(missing.json().error.code).toBe('tenant_not_found');
-    for (const [json, field] of [[{}, 'name'], [{ name: 'has space' }, 'name'], [{ name: 'c', plan: 'pro' }, 'plan']] as const) {
+    for (const [json, field] of [
+      [{}, 'name'],
+      [{ name: 'has space' }, 'name'],
+      [{ name: 'c', plan: 'pro' }, 'plan'],
+    ] as const) {
       const res = await call('POST', '/v1/tenants', { json });
       expect(res.json().error.details.field).toBe(field);
     }
@@ -724,7 +787,17 @@ describe('snapshots', () => {
     const timeline: Snapshot[] = res.json().snapshots;
     expect(timeline.map((s) => s.takenAt)).toEqual([at(5), at(10), at(20), at(30)]);
     expect(timeline.slice(1)).toEqual(snapshots);
-    expect(timeline[2]).toMatchObject({ sandboxId: sbx.id, parentId: snapshots[0]!.id, reason: 'rolling', name: null, pinned: false, sizeAddedBytes: 4096, memoryMib: 256, vcpus: 1, template: 'base' });
+    expect(timeline[2]).toMatchObject({
+      sandboxId: sbx.id,
+      parentId: snapshots[0]!.id,
+      reason: 'rolling',
+      name: null,
+      pinned: false,
+      sizeAddedBytes: 4096,
+      memoryMib: 256,
+      vcpus: 1,
+      template: 'base',
+    });
     expect((await call('GET', `/v1/snapshots/${snapshots[1]!.id}`)).json()).toEqual(snapshots[1]);
   });
 
@@ -732,7 +805,14 @@ describe('snapshots', () => {
     const { sbx, snapshots } = await sandboxWithTimeline();
     const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`, { json: { name: 'before-migration_2.1' } });
     expect(res.statusCode, res.body).toBe(201);
-    expect(res.json()).toMatchObject({ sandboxId: sbx.id, reason: 'manual', name: 'before-migration_2.1', pinned: true, parentId: snapshots[2]!.id, takenAt: at(35) });
+    expect(res.json()).toMatchObject({
+      sandboxId: sbx.id,
+      reason: 'manual',
+      name: 'before-migration_2.1',
+      pinned: true,
+      parentId: snapshots[2]!.id,
+      takenAt: at(35),
+    });
     expect(seen).toMatchObject([{ method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/snapshots`, body: { name: 'before-migration_2.1' } }]);
     const unnamed = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`);
     expect(unnamed.json()).toMatchObject({ name: null, pinned: false });
@@ -865,7 +945,11 @@ describe('pause and resume', () => {
     expect(resumed).toMatchObject({ id: sbx.id, state: 'running', pausedAt: null, expiresAt: toIso(clock.nowMs() + 300_000) });
     expect(verifyAccessToken(resumed.access.token, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(sbx.id);
     expect(seen).toMatchObject([
-      { method: 'POST', url: `/internal/v1/sandboxes/${sbx.id}/resume`, body: { snapshotId: snapshot.id, tenantId: sbx.tenantId, timeoutS: 300, snapshotIntervalS: 60 } },
+      {
+        method: 'POST',
+        url: `/internal/v1/sandboxes/${sbx.id}/resume`,
+        body: { snapshotId: snapshot.id, tenantId: sbx.tenantId, timeoutS: 300, snapshotIntervalS: 60 },
+      },
     ]);
   });
 
@@ -894,7 +978,11 @@ describe('pause and resume', () => {
     const before = await state();
     const res = await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { at: at(9) } });
     expect(res.statusCode).toBe(400);
-    expect(res.json().error).toMatchObject({ code: 'snapshot_out_of_range', details: { field: 'at', oldest: at(10) }, message: expect.stringContaining(at(10)) });
+    expect(res.json().error).toMatchObject({
+      code: 'snapshot_out_of_range',
+      details: { field: 'at', oldest: at(10) },
+      message: expect.stringContaining(at(10)),
+    });
     expect(await state()).toEqual(before);
   });
 
@@ -934,11 +1022,24 @@ describe('POST /v1/forks', () => {
     expect(sandboxes).toHaveLength(3);
     expect(new Set(sandboxes.map((s: { id: string }) => s.id)).size).toBe(3);
     for (const fork of sandboxes) {
-      expect(fork).toMatchObject({ state: 'running', template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 600, metadata: { run: 'a' }, snapshotIntervalS: 20, sourceSnapshotId: snapshotId });
+      expect(fork).toMatchObject({
+        state: 'running',
+        template: 'base',
+        memoryMib: 512,
+        vcpus: 2,
+        timeoutS: 600,
+        metadata: { run: 'a' },
+        snapshotIntervalS: 20,
+        sourceSnapshotId: snapshotId,
+      });
       expect(fork.id).not.toBe(sbx.id);
       expect(verifyAccessToken(fork.access.token, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(fork.id);
       expect((await events.list({ sandboxId: fork.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.started', 'sandbox.forked']);
-      expect((await events.list({ sandboxId: fork.id }))[0]!.data).toMatchObject({ sourceSnapshotId: snapshotId, snapshotIntervalS: 20, gatewayId: 'node_test' });
+      expect((await events.list({ sandboxId: fork.id }))[0]!.data).toMatchObject({
+        sourceSnapshotId: snapshotId,
+        snapshotIntervalS: 20,
+        gatewayId: 'node_test',
+      });
     }
     expect(seen).toEqual([
       {
@@ -1067,9 +1168,19 @@ describe('secrets', () => {
       updatedAt: at(0),
     });
     clock.advance(5_000);
-    const replaced = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { value: 'another-value', hosts: ['api.github.com'], bodyContentTypes: ['application/json'], approval: 'required' } });
+    const replaced = await call('PUT', '/v1/secrets/GITHUB_TOKEN', {
+      json: { value: 'another-value', hosts: ['api.github.com'], bodyContentTypes: ['application/json'], approval: 'required' },
+    });
     expect(replaced.statusCode, replaced.body).toBe(200);
-    expect(replaced.json()).toMatchObject({ hosts: ['api.github.com'], header: null, format: null, bodyContentTypes: ['application/json'], approval: 'required', createdAt: at(0), updatedAt: at(5) });
+    expect(replaced.json()).toMatchObject({
+      hosts: ['api.github.com'],
+      header: null,
+      format: null,
+      bodyContentTypes: ['application/json'],
+      approval: 'required',
+      createdAt: at(0),
+      updatedAt: at(5),
+    });
     await call('PUT', '/v1/secrets/NPM_TOKEN', { json: { value: 'npm_abcdef', hosts: ['registry.npmjs.org'], header: 'Authorization' } });
 
     const list = await call('GET', '/v1/secrets');
@@ -1114,7 +1225,14 @@ describe('secrets', () => {
     const tenantId = (await database.db.selectFrom('tenants').select('id').executeTakeFirstOrThrow()).id;
     const store = new SecretStore({ db: database.db, keys, events, clock });
     const resolved = await store.resolve(tenantId, 'GITHUB_TOKEN');
-    expect(resolved).toMatchObject({ name: 'GITHUB_TOKEN', hosts: githubToken.hosts, header: 'Authorization', format: 'Bearer {value}', bodyContentTypes: ['text/*'], approval: 'required' });
+    expect(resolved).toMatchObject({
+      name: 'GITHUB_TOKEN',
+      hosts: githubToken.hosts,
+      header: 'Authorization',
+      format: 'Bearer {value}',
+      bodyContentTypes: ['text/*'],
+      approval: 'required',
+    });
     const value = await resolved.value();
     expect(value.reveal()).toBe(TOKEN);
     expect(String(value)).toBe('«redacted»');
@@ -1143,7 +1261,15 @@ describe('secrets', () => {
     let log = '';
     const sink = new Writable({ write: (chunk, _enc, done) => ((log += String(chunk)), done()) });
     await cp.close();
-    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }), nodeSecret: SECRET, clock, logger: pino({ level: 'trace' }, sink), keys });
+    cp = createControlPlane({
+      db: database.db,
+      events,
+      gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }),
+      nodeSecret: SECRET,
+      clock,
+      logger: pino({ level: 'trace' }, sink),
+      keys,
+    });
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, value: `${TOKEN}\n` } });
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, extra: TOKEN } });
@@ -1162,7 +1288,14 @@ describe('secrets', () => {
 
   it('answers key_unavailable, storing nothing, when the deployment has no key provider', async () => {
     await cp.close();
-    cp = createControlPlane({ db: database.db, events, gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }), nodeSecret: SECRET, clock, logger: createLogger('test', 'silent') });
+    cp = createControlPlane({
+      db: database.db,
+      events,
+      gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }),
+      nodeSecret: SECRET,
+      clock,
+      logger: createLogger('test', 'silent'),
+    });
     const before = await secretState();
     const res = await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: githubToken });
     expect(res.statusCode).toBe(503);
@@ -1411,7 +1544,9 @@ describe('approvals', () => {
     pendingApprovals.set(sbx.id, [request(sbx.id, APR)]);
     seen = [];
     expect((await call('GET', `/v1/sandboxes/${sbx.id}/approvals`, { key: b.key })).json().error.code).toBe('sandbox_not_found');
-    expect((await call('POST', `/v1/approvals/${APR}`, { key: b.key, json: { sandboxId: sbx.id, decision: 'approve' } })).json().error.code).toBe('sandbox_not_found');
+    expect((await call('POST', `/v1/approvals/${APR}`, { key: b.key, json: { sandboxId: sbx.id, decision: 'approve' } })).json().error.code).toBe(
+      'sandbox_not_found',
+    );
     expect(seen).toEqual([]);
     expect(pendingApprovals.get(sbx.id)).toHaveLength(1);
   });
@@ -1448,7 +1583,15 @@ describe('egress events', () => {
     expect(await types('?type=egress,secret')).toEqual(['egress.request', 'secret.approval_requested', 'egress.exchange']);
     expect(await types('?type=egress')).toEqual(['egress.request', 'egress.exchange']);
     expect(await types('?type=sandbox.created,command')).toEqual(['sandbox.created', 'command.started']);
-    expect(await types('')).toEqual(['sandbox.created', 'sandbox.started', 'egress.request', 'command.started', 'secret.approval_requested', 'egressx.other', 'egress.exchange']);
+    expect(await types('')).toEqual([
+      'sandbox.created',
+      'sandbox.started',
+      'egress.request',
+      'command.started',
+      'secret.approval_requested',
+      'egressx.other',
+      'egress.exchange',
+    ]);
     const page = (await call('GET', `/v1/sandboxes/${sbx.id}/events?type=egress,secret&limit=1`)).json().events;
     expect(page.map((e: { type: string }) => e.type)).toEqual(['egress.request']);
     const next = (await call('GET', `/v1/sandboxes/${sbx.id}/events?type=egress,secret&afterSeq=${page[0].seq}`)).json().events;

@@ -3,20 +3,19 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
-import {
-  genRequestId,
-  installErrorHandling,
-  installValidation,
-  loadOpenApi,
-  routeSchema,
-  SandglassError,
-  type Clock,
-  type Logger,
-} from '@sandglass/core';
+import { genRequestId, installErrorHandling, installValidation, loadOpenApi, routeSchema, SandglassError, type Clock, type Logger } from '@sandglass/core';
 import type { SandboxState, Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
-import { toTemplate, toTenant, type ApprovalDecision, type CreateSandboxRequest, type ForkRequest, type NetworkPolicy, type ResumeSandboxRequest } from './api.js';
+import {
+  toTemplate,
+  toTenant,
+  type ApprovalDecision,
+  type CreateSandboxRequest,
+  type ForkRequest,
+  type NetworkPolicy,
+  type ResumeSandboxRequest,
+} from './api.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { ApiKeyService, authenticate, createTenant, type CreateApiKeyInput, type Principal } from './keys.js';
 import { SandboxService, type EventsQuery } from './sandboxes.js';

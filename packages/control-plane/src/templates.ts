@@ -23,7 +23,11 @@ export async function upsertTemplate(db: Kysely<Schema>, t: TemplateUpsert, opts
 }
 
 export async function findTemplate(db: Kysely<Schema>, nameOrId: string): Promise<TemplateRow | undefined> {
-  return db.selectFrom('templates').selectAll().where((eb) => eb.or([eb('name', '=', nameOrId), eb('id', '=', nameOrId)])).executeTakeFirst();
+  return db
+    .selectFrom('templates')
+    .selectAll()
+    .where((eb) => eb.or([eb('name', '=', nameOrId), eb('id', '=', nameOrId)]))
+    .executeTakeFirst();
 }
 
 export async function listTemplates(db: Kysely<Schema>): Promise<TemplateRow[]> {

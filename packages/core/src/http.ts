@@ -38,8 +38,8 @@ export function routeSchema(doc: OpenApiDoc, method: string, path: string): Fast
   const op = doc.paths[path]?.[method.toLowerCase()] as Json | undefined;
   if (!op) throw new Error(`spec has no operation ${method} ${path}`);
   const schema: FastifySchema = {};
-  const params = [...((doc.paths[path]!.parameters as unknown as Json[] | undefined) ?? []), ...((op.parameters as Json[]) ?? [])].map(
-    (p) => (typeof p.$ref === 'string' ? doc.components?.parameters?.[p.$ref.replace('#/components/parameters/', '')] ?? p : p),
+  const params = [...((doc.paths[path]!.parameters as unknown as Json[] | undefined) ?? []), ...((op.parameters as Json[]) ?? [])].map((p) =>
+    typeof p.$ref === 'string' ? (doc.components?.parameters?.[p.$ref.replace('#/components/parameters/', '')] ?? p) : p,
   );
   for (const where of ['query', 'path'] as const) {
     const ps = params.filter((p) => p.in === where);

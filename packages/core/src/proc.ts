@@ -17,7 +17,10 @@ export function processStartTime(pid: number): string | undefined {
 }
 
 export function parseStatStartTime(stat: string): string | undefined {
-  const fields = stat.slice(stat.lastIndexOf(')') + 1).trim().split(/\s+/);
+  const fields = stat
+    .slice(stat.lastIndexOf(')') + 1)
+    .trim()
+    .split(/\s+/);
   return stat.includes(')') && fields.length >= 20 ? fields[19] : undefined;
 }
 

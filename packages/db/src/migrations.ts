@@ -120,8 +120,24 @@ const snapshots: Migration = {
       .addColumn('source_snapshot_id', 'text')
       .addColumn('paused_at', 'text')
       .execute();
-    const cols = ['id', 'tenant_id', 'template', 'state', 'end_reason', 'failure_reason', 'memory_mib', 'vcpus', 'timeout_s', 'metadata',
-      'gateway_id', 'gateway_url', 'created_at', 'started_at', 'ended_at', 'expires_at'];
+    const cols = [
+      'id',
+      'tenant_id',
+      'template',
+      'state',
+      'end_reason',
+      'failure_reason',
+      'memory_mib',
+      'vcpus',
+      'timeout_s',
+      'metadata',
+      'gateway_id',
+      'gateway_url',
+      'created_at',
+      'started_at',
+      'ended_at',
+      'expires_at',
+    ];
     await db.insertInto('sandboxes_v2').columns(cols).expression(db.selectFrom('sandboxes').select(cols)).execute();
     await db.schema.dropTable('sandboxes').execute();
     await db.schema.alterTable('sandboxes_v2').renameTo('sandboxes').execute();
@@ -167,7 +183,10 @@ const secrets: Migration = {
 
     // New columns need no new CHECK, so the projection is extended in place rather than rebuilt as in 0002.
     await db.schema.alterTable('sandboxes').addColumn('network', 'text').execute();
-    await db.schema.alterTable('sandboxes').addColumn('secrets', 'text', (c) => c.notNull().defaultTo('[]')).execute();
+    await db.schema
+      .alterTable('sandboxes')
+      .addColumn('secrets', 'text', (c) => c.notNull().defaultTo('[]'))
+      .execute();
   },
 };
 
@@ -200,8 +219,14 @@ const apiKeyLifecycle: Migration = {
 const secretTransport: Migration = {
   async up(db: Kysely<any>) {
     // Opt-ins a secret needs to be sent in clear text or on a protocol upgrade; existing secrets get neither.
-    await db.schema.alterTable('secrets').addColumn('allow_plaintext', 'integer', (c) => c.notNull().defaultTo(0)).execute();
-    await db.schema.alterTable('secrets').addColumn('allow_upgrade', 'integer', (c) => c.notNull().defaultTo(0)).execute();
+    await db.schema
+      .alterTable('secrets')
+      .addColumn('allow_plaintext', 'integer', (c) => c.notNull().defaultTo(0))
+      .execute();
+    await db.schema
+      .alterTable('secrets')
+      .addColumn('allow_upgrade', 'integer', (c) => c.notNull().defaultTo(0))
+      .execute();
   },
 };
 
@@ -211,5 +236,11 @@ function inList(column: string, values: string[]) {
 }
 
 export const migrationProvider: MigrationProvider = {
-  getMigrations: async () => ({ '0001_initial': initial, '0002_snapshots': snapshots, '0003_secrets': secrets, '0004_api_key_lifecycle': apiKeyLifecycle, '0005_secret_transport': secretTransport }),
+  getMigrations: async () => ({
+    '0001_initial': initial,
+    '0002_snapshots': snapshots,
+    '0003_secrets': secrets,
+    '0004_api_key_lifecycle': apiKeyLifecycle,
+    '0005_secret_transport': secretTransport,
+  }),
 };

@@ -17,7 +17,10 @@ describe('openDatabase', () => {
     dirs.push(dir);
     const file = join(dir, 'sandglass.db');
     const { db, close } = await openDatabase({ url: `sqlite:${file}` });
-    await db.insertInto('tenants').values({ id: 'ten_a', name: 'a', created_at: toIso(0) }).execute();
+    await db
+      .insertInto('tenants')
+      .values({ id: 'ten_a', name: 'a', created_at: toIso(0) })
+      .execute();
     for (const f of [file, `${file}-wal`, `${file}-shm`]) expect((statSync(f).mode & 0o777).toString(8), f).toBe('600');
     await close();
     // A database an older version left world-readable is narrowed on open.
@@ -37,7 +40,10 @@ describe('openDatabase', () => {
     expect(mode.rows[0]?.journal_mode).toBe('wal');
     const fk = await sql<{ foreign_keys: number }>`pragma foreign_keys`.execute(first.db);
     expect(fk.rows[0]?.foreign_keys).toBe(1);
-    await first.db.insertInto('tenants').values({ id: 'ten_a', name: 'a', created_at: toIso(0) }).execute();
+    await first.db
+      .insertInto('tenants')
+      .values({ id: 'ten_a', name: 'a', created_at: toIso(0) })
+      .execute();
     await first.close();
 
     const again = await openDatabase({ url });
@@ -49,19 +55,46 @@ describe('openDatabase', () => {
   it('enforces foreign keys', async () => {
     const { db, close } = await openDatabase({ url: 'sqlite::memory:' });
     await expect(
-      db.insertInto('api_keys').values({ id: 'key_x', tenant_id: 'ten_missing', name: null, role: 'admin', key_hash: 'h', prefix: 'sg_', created_at: toIso(0) }).execute(),
+      db
+        .insertInto('api_keys')
+        .values({ id: 'key_x', tenant_id: 'ten_missing', name: null, role: 'admin', key_hash: 'h', prefix: 'sg_', created_at: toIso(0) })
+        .execute(),
     ).rejects.toThrow(/FOREIGN KEY/);
     await close();
   });
 
   it('keeps one secret per tenant and name, with a known approval mode', async () => {
     const { db, close } = await openDatabase({ url: 'sqlite::memory:' });
-    await db.insertInto('tenants').values({ id: 'ten_a', name: 'a', created_at: toIso(0) }).execute();
-    const row = { tenant_id: 'ten_a', name: 'TOKEN', hosts: '[]', header: null, format: null, body_content_types: '[]', approval: 'none' as const, value_sealed: 'AQ==', created_at: toIso(0), updated_at: toIso(0) };
+    await db
+      .insertInto('tenants')
+      .values({ id: 'ten_a', name: 'a', created_at: toIso(0) })
+      .execute();
+    const row = {
+      tenant_id: 'ten_a',
+      name: 'TOKEN',
+      hosts: '[]',
+      header: null,
+      format: null,
+      body_content_types: '[]',
+      approval: 'none' as const,
+      value_sealed: 'AQ==',
+      created_at: toIso(0),
+      updated_at: toIso(0),
+    };
     await db.insertInto('secrets').values(row).execute();
     await expect(db.insertInto('secrets').values(row).execute()).rejects.toThrow(/UNIQUE|PRIMARY KEY/);
-    await expect(db.insertInto('secrets').values({ ...row, name: 'OTHER', approval: 'maybe' as 'none' }).execute()).rejects.toThrow(/CHECK/);
-    await expect(db.insertInto('secrets').values({ ...row, tenant_id: 'ten_missing' }).execute()).rejects.toThrow(/FOREIGN KEY/);
+    await expect(
+      db
+        .insertInto('secrets')
+        .values({ ...row, name: 'OTHER', approval: 'maybe' as 'none' })
+        .execute(),
+    ).rejects.toThrow(/CHECK/);
+    await expect(
+      db
+        .insertInto('secrets')
+        .values({ ...row, tenant_id: 'ten_missing' })
+        .execute(),
+    ).rejects.toThrow(/FOREIGN KEY/);
     await close();
   });
 

@@ -13,7 +13,11 @@ beforeEach(async () => {
   database = await openDatabase({ url: 'sqlite::memory:' });
   log = new EventLog(database.db);
   clock = new ManualClock(Date.UTC(2025, 0, 1));
-  for (const t of ['ten_a', 'ten_b']) await database.db.insertInto('tenants').values({ id: t, name: t, created_at: toIso(0) }).execute();
+  for (const t of ['ten_a', 'ten_b'])
+    await database.db
+      .insertInto('tenants')
+      .values({ id: t, name: t, created_at: toIso(0) })
+      .execute();
 });
 afterEach(() => database.close());
 
@@ -65,7 +69,12 @@ describe('EventLog.append', () => {
     expect(e1.at).toBe('2025-01-01T00:00:00.000Z');
 
     const row = await database.db.selectFrom('sandboxes').selectAll().where('id', '=', 'sbx_1').executeTakeFirstOrThrow();
-    expect(row).toMatchObject({ state: 'running', started_at: '2025-01-01T00:00:02.000Z', expires_at: '2025-01-01T00:05:02.000Z', metadata: '{"a":"1","b":"2"}' });
+    expect(row).toMatchObject({
+      state: 'running',
+      started_at: '2025-01-01T00:00:02.000Z',
+      expires_at: '2025-01-01T00:05:02.000Z',
+      metadata: '{"a":"1","b":"2"}',
+    });
     expect(await log.list({ sandboxId: 'sbx_1' })).toEqual([e1, e2]);
   });
 
@@ -73,7 +82,9 @@ describe('EventLog.append', () => {
     await expect(log.append({ type: 'sandbox.started', tenantId: 'ten_a', sandboxId: 'sbx_nope', data: {} }, { clock })).rejects.toThrow(/never created/);
     await log.append(created('sbx_1'), { clock });
     await expect(log.append(created('sbx_1'), { clock })).rejects.toThrow(/created twice/);
-    await expect(log.append({ type: 'sandbox.hibernated', tenantId: 'ten_a', sandboxId: 'sbx_1', data: {} }, { clock })).rejects.toThrow(/unknown sandbox event type/);
+    await expect(log.append({ type: 'sandbox.hibernated', tenantId: 'ten_a', sandboxId: 'sbx_1', data: {} }, { clock })).rejects.toThrow(
+      /unknown sandbox event type/,
+    );
     await expect(log.append({ type: 'Sandbox Created', tenantId: 'ten_a', data: {} }, { clock })).rejects.toThrow(/dotted lowercase/);
     await expect(log.append({ type: 'sandbox.started', tenantId: 'ten_a', data: {} }, { clock })).rejects.toThrow(/needs a sandboxId/);
     expect(await log.list()).toHaveLength(1);
@@ -91,7 +102,10 @@ describe('EventLog.append', () => {
   it('commits with the caller’s transaction, or not at all', async () => {
     await expect(
       database.db.transaction().execute(async (trx) => {
-        await trx.insertInto('tenants').values({ id: 'ten_c', name: 'c', created_at: toIso(0) }).execute();
+        await trx
+          .insertInto('tenants')
+          .values({ id: 'ten_c', name: 'c', created_at: toIso(0) })
+          .execute();
         await log.append({ type: 'tenant.created', tenantId: 'ten_c', data: { name: 'c' } }, { clock, trx });
         throw new Error('caller changed its mind');
       }),
@@ -133,14 +147,22 @@ describe('EventLog.verifyChain', () => {
 
   it('catches an edited event', async () => {
     const victim = (await log.list())[5]!;
-    await database.db.updateTable('events').set({ data: canonicalJson({ ...victim.data, exitCode: 1 }) }).where('seq', '=', victim.seq).execute();
+    await database.db
+      .updateTable('events')
+      .set({ data: canonicalJson({ ...victim.data, exitCode: 1 }) })
+      .where('seq', '=', victim.seq)
+      .execute();
     expect(await log.verifyChain()).toMatchObject({ ok: false, seq: victim.seq, problem: expect.stringMatching(/edited/) });
   });
 
   it('catches an edit whose hash was recomputed, at the next link', async () => {
     const [, victim, next] = (await log.list()).slice(4, 7);
     const edited = { ...victim!, at: toIso(0) };
-    await database.db.updateTable('events').set({ at: edited.at, hash: eventHash(edited) }).where('seq', '=', victim!.seq).execute();
+    await database.db
+      .updateTable('events')
+      .set({ at: edited.at, hash: eventHash(edited) })
+      .where('seq', '=', victim!.seq)
+      .execute();
     expect(await log.verifyChain()).toMatchObject({ ok: false, seq: next!.seq, problem: expect.stringMatching(/removed or reordered/) });
   });
 
@@ -150,7 +172,9 @@ describe('EventLog.verifyChain', () => {
     expect(await log.verifyChain()).toMatchObject({ ok: false, seq: all[9]!.seq });
 
     await database.db.deleteFrom('events').execute();
-    await sql`insert into events (seq, id, type, tenant_id, sandbox_id, at, data, prev_hash, hash) values (${all[1]!.seq}, ${all[1]!.id}, ${all[1]!.type}, ${all[1]!.tenantId}, ${all[1]!.sandboxId}, ${all[1]!.at}, ${canonicalJson(all[1]!.data)}, ${all[1]!.prevHash}, ${all[1]!.hash})`.execute(database.db);
+    await sql`insert into events (seq, id, type, tenant_id, sandbox_id, at, data, prev_hash, hash) values (${all[1]!.seq}, ${all[1]!.id}, ${all[1]!.type}, ${all[1]!.tenantId}, ${all[1]!.sandboxId}, ${all[1]!.at}, ${canonicalJson(all[1]!.data)}, ${all[1]!.prevHash}, ${all[1]!.hash})`.execute(
+      database.db,
+    );
     expect(await log.verifyChain()).toMatchObject({ ok: false, seq: all[1]!.seq });
   });
 
@@ -175,7 +199,10 @@ describe('projections', () => {
     expect(live[2]).toMatchObject({ failure_reason: 'vm exited', started_at: null });
 
     await database.db.updateTable('sandboxes').set({ state: 'running' }).execute();
-    await database.db.insertInto('sandboxes').values({ ...live[0]!, id: 'sbx_stray' }).execute();
+    await database.db
+      .insertInto('sandboxes')
+      .values({ ...live[0]!, id: 'sbx_stray' })
+      .execute();
     await log.rebuildProjections();
     expect(await sandboxes()).toEqual(live);
     expect([...project(await log.list()).values()].sort((a, b) => a.id.localeCompare(b.id))).toEqual(live);
@@ -186,8 +213,14 @@ describe('projections', () => {
     withEgress.data = { ...withEgress.data, network: { allow: ['api.github.com'], deny: [] }, secrets: ['GITHUB_TOKEN'] };
     await log.append(withEgress, { clock });
     await log.append(created('sbx_none'), { clock });
-    await log.append({ type: 'sandbox.network_changed', tenantId: 'ten_a', sandboxId: 'sbx_n', data: { allow: ['*.pypi.org'], deny: ['evil.pypi.org'] } }, { clock });
-    await log.append({ type: 'secret.set', tenantId: 'ten_a', data: { name: 'GITHUB_TOKEN', hosts: ['api.github.com'], header: null, approval: 'none' } }, { clock });
+    await log.append(
+      { type: 'sandbox.network_changed', tenantId: 'ten_a', sandboxId: 'sbx_n', data: { allow: ['*.pypi.org'], deny: ['evil.pypi.org'] } },
+      { clock },
+    );
+    await log.append(
+      { type: 'secret.set', tenantId: 'ten_a', data: { name: 'GITHUB_TOKEN', hosts: ['api.github.com'], header: null, approval: 'none' } },
+      { clock },
+    );
     const live = await sandboxes();
     expect(live.map((r) => [r.id, r.network, r.secrets])).toEqual([
       ['sbx_n', '{"allow":["*.pypi.org"],"deny":["evil.pypi.org"]}', '["GITHUB_TOKEN"]'],
@@ -203,17 +236,37 @@ describe('projections', () => {
     await log.append(fork, { clock });
     await log.append({ type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s' } }, { clock });
     expect((await sandboxes())[0]).toMatchObject({ network: '{"allow":["now.example"],"deny":[]}', secrets: '["A","B"]' });
-    const reported = { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s', network: { allow: ['then.example'], deny: ['x.example'], placeholders: { A: 'sg_placeholder_x' } }, secrets: ['A'] };
+    const reported = {
+      snapshotId: 'snap_1',
+      sourceSandboxId: 'sbx_s',
+      network: { allow: ['then.example'], deny: ['x.example'], placeholders: { A: 'sg_placeholder_x' } },
+      secrets: ['A'],
+    };
     await log.append({ type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: reported }, { clock });
     expect((await sandboxes())[0]).toMatchObject({ network: '{"allow":["then.example"],"deny":["x.example"]}', secrets: '["A"]' });
-    await log.append({ type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s', network: null } }, { clock });
+    await log.append(
+      { type: 'sandbox.forked', tenantId: 'ten_a', sandboxId: 'sbx_f', data: { snapshotId: 'snap_1', sourceSandboxId: 'sbx_s', network: null } },
+      { clock },
+    );
     expect((await sandboxes())[0]).toMatchObject({ network: null, secrets: '["A"]' });
   });
 
   it('project leaves its base untouched', () => {
     const base = new Map();
     const out = project(
-      [{ seq: 1, id: 'evt_1', type: 'sandbox.created', tenantId: 'ten_a', sandboxId: 'sbx_1', at: toIso(0), data: created('sbx_1').data as Record<string, unknown>, prevHash: '', hash: '' }],
+      [
+        {
+          seq: 1,
+          id: 'evt_1',
+          type: 'sandbox.created',
+          tenantId: 'ten_a',
+          sandboxId: 'sbx_1',
+          at: toIso(0),
+          data: created('sbx_1').data as Record<string, unknown>,
+          prevHash: '',
+          hash: '',
+        },
+      ],
       base,
     );
     expect(base.size).toBe(0);

@@ -26,9 +26,7 @@ export interface ListFilter {
   limit?: number;
 }
 
-export type ChainReport =
-  | { ok: true; count: number; headSeq: number; headHash: string }
-  | { ok: false; seq: number; problem: string };
+export type ChainReport = { ok: true; count: number; headSeq: number; headHash: string } | { ok: false; seq: number; problem: string };
 
 export class EventLog {
   constructor(private readonly db: Kysely<Schema>) {}
@@ -66,12 +64,7 @@ export class EventLog {
         .executeTakeFirstOrThrow();
       // Compare-and-set on the head: a concurrent appender (another replica on PostgreSQL) that linked to the same
       // head makes this update miss, and the whole append rolls back instead of forking the chain.
-      const moved = await trx
-        .updateTable('event_chain_head')
-        .set({ seq, hash })
-        .where('id', '=', HEAD_ID)
-        .where('hash', '=', head.hash)
-        .executeTakeFirst();
+      const moved = await trx.updateTable('event_chain_head').set({ seq, hash }).where('id', '=', HEAD_ID).where('hash', '=', head.hash).executeTakeFirst();
       if (moved.numUpdatedRows !== 1n) throw new SandglassError('conflict', 'The event log moved during this append; retry the request.');
       const event: StoredEvent = { seq, ...body, hash };
       if (event.sandboxId && event.type.startsWith('sandbox.')) await applyToProjection(trx, event);
@@ -109,7 +102,8 @@ export class EventLog {
       } catch {
         return { ok: false, seq: row.seq, problem: 'data is not valid JSON' };
       }
-      if (event.prevHash !== prev) return { ok: false, seq: row.seq, problem: 'prev_hash does not match the previous event: an event was removed or reordered' };
+      if (event.prevHash !== prev)
+        return { ok: false, seq: row.seq, problem: 'prev_hash does not match the previous event: an event was removed or reordered' };
       if (eventHash(event) !== event.hash) return { ok: false, seq: row.seq, problem: 'hash does not match the content: the event was edited' };
       prev = event.hash;
       last = { seq: row.seq, hash: event.hash };

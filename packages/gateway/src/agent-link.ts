@@ -21,7 +21,10 @@ export function openAgentSocket(vm: Vm, timeoutMs: number): Promise<Socket> {
 /** Connects to the agent's virtio-serial socket and waits for `hello`; fails early if QEMU dies meanwhile. */
 export async function connectAgent(vm: Vm, opts: ConnectOptions): Promise<AgentClient> {
   const died = vm.exited.then((e) => {
-    throw new SandglassError('vm_failed', `QEMU exited (code ${e.code}, signal ${e.signal}) before the agent answered: ${e.stderrTail}\n${vm.consoleTail(1024)}`);
+    throw new SandglassError(
+      'vm_failed',
+      `QEMU exited (code ${e.code}, signal ${e.signal}) before the agent answered: ${e.stderrTail}\n${vm.consoleTail(1024)}`,
+    );
   });
   const work = (async () => {
     const sock = opts.socket ?? (await openAgentSocket(vm, opts.timeoutMs));

@@ -57,7 +57,10 @@ export class EventQuota implements GatewayEvents {
     const w = this.window(event.sandboxId);
     if (++w.count <= this.maxPerWindow) return this.sink.append(event);
     if (++w.dropped > 1) return undefined;
-    this.opts.logger?.warn({ sandboxId: event.sandboxId, maxPerWindow: this.maxPerWindow, windowMs: this.windowMs }, 'sandbox event quota reached: dropping its events');
+    this.opts.logger?.warn(
+      { sandboxId: event.sandboxId, maxPerWindow: this.maxPerWindow, windowMs: this.windowMs },
+      'sandbox event quota reached: dropping its events',
+    );
     return this.sink.append({
       type: 'quota.events_dropped',
       tenantId: event.tenantId,

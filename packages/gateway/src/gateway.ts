@@ -48,7 +48,13 @@ export interface GatewayOptions {
   /** Tenant secrets, resolved (and decrypted) only when a request uses them. */
   secrets: SecretResolver;
   /** Egress proxy settings: name resolution and extra upstream CAs (on-prem), approval timeout, exchange recording. */
-  egress?: { lookup?: (host: string) => Promise<string[]>; privateAllow?: string[]; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges?: boolean };
+  egress?: {
+    lookup?: (host: string) => Promise<string[]>;
+    privateAllow?: string[];
+    upstreamCAs?: string[];
+    approvalTimeoutMs?: number;
+    recordExchanges?: boolean;
+  };
 }
 
 /** Restoring a snapshot into a sandbox: a resume keeps the sandbox's id, a fork gets a new one. */
@@ -180,7 +186,10 @@ export class Gateway {
     }
     if (this.sandboxes.has(req.id)) throw new SandglassError('conflict', `Sandbox ${req.id} already exists on this node.`);
     if (this.committedMib() + req.memoryMib > this.budgetMib) {
-      throw new SandglassError('capacity_exhausted', `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${req.memoryMib} MiB asked.`);
+      throw new SandglassError(
+        'capacity_exhausted',
+        `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${req.memoryMib} MiB asked.`,
+      );
     }
     await this.network.validate(req.tenantId, req.network, req.secrets ?? []);
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
@@ -250,15 +259,23 @@ export class Gateway {
     }
     const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
     if (kind === 'resume' && m.sandboxId !== req.id) {
-      throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, { details: { field: 'snapshotId' } });
+      throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, {
+        details: { field: 'snapshotId' },
+      });
     }
     if (this.committedMib() + m.vm.memoryMib > this.budgetMib) {
-      throw new SandglassError('capacity_exhausted', `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${m.vm.memoryMib} MiB asked.`);
+      throw new SandglassError(
+        'capacity_exhausted',
+        `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${m.vm.memoryMib} MiB asked.`,
+      );
     }
     const dir = sandboxDir(this.opts.home.run, req.id);
     const template = this.templates.byKey(m.vm.templateKey);
     if (!template) {
-      throw new SandglassError('template_not_found', `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node does not have.`);
+      throw new SandglassError(
+        'template_not_found',
+        `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node does not have.`,
+      );
     }
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);
@@ -278,10 +295,25 @@ export class Gateway {
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
     if (kind === 'resume') {
-      await this.opts.events.append({ type: 'sandbox.resumed', tenantId: req.tenantId, sandboxId: req.id, data: { snapshotId: req.snapshotId, pid: sbx.pid ?? null, ...timing } });
+      await this.opts.events.append({
+        type: 'sandbox.resumed',
+        tenantId: req.tenantId,
+        sandboxId: req.id,
+        data: { snapshotId: req.snapshotId, pid: sbx.pid ?? null, ...timing },
+      });
     } else {
-      await this.opts.events.append({ type: 'sandbox.started', tenantId: req.tenantId, sandboxId: req.id, data: { pid: sbx.pid ?? null, vmId: req.id, pooled: false, template: template.key, accel: this.accel, ...timing } });
-      await this.opts.events.append({ type: 'sandbox.forked', tenantId: req.tenantId, sandboxId: req.id, data: { snapshotId: req.snapshotId, sourceSandboxId: sourceSandboxId ?? m.sandboxId } });
+      await this.opts.events.append({
+        type: 'sandbox.started',
+        tenantId: req.tenantId,
+        sandboxId: req.id,
+        data: { pid: sbx.pid ?? null, vmId: req.id, pooled: false, template: template.key, accel: this.accel, ...timing },
+      });
+      await this.opts.events.append({
+        type: 'sandbox.forked',
+        tenantId: req.tenantId,
+        sandboxId: req.id,
+        data: { snapshotId: req.snapshotId, sourceSandboxId: sourceSandboxId ?? m.sandboxId },
+      });
     }
     return sbx;
   }
@@ -327,7 +359,11 @@ export class Gateway {
         const i = next++;
         const f = forks[i]!;
         try {
-          const sbx = await this.restoreSandbox({ id: f.id, tenantId, snapshotId, timeoutS: f.timeoutS, snapshotIntervalS: f.snapshotIntervalS }, 'fork', m.sandboxId);
+          const sbx = await this.restoreSandbox(
+            { id: f.id, tenantId, snapshotId, timeoutS: f.timeoutS, snapshotIntervalS: f.snapshotIntervalS },
+            'fork',
+            m.sandboxId,
+          );
           results[i] = { id: sbx.id, state: sbx.state, startedAt: sbx.startedAt, pid: sbx.pid ?? null };
         } catch (err) {
           const e = err instanceof SandglassError ? err : new SandglassError('internal', (err as Error).message);

@@ -106,7 +106,9 @@ export class Sandbox {
     const t0 = performance.now();
     const warm = 'warm' in from ? from.warm : undefined;
     try {
-      const { vm, agent } = warm ?? (await restoreSnapshot(await (from as { source: () => Promise<RestoreSource> }).source(), this.id, this.dir, this.ram, () => this.abortIfEnded()));
+      const { vm, agent } =
+        warm ??
+        (await restoreSnapshot(await (from as { source: () => Promise<RestoreSource> }).source(), this.id, this.dir, this.ram, () => this.abortIfEnded()));
       this.vm = vm;
       this.agent = agent;
       agent.on('violation', (v) => this.onViolation(v));
@@ -260,7 +262,12 @@ export class Sandbox {
     this.commands.set(id, rec);
     const earlyExit = this.starting.get(id);
     this.starting.delete(id);
-    await this.events.append({ type: 'command.started', tenantId: this.tenantId, sandboxId: this.id, data: { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' } });
+    await this.events.append({
+      type: 'command.started',
+      tenantId: this.tenantId,
+      sandboxId: this.id,
+      data: { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' },
+    });
     if (req.timeoutMs && req.timeoutMs > 0) {
       const t = setTimeout(() => {
         if (rec.state !== 'running') return;
@@ -312,7 +319,7 @@ export class Sandbox {
   /** The agent broke flow control (the client already reset that stream): recorded once, counted after. */
   private onViolation(v: ProtocolViolation): void {
     if (this.violations++ > 0) return;
-    this.log.warn({ sandboxId: this.id, ...v }, 'the guest agent exceeded a stream\'s credit: stream reset');
+    this.log.warn({ sandboxId: this.id, ...v }, "the guest agent exceeded a stream's credit: stream reset");
     void Promise.resolve(this.events.append({ type: 'agent.protocol_violation', tenantId: this.tenantId, sandboxId: this.id, data: { ...v } })).catch(() => {});
   }
 
@@ -327,7 +334,8 @@ export class Sandbox {
       this.state = reason === 'paused' ? 'paused' : 'ended';
       await this.release();
       // A kill comes from the control plane, which records it; timeouts and shutdowns are the node's own doing.
-      if (reason === 'timeout' || reason === 'shutdown') await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
+      if (reason === 'timeout' || reason === 'shutdown')
+        await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
       this.onGone(this);
     })();
     return this.ending;

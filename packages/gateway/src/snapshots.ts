@@ -251,7 +251,8 @@ export class SnapshotManager {
     } catch (err) {
       lease.release();
       rmSync(memCopy, { force: true });
-      const e = err instanceof SandglassError ? err : new SandglassError('snapshot_failed', `snapshot of ${sbx.id} failed: ${(err as Error).message}`, { cause: err });
+      const e =
+        err instanceof SandglassError ? err : new SandglassError('snapshot_failed', `snapshot of ${sbx.id} failed: ${(err as Error).message}`, { cause: err });
       await Promise.resolve(
         events.append({ type: 'snapshot.failed', tenantId: sbx.tenantId, sandboxId: sbx.id, data: { reason: e.message, code: e.code, snapshotId: id } }),
       ).catch(() => {});
@@ -322,7 +323,12 @@ export class SnapshotManager {
     await materializeDisk(tenant, m, paths.disk, template.diskPath);
     chownToVm(paths.disk, vmId);
     return {
-      source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel, cpu: this.opts.cpu }, statePath, memImage: image, disk: { prepared: paths.disk } },
+      source: {
+        config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel, cpu: this.opts.cpu },
+        statePath,
+        memImage: image,
+        disk: { prepared: paths.disk },
+      },
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
       commands: m.agent.commands as CommandRecord[],
       network: m.network as NetworkSpec | undefined,
@@ -351,7 +357,11 @@ export class SnapshotManager {
     let deleted = 0;
     const since = retainedSinceMs(now, this.opts.retention);
     for (const list of bySandbox.values()) {
-      const { drop, keep } = thin(list.map((s) => ({ id: s.id, takenAtMs: Date.parse(s.takenAt), pinned: s.pinned })), now, this.opts.retention);
+      const { drop, keep } = thin(
+        list.map((s) => ({ id: s.id, takenAtMs: Date.parse(s.takenAt), pinned: s.pinned })),
+        now,
+        this.opts.retention,
+      );
       const gone = new Set(drop);
       // An ended sandbox has nothing to resume: its last snapshot ages out like the others.
       const ended = list[0]!.sandboxState === 'ended' || list[0]!.sandboxState === 'failed';

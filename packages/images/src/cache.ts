@@ -23,7 +23,10 @@ function canonical(value: KeyPart): string {
 
 /** The cache key of an artifact: first 16 hex digits of sha256 over its named inputs. */
 export function cacheKey(name: string, inputs: { readonly [k: string]: KeyPart }): string {
-  return createHash('sha256').update(canonical({ artifact: name, recipe: RECIPE_VERSION, inputs })).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(canonical({ artifact: name, recipe: RECIPE_VERSION, inputs }))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 export function sha256Hex(data: Buffer | string): string {

@@ -13,22 +13,11 @@ function pad4(n: number): number {
   return (4 - (n % 4)) % 4;
 }
 
-function header(fields: {
-  ino: number;
-  mode: number;
-  nlink: number;
-  size: number;
-  rdevMajor: number;
-  rdevMinor: number;
-  nameBytes: number;
-}): string {
+function header(fields: { ino: number; mode: number; nlink: number; size: number; rdevMajor: number; rdevMinor: number; nameBytes: number }): string {
   // uid, gid, mtime, devmajor, devminor and check stay 0: root-owned, reproducible archives.
   const hex = (n: number) => n.toString(16).padStart(8, '0');
   return (
-    '070701' +
-    [fields.ino, fields.mode, 0, 0, fields.nlink, 0, fields.size, 0, 0, fields.rdevMajor, fields.rdevMinor, fields.nameBytes, 0]
-      .map(hex)
-      .join('')
+    '070701' + [fields.ino, fields.mode, 0, 0, fields.nlink, 0, fields.size, 0, 0, fields.rdevMajor, fields.rdevMinor, fields.nameBytes, 0].map(hex).join('')
   );
 }
 

@@ -122,7 +122,9 @@ describe('apt parsing', () => {
   });
 
   it('reads fields of the first stanza', () => {
-    const f = parseAptStanza('Package: linux-image-cloud-amd64\nVersion: 6.1.192-3\nDepends: linux-image-6.1.0-57-cloud-amd64 (= 6.1.192-3)\n\nPackage: other\n');
+    const f = parseAptStanza(
+      'Package: linux-image-cloud-amd64\nVersion: 6.1.192-3\nDepends: linux-image-6.1.0-57-cloud-amd64 (= 6.1.192-3)\n\nPackage: other\n',
+    );
     expect(f.get('Version')).toBe('6.1.192-3');
     expect(f.get('Depends')).toBe('linux-image-6.1.0-57-cloud-amd64 (= 6.1.192-3)');
     expect(f.has('other')).toBe(false);

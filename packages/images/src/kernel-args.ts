@@ -36,9 +36,7 @@ export function hostTscKhz(): number {
   if (cachedTscKhz !== undefined) return cachedTscKhz;
   const sysfs = readOrUndefined(() => readFileSync('/sys/devices/system/cpu/cpu0/tsc_freq_khz', 'utf8'));
   // dmesg may be restricted to root or rotated away; cpuinfo is the fallback.
-  const kernelLog = sysfs
-    ? undefined
-    : readOrUndefined(() => execFileSync('dmesg', { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 }));
+  const kernelLog = sysfs ? undefined : readOrUndefined(() => execFileSync('dmesg', { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 }));
   const cpuinfo = readOrUndefined(() => readFileSync('/proc/cpuinfo', 'utf8'));
   const khz = parseTscKhz({ sysfs, kernelLog, cpuinfo });
   if (khz === undefined) throw new Error('cannot determine the host TSC frequency (no tsc_freq_khz, kernel log or cpu MHz)');

@@ -69,11 +69,7 @@ export function modinfoDepends(info: Map<string, string[]>): string[] {
  * once. Ties keep the order of `wanted` so the result is stable. `depends` must hold every
  * non-built-in module reachable from `wanted`.
  */
-export function computeModuleOrder(
-  wanted: readonly string[],
-  depends: ReadonlyMap<string, readonly string[]>,
-  builtin: ReadonlySet<string>,
-): string[] {
+export function computeModuleOrder(wanted: readonly string[], depends: ReadonlyMap<string, readonly string[]>, builtin: ReadonlySet<string>): string[] {
   const order: string[] = [];
   const state = new Map<string, 'visiting' | 'done'>();
   const visit = (raw: string, chain: string[]) => {

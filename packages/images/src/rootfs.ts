@@ -14,7 +14,17 @@ export const ROOTFS_FREE_BYTES = 1024 ** 3;
 export const ROOTFS_LABEL = 'sandglass-root';
 
 /** Paths dropped from the tree: nothing in a sandbox reads them, and they double its size. */
-const PRUNE_DIRS = ['usr/share/doc', 'usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian', 'var/lib/apt/lists', 'var/cache/apt', 'var/cache/debconf', 'var/log'];
+const PRUNE_DIRS = [
+  'usr/share/doc',
+  'usr/share/man',
+  'usr/share/info',
+  'usr/share/locale',
+  'usr/share/lintian',
+  'var/lib/apt/lists',
+  'var/cache/apt',
+  'var/cache/debconf',
+  'var/log',
+];
 
 /** Keeps later `apt-get install`s in the sandbox from bringing docs back. */
 const DPKG_NODOC = `path-exclude /usr/share/doc/*
@@ -37,7 +47,11 @@ export function parseAptMirror(sourceTexts: readonly string[], suite: string): s
       if (m?.[1] && m[2] === suite) return m[1].replace(/\/+$/, '');
     }
     for (const stanza of text.split(/\n\s*\n/)) {
-      const field = (name: string) => stanza.match(new RegExp(`^${name}:\\s*(.+)$`, 'mi'))?.[1]?.trim().split(/\s+/) ?? [];
+      const field = (name: string) =>
+        stanza
+          .match(new RegExp(`^${name}:\\s*(.+)$`, 'mi'))?.[1]
+          ?.trim()
+          .split(/\s+/) ?? [];
       if (!field('Types').includes('deb') || !field('Suites').includes(suite)) continue;
       const uri = field('URIs')[0];
       if (uri) return uri.replace(/\/+$/, '');
@@ -102,11 +116,9 @@ export async function ensureDebootstrap(artifactsDir: string, onMessage: (m: str
     const root = join(tmp, 'root');
     onMessage(`debootstrap ${DEBIAN_SUITE} from ${mirror}`);
     try {
-      await exec(
-        'debootstrap',
-        [`--variant=${DEBOOTSTRAP_VARIANT}`, `--include=${ROOTFS_PACKAGES.join(',')}`, DEBIAN_SUITE, root, mirror],
-        { onLine: onMessage },
-      );
+      await exec('debootstrap', [`--variant=${DEBOOTSTRAP_VARIANT}`, `--include=${ROOTFS_PACKAGES.join(',')}`, DEBIAN_SUITE, root, mirror], {
+        onLine: onMessage,
+      });
     } finally {
       await unmountUnder(root);
     }

@@ -98,7 +98,11 @@ export class LocalKeyring implements KeyProvider {
     try {
       return unseal(master, wrapped, aad);
     } catch (err) {
-      throw unavailable(tenantId, `its wrapped key does not open under ${join(this.#dir, 'master.key')}; the master key was replaced or the key file damaged`, err);
+      throw unavailable(
+        tenantId,
+        `its wrapped key does not open under ${join(this.#dir, 'master.key')}; the master key was replaced or the key file damaged`,
+        err,
+      );
     }
   }
 

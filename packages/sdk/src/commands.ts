@@ -164,7 +164,10 @@ export class CommandHandle {
   async disconnect(): Promise<void> {
     await this.stream.close();
     this.settle.reject(
-      new SandglassError('disconnected', `disconnected from command ${this.id}; reattach with commands.connect('${this.id}', { fromOffset: ${this.outputOffset} })`),
+      new SandglassError(
+        'disconnected',
+        `disconnected from command ${this.id}; reattach with commands.connect('${this.id}', { fromOffset: ${this.outputOffset} })`,
+      ),
     );
   }
 }

@@ -25,13 +25,20 @@ describe('resolveConfig', () => {
     process.env.SANDGLASS_URL = 'http://env:1/';
     process.env.SANDGLASS_API_KEY = 'envkey';
     expect(await resolveConfig()).toEqual({ apiUrl: 'http://env:1', apiKey: 'envkey', requestTimeoutMs: 60_000 });
-    expect(await resolveConfig({ apiUrl: 'http://opt:2', apiKey: 'optkey', requestTimeoutMs: 5 })).toEqual({ apiUrl: 'http://opt:2', apiKey: 'optkey', requestTimeoutMs: 5 });
+    expect(await resolveConfig({ apiUrl: 'http://opt:2', apiKey: 'optkey', requestTimeoutMs: 5 })).toEqual({
+      apiUrl: 'http://opt:2',
+      apiKey: 'optkey',
+      requestTimeoutMs: 5,
+    });
   });
 
   it('reads server.json and the admin key file of a local `sandglass up`', async () => {
     const keyFile = join(home, 'admin-key');
     await writeFile(keyFile, 'sgk_admin\n');
-    await writeFile(join(home, 'server.json'), JSON.stringify({ url: 'http://127.0.0.1:7070', gatewayUrl: 'http://127.0.0.1:7071', pid: 1, adminKeyFile: keyFile }));
+    await writeFile(
+      join(home, 'server.json'),
+      JSON.stringify({ url: 'http://127.0.0.1:7070', gatewayUrl: 'http://127.0.0.1:7071', pid: 1, adminKeyFile: keyFile }),
+    );
     expect(await resolveConfig()).toMatchObject({ apiUrl: 'http://127.0.0.1:7070', apiKey: 'sgk_admin' });
     process.env.SANDGLASS_API_KEY = 'envkey';
     expect(await resolveConfig()).toMatchObject({ apiUrl: 'http://127.0.0.1:7070', apiKey: 'envkey' });

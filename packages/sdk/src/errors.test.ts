@@ -16,10 +16,19 @@ import {
 
 describe('errorFromResponse', () => {
   it('keeps code, message, requestId and details of a wire error', () => {
-    const err = errorFromResponse(400, { error: { code: 'invalid_argument', message: 'memoryMib: must be >= 128', requestId: 'req_1', details: { field: 'memoryMib' } } });
+    const err = errorFromResponse(400, {
+      error: { code: 'invalid_argument', message: 'memoryMib: must be >= 128', requestId: 'req_1', details: { field: 'memoryMib' } },
+    });
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err).toBeInstanceOf(SandglassError);
-    expect(err).toMatchObject({ code: 'invalid_argument', status: 400, requestId: 'req_1', details: { field: 'memoryMib' }, retryable: false, message: 'memoryMib: must be >= 128' });
+    expect(err).toMatchObject({
+      code: 'invalid_argument',
+      status: 400,
+      requestId: 'req_1',
+      details: { field: 'memoryMib' },
+      retryable: false,
+      message: 'memoryMib: must be >= 128',
+    });
     expect(err.name).toBe('InvalidArgumentError');
   });
 
@@ -62,6 +71,9 @@ describe('KNOWN_ERROR_CODES', () => {
   });
 
   it('gives a known code without a status (a WebSocket message) its catalogued status', () => {
-    expect(errorFromResponse(0, { type: 'error', error: { code: 'sandbox_not_running', message: 'm' } })).toMatchObject({ status: 409, code: 'sandbox_not_running' });
+    expect(errorFromResponse(0, { type: 'error', error: { code: 'sandbox_not_running', message: 'm' } })).toMatchObject({
+      status: 409,
+      code: 'sandbox_not_running',
+    });
   });
 });

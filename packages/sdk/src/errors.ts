@@ -7,15 +7,7 @@ import type { ErrorCode } from '@sandglass/core';
  */
 export type ClientErrorCode = 'connection_failed' | 'protocol_error' | 'disconnected' | 'command_failed';
 
-export type ErrorFamily =
-  | 'invalid_argument'
-  | 'authentication'
-  | 'permission_denied'
-  | 'not_found'
-  | 'conflict'
-  | 'unavailable'
-  | 'timeout'
-  | 'internal';
+export type ErrorFamily = 'invalid_argument' | 'authentication' | 'permission_denied' | 'not_found' | 'conflict' | 'unavailable' | 'timeout' | 'internal';
 
 // A Record over ErrorCode so that a code added to spec/errors.yaml fails the typecheck until it is placed here.
 const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable: boolean }> = {

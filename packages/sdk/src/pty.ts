@@ -97,7 +97,12 @@ export class PtyHandle {
   /** Stops receiving; the terminal keeps running and can be reattached with pty.connect(id, { fromOffset }). */
   async disconnect(): Promise<void> {
     await this.stream.close();
-    this.settle.reject(new SandglassError('disconnected', `disconnected from terminal ${this.id}; reattach with pty.connect('${this.id}', { fromOffset: ${this.outputOffset} })`));
+    this.settle.reject(
+      new SandglassError(
+        'disconnected',
+        `disconnected from terminal ${this.id}; reattach with pty.connect('${this.id}', { fromOffset: ${this.outputOffset} })`,
+      ),
+    );
   }
 }
 

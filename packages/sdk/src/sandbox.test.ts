@@ -3,7 +3,16 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
-import { CommandExitError, CommandTimeoutError, ConflictError, ConnectionError, InvalidArgumentError, NotFoundError, ProtocolError, type SandglassError } from './errors.js';
+import {
+  CommandExitError,
+  CommandTimeoutError,
+  ConflictError,
+  ConnectionError,
+  InvalidArgumentError,
+  NotFoundError,
+  ProtocolError,
+  type SandglassError,
+} from './errors.js';
 import { Sandbox, parseForkSource } from './sandbox.js';
 import { Secrets } from './secrets.js';
 import { frame, readBody, sendJson, startTestServer, wireError, type TestServer } from './test-server.js';
@@ -80,7 +89,9 @@ describe('Sandbox lifecycle', () => {
     expect(body).toEqual({ template: 'base', memoryMib: 512, metadata: { a: 'b' } });
     expect(server.requests[0]!.auth).toBe('Bearer sgk_test');
 
-    server.on(`GET /v1/sandboxes/${SBX}/files/stat`, (_req, res) => sendJson(res, 200, { name: 'x', path: '/x', type: 'file', sizeBytes: 1, mode: 420, mtime: '' }));
+    server.on(`GET /v1/sandboxes/${SBX}/files/stat`, (_req, res) =>
+      sendJson(res, 200, { name: 'x', path: '/x', type: 'file', sizeBytes: 1, mode: 420, mtime: '' }),
+    );
     await sbx.files.stat('/x');
     expect(server.requests.at(-1)!.auth).toBe('Bearer tok0');
     expect(accessIssued).toBe(0);
@@ -106,7 +117,9 @@ describe('Sandbox lifecycle', () => {
 
   it('sends list filters, timeout and events to the control plane', async () => {
     server.on('GET /v1/sandboxes', (_req, res) => sendJson(res, 200, { sandboxes: [info()] }));
-    server.on(`POST /v1/sandboxes/${SBX}/timeout`, async (req, res) => sendJson(res, 200, info({ timeoutS: JSON.parse((await readBody(req)).toString()).timeoutS })));
+    server.on(`POST /v1/sandboxes/${SBX}/timeout`, async (req, res) =>
+      sendJson(res, 200, info({ timeoutS: JSON.parse((await readBody(req)).toString()).timeoutS })),
+    );
     server.on(`GET /v1/sandboxes/${SBX}/events`, (_req, res, url) => {
       // Two pages: a full one of 1000, then the rest.
       const after = Number(url.searchParams.get('afterSeq') ?? 0);
@@ -168,12 +181,16 @@ describe('time travel', () => {
 
   it('takes named snapshots, pauses, and lists the timeline', async () => {
     const sbx = await create();
-    const taken = capture(`POST /v1/sandboxes/${SBX}/snapshots`, 201, (b) => snapshotInfo({ reason: 'manual', name: (b.name as string) ?? null, pinned: b.name !== undefined }));
+    const taken = capture(`POST /v1/sandboxes/${SBX}/snapshots`, 201, (b) =>
+      snapshotInfo({ reason: 'manual', name: (b.name as string) ?? null, pinned: b.name !== undefined }),
+    );
     expect(await sbx.snapshot({ name: 'v1' })).toMatchObject({ name: 'v1', pinned: true, reason: 'manual' });
     expect(await sbx.snapshot()).toMatchObject({ name: null, pinned: false });
     expect(taken).toEqual([{ name: 'v1' }, {}]);
 
-    server.on(`POST /v1/sandboxes/${SBX}/pause`, (_req, res) => sendJson(res, 200, { sandbox: info({ state: 'paused' }), snapshot: snapshotInfo({ reason: 'pause' }) }));
+    server.on(`POST /v1/sandboxes/${SBX}/pause`, (_req, res) =>
+      sendJson(res, 200, { sandbox: info({ state: 'paused' }), snapshot: snapshotInfo({ reason: 'pause' }) }),
+    );
     expect(await sbx.pause()).toEqual(snapshotInfo({ reason: 'pause' }));
 
     const timeline = [snapshotInfo(), snapshotInfo({ id: 'snap_dddddddddddddddddddd', parentId: SNAP, takenAt: '2025-06-01T12:01:00.000Z' })];
@@ -200,7 +217,9 @@ describe('time travel', () => {
 
   it('reports a resume before the oldest snapshot as InvalidArgumentError with the details', async () => {
     server.on(`POST /v1/sandboxes/${SBX}/resume`, (_req, res) =>
-      sendJson(res, 400, { error: { code: 'snapshot_out_of_range', message: 'too early', requestId: 'req_1', details: { field: 'at', oldest: '2025-06-01T12:00:10.000Z' } } }),
+      sendJson(res, 400, {
+        error: { code: 'snapshot_out_of_range', message: 'too early', requestId: 'req_1', details: { field: 'at', oldest: '2025-06-01T12:00:10.000Z' } },
+      }),
     );
     const err = await Sandbox.resume(SBX, { ...cfg(), at: '2025-01-01T00:00:00Z' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(InvalidArgumentError);
@@ -293,7 +312,13 @@ describe('egress: network, secrets, approvals', () => {
 
   it('sets, lists and removes secrets; the value goes only into the PUT body', async () => {
     const put = capture('PUT /v1/secrets/GITHUB_TOKEN', 201, (b) => secretInfo(b));
-    const stored = await Secrets.set('GITHUB_TOKEN', 'ghp_value', { ...cfg(), hosts: ['api.github.com'], header: 'Authorization', format: 'Bearer {value}', approval: 'required' });
+    const stored = await Secrets.set('GITHUB_TOKEN', 'ghp_value', {
+      ...cfg(),
+      hosts: ['api.github.com'],
+      header: 'Authorization',
+      format: 'Bearer {value}',
+      approval: 'required',
+    });
     expect(put).toEqual([{ value: 'ghp_value', hosts: ['api.github.com'], header: 'Authorization', format: 'Bearer {value}', approval: 'required' }]);
     expect(stored).toMatchObject({ name: 'GITHUB_TOKEN', format: 'Bearer {value}', approval: 'required' });
     expect(JSON.stringify(stored)).not.toContain('ghp_value');
@@ -325,8 +350,14 @@ describe('egress: network, secrets, approvals', () => {
     await Sandbox.deny('apr_b', { ...cfg(), sandboxId: SBX });
     await sbx.approve('apr_a');
     await sbx.deny('apr_b');
-    expect(a).toEqual([{ sandboxId: SBX, decision: 'approve', ttlS: 600 }, { sandboxId: SBX, decision: 'approve' }]);
-    expect(b).toEqual([{ sandboxId: SBX, decision: 'deny' }, { sandboxId: SBX, decision: 'deny' }]);
+    expect(a).toEqual([
+      { sandboxId: SBX, decision: 'approve', ttlS: 600 },
+      { sandboxId: SBX, decision: 'approve' },
+    ]);
+    expect(b).toEqual([
+      { sandboxId: SBX, decision: 'deny' },
+      { sandboxId: SBX, decision: 'deny' },
+    ]);
     server.on('POST /v1/approvals/apr_gone', (_req, res) => wireError(res, 404, 'approval_not_found'));
     await expect(sbx.approve('apr_gone')).rejects.toMatchObject({ code: 'approval_not_found', status: 404 });
   });
@@ -410,7 +441,12 @@ describe('commands', () => {
     const sbx = await create();
     const chunks: string[] = [];
     const bytes: number[] = [];
-    const result = await sbx.commands.run('echo hi', { cwd: '/tmp', envs: { A: '1' }, onStdout: (s) => chunks.push(s), onStdoutBytes: (b) => bytes.push(b.length) });
+    const result = await sbx.commands.run('echo hi', {
+      cwd: '/tmp',
+      envs: { A: '1' },
+      onStdout: (s) => chunks.push(s),
+      onStdoutBytes: (b) => bytes.push(b.length),
+    });
     expect(result).toEqual({ exitCode: 0, stdout: 'a€b\n', stderr: 'err', timedOut: false });
     expect(chunks.join('')).toBe('a€b\n');
     expect(chunks.every((c) => !c.includes('\ufffd'))).toBe(true);
@@ -650,7 +686,9 @@ describe('files', () => {
     server.on(`GET /v1/sandboxes/${SBX}/files/list`, (_req, res) => sendJson(res, 200, { entries: [] }));
     server.on(`DELETE /v1/sandboxes/${SBX}/files`, (_req, res) => sendJson(res, 204, undefined));
     server.on(`POST /v1/sandboxes/${SBX}/files/mkdir`, (_req, res) => sendJson(res, 200, { created: true }));
-    server.on(`POST /v1/sandboxes/${SBX}/files/rename`, async (req, res) => sendJson(res, (await readBody(req)).toString() === '{"from":"/a","to":"/b"}' ? 204 : 400, undefined));
+    server.on(`POST /v1/sandboxes/${SBX}/files/rename`, async (req, res) =>
+      sendJson(res, (await readBody(req)).toString() === '{"from":"/a","to":"/b"}' ? 204 : 400, undefined),
+    );
     const sbx = await create();
     expect(await sbx.files.list('/d', { depth: 2 })).toEqual([]);
     expect(server.requests.at(-1)!.query.get('depth')).toBe('2');

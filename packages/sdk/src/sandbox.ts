@@ -77,7 +77,10 @@ export type ForkSource = { snapshotId: string } | { sandboxId: string; at?: stri
 /** A time as the API takes it (ISO 8601 UTC); a string without a zone is local time, as `new Date(s)` reads it. */
 function isoTime(at: Date | string): string {
   const ms = at instanceof Date ? at.getTime() : Date.parse(at);
-  if (Number.isNaN(ms)) throw new InvalidArgumentError('invalid_argument', `at: '${String(at)}' is not a time; give a Date or an ISO 8601 string such as 2025-06-01T12:00:00Z`, { details: { field: 'at' } });
+  if (Number.isNaN(ms))
+    throw new InvalidArgumentError('invalid_argument', `at: '${String(at)}' is not a time; give a Date or an ISO 8601 string such as 2025-06-01T12:00:00Z`, {
+      details: { field: 'at' },
+    });
   return new Date(ms).toISOString();
 }
 
@@ -138,7 +141,9 @@ export class Sandbox {
     // A handle's own connection serves unless the caller names another.
     const sameConnection = from instanceof Sandbox && config.apiUrl === undefined && config.apiKey === undefined && config.requestTimeoutMs === undefined;
     const cp = sameConnection ? from.controlPlane : await ControlPlane.open(config);
-    const { sandboxes } = await cp.json<{ snapshotId: string; sandboxes: SandboxInfo[] }>('POST', '/v1/forks', { json: { ...source, count, timeoutS, metadata } });
+    const { sandboxes } = await cp.json<{ snapshotId: string; sandboxes: SandboxInfo[] }>('POST', '/v1/forks', {
+      json: { ...source, count, timeoutS, metadata },
+    });
     return sandboxes.map((info) => new Sandbox(cp, info));
   }
 

@@ -145,7 +145,9 @@ export class OutputStream {
     ws.on('close', (code) => {
       if (this.ws === ws) this.ws = undefined;
       if (this.finished) return;
-      const err = closeError ?? new SandglassError('disconnected', `output stream of ${this.commandId} closed (code ${code}) before the command exited`, { retryable: true });
+      const err =
+        closeError ??
+        new SandglassError('disconnected', `output stream of ${this.commandId} closed (code ${code}) before the command exited`, { retryable: true });
       this.retryOrFail(err);
     });
   }

@@ -71,7 +71,9 @@ export async function startTestServer(): Promise<TestServer> {
     if (!route || 'reject' in route) {
       const status = route ? route.reject.status : 404;
       const body = JSON.stringify(route ? route.reject.body : { error: { code: 'not_found', message: 'no ws route' } });
-      socket.end(`HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
       return;
     }
     wss.handleUpgrade(req, socket, head, (ws) => route(ws, url, req));

@@ -13,7 +13,12 @@ export async function reconcileNode(db: Kysely<Schema>, events: EventLog, opts: 
     if (last) {
       // Its history survives the node: paused at the last snapshot, it resumes from there.
       await events.append(
-        { type: 'sandbox.paused', tenantId: row.tenant_id, sandboxId: row.id, data: { snapshotId: last.id, reason: 'the node restarted; resume to continue from the last snapshot' } },
+        {
+          type: 'sandbox.paused',
+          tenantId: row.tenant_id,
+          sandboxId: row.id,
+          data: { snapshotId: last.id, reason: 'the node restarted; resume to continue from the last snapshot' },
+        },
         { clock: opts.clock },
       );
       n++;

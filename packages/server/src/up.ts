@@ -5,7 +5,16 @@ import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from 
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
-import { Gateway, BASE_TEMPLATE, DEFAULT_HEALTH, DEFAULT_WARM_POOL, createDataPlaneServer, createInternalServer, listenOnSocket, type HealthPolicy } from '@sandglass/gateway';
+import {
+  Gateway,
+  BASE_TEMPLATE,
+  DEFAULT_HEALTH,
+  DEFAULT_WARM_POOL,
+  createDataPlaneServer,
+  createInternalServer,
+  listenOnSocket,
+  type HealthPolicy,
+} from '@sandglass/gateway';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
@@ -57,17 +66,32 @@ function healthFromEnv(): HealthPolicy {
  * (PEM files of extra CAs trusted for upstreams),
  * SANDGLASS_APPROVAL_TIMEOUT_MS, SANDGLASS_EGRESS_RECORD=1 (record each exchange, secrets redacted).
  */
-function egressFromEnv(): { lookup: (host: string) => Promise<string[]>; privateAllow: string[]; upstreamCAs?: string[]; approvalTimeoutMs?: number; recordExchanges: boolean } {
+function egressFromEnv(): {
+  lookup: (host: string) => Promise<string[]>;
+  privateAllow: string[];
+  upstreamCAs?: string[];
+  approvalTimeoutMs?: number;
+  recordExchanges: boolean;
+} {
   const hosts = new Map<string, string[]>();
-  for (const entry of (process.env.SANDGLASS_EGRESS_HOSTS ?? '').split(',').map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of (process.env.SANDGLASS_EGRESS_HOSTS ?? '')
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const [name, ip] = entry.split('=');
     if (!name || !ip) throw new Error(`SANDGLASS_EGRESS_HOSTS: ${JSON.stringify(entry)} is not name=ip`);
     hosts.set(name.toLowerCase(), [...(hosts.get(name.toLowerCase()) ?? []), ip]);
   }
-  const caFiles = (process.env.SANDGLASS_EGRESS_CA_FILES ?? '').split(',').map((f) => f.trim()).filter(Boolean);
+  const caFiles = (process.env.SANDGLASS_EGRESS_CA_FILES ?? '')
+    .split(',')
+    .map((f) => f.trim())
+    .filter(Boolean);
   return {
     lookup: async (host) => hosts.get(host.toLowerCase()) ?? (await dnsLookup(host, { all: true })).map((a) => a.address),
-    privateAllow: (process.env.SANDGLASS_EGRESS_PRIVATE_ALLOW ?? '').split(',').map((e) => e.trim()).filter(Boolean),
+    privateAllow: (process.env.SANDGLASS_EGRESS_PRIVATE_ALLOW ?? '')
+      .split(',')
+      .map((e) => e.trim())
+      .filter(Boolean),
     upstreamCAs: caFiles.length ? caFiles.map((f) => readFileSync(f, 'utf8')) : undefined,
     approvalTimeoutMs: process.env.SANDGLASS_APPROVAL_TIMEOUT_MS ? intFromEnv('SANDGLASS_APPROVAL_TIMEOUT_MS', 300_000, 100, 86_400_000) : undefined,
     recordExchanges: process.env.SANDGLASS_EGRESS_RECORD === '1',
@@ -174,7 +198,9 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   });
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
-  writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, internalSocket, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', { mode: 0o600 });
+  writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, internalSocket, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', {
+    mode: 0o600,
+  });
 
   let stopping: Promise<void> | undefined;
   return {

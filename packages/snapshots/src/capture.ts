@@ -102,6 +102,7 @@ export async function chunkDiskLayers(
 export async function chunkState(tenant: TenantStore, lease: CaptureLease, data: Buffer): Promise<{ chunks: string[] } & ChunkTally> {
   const t = tally();
   const chunks: string[] = [];
-  for (let at = 0; at < data.length; at += STATE_CHUNK_BYTES) chunks.push(await store(tenant, lease, Buffer.from(data.subarray(at, at + STATE_CHUNK_BYTES)), t));
+  for (let at = 0; at < data.length; at += STATE_CHUNK_BYTES)
+    chunks.push(await store(tenant, lease, Buffer.from(data.subarray(at, at + STATE_CHUNK_BYTES)), t));
   return { chunks, ...t };
 }

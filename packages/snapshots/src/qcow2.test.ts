@@ -147,7 +147,15 @@ describe('writeQcow2Overlay', () => {
     const baseRaw = join(dir, 'base.raw');
     await run('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', base, baseRaw]);
     const expected = join(dir, 'expected.raw');
-    await applyToRaw(baseRaw, [{ guestOffset: CLUSTER, data: 'zero' }, { guestOffset: 4 * MIB, data: noise(5, CLUSTER) }], expected, sizeBytes);
+    await applyToRaw(
+      baseRaw,
+      [
+        { guestOffset: CLUSTER, data: 'zero' },
+        { guestOffset: 4 * MIB, data: noise(5, CLUSTER) },
+      ],
+      expected,
+      sizeBytes,
+    );
     await expectSameContents(overlay, 'qcow2', expected);
   });
 
@@ -189,9 +197,25 @@ describe('writeQcow2Overlay', () => {
       [{ backingFile: 'x'.repeat(1024) }, 'backingFile'],
       [{ backingFormat: 'vmdk' as 'raw' }, 'backingFormat'],
       [{ clusters: [{ guestOffset: 512, data }] }, 'clusters[0].guestOffset'],
-      [{ clusters: [{ guestOffset: 0, data }, { guestOffset: -CLUSTER, data }] }, 'clusters[1].guestOffset'],
+      [
+        {
+          clusters: [
+            { guestOffset: 0, data },
+            { guestOffset: -CLUSTER, data },
+          ],
+        },
+        'clusters[1].guestOffset',
+      ],
       [{ clusters: [{ guestOffset: 4 * MIB, data }] }, 'clusters[0].guestOffset'],
-      [{ clusters: [{ guestOffset: CLUSTER, data }, { guestOffset: CLUSTER, data: 'zero' }] }, 'clusters[1].guestOffset'],
+      [
+        {
+          clusters: [
+            { guestOffset: CLUSTER, data },
+            { guestOffset: CLUSTER, data: 'zero' },
+          ],
+        },
+        'clusters[1].guestOffset',
+      ],
       [{ clusters: [{ guestOffset: 0, data: data.subarray(1) }] }, 'clusters[0].data'],
     ];
     for (const [opts, field] of cases) {

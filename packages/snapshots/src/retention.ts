@@ -102,8 +102,7 @@ export function thin(snapshots: RetentionCandidate[], nowMs: number, policy: Ret
   const drop: string[] = [];
   for (const s of snapshots) {
     const bucket = tierBucket.get(s);
-    const kept =
-      s.pinned || s === newest || s.takenAtMs >= keepAllSinceMs || (bucket !== undefined && oldestInBucket.get(bucket) === s);
+    const kept = s.pinned || s === newest || s.takenAtMs >= keepAllSinceMs || (bucket !== undefined && oldestInBucket.get(bucket) === s);
     (kept ? keep : drop).push(s.id);
   }
   return { keep, drop };

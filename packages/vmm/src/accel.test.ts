@@ -27,7 +27,9 @@ function fakeQemu(behaviour: Record<string, Behaviour>, pids: number[]): ProbeAt
       child.stderr.on('data', (d: Buffer) => (err += d));
       child.stdout.on('data', (d: Buffer) => (out += d));
       signal.addEventListener('abort', () => child.kill('SIGKILL'));
-      child.once('exit', (code, sig) => (code === 0 && out.includes('hello') ? resolve() : reject(new Error(err || `QEMU exited (code ${code}, signal ${sig})`))));
+      child.once('exit', (code, sig) =>
+        code === 0 && out.includes('hello') ? resolve() : reject(new Error(err || `QEMU exited (code ${code}, signal ${sig})`)),
+      );
     });
 }
 
@@ -52,7 +54,12 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 describe('chooseAccel', () => {
   it('uses the first CPU model that boots, after one that aborts', async () => {
     const pids: number[] = [];
-    const c = await chooseAccel({ attempt: fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'ok', max: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 5000 });
+    const c = await chooseAccel({
+      attempt: fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'ok', max: 'ok' }, pids),
+      cacheKey: 'k',
+      kvmDevice: kvm,
+      timeoutMs: 5000,
+    });
     expect(c.accel).toBe('kvm');
     expect(c.cpu).toBe('host,-arch-capabilities');
     expect(c.attempts.map((a) => a.ok)).toEqual([false, true]);
@@ -62,7 +69,12 @@ describe('chooseAccel', () => {
 
   it('falls back to TCG with one line saying why when every model hangs or aborts, leaving no process behind', async () => {
     const pids: number[] = [];
-    const c = await chooseAccel({ attempt: fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'hang', max: 'hang', tcg: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 });
+    const c = await chooseAccel({
+      attempt: fakeQemu({ host: 'abort', 'host,-arch-capabilities': 'hang', max: 'hang', tcg: 'ok' }, pids),
+      cacheKey: 'k',
+      kvmDevice: kvm,
+      timeoutMs: 300,
+    });
     expect(c.accel).toBe('tcg');
     expect(c.cpu).toBe('max');
     expect(c.reason).toMatch(/^KVM present but a guest did not boot within 0.3 s: using TCG/);
@@ -83,12 +95,22 @@ describe('chooseAccel', () => {
 
   it('SANDGLASS_ACCEL=kvm turns a failed probe into an error; tcg skips the probe', async () => {
     const pids: number[] = [];
-    await expect(chooseAccel({ setting: 'kvm', attempt: fakeQemu({ host: 'hang', 'host,-arch-capabilities': 'abort', max: 'abort', tcg: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm, timeoutMs: 300 })).rejects.toThrow(/SANDGLASS_ACCEL=kvm but KVM present but a guest did not boot|SANDGLASS_ACCEL=kvm/);
+    await expect(
+      chooseAccel({
+        setting: 'kvm',
+        attempt: fakeQemu({ host: 'hang', 'host,-arch-capabilities': 'abort', max: 'abort', tcg: 'ok' }, pids),
+        cacheKey: 'k',
+        kvmDevice: kvm,
+        timeoutMs: 300,
+      }),
+    ).rejects.toThrow(/SANDGLASS_ACCEL=kvm but KVM present but a guest did not boot|SANDGLASS_ACCEL=kvm/);
     const before = pids.length;
     const t = await chooseAccel({ setting: 'tcg', attempt: fakeQemu({ host: 'ok' }, pids), cacheKey: 'k', kvmDevice: kvm });
     expect(t).toMatchObject({ accel: 'tcg', cpu: 'max' });
     expect(pids.length).toBe(before);
-    await expect(chooseAccel({ setting: 'kvm', attempt: fakeQemu({ host: 'ok' }, pids), cacheKey: 'k', kvmDevice: join(dir, 'absent') })).rejects.toThrow(/does not exist/);
+    await expect(chooseAccel({ setting: 'kvm', attempt: fakeQemu({ host: 'ok' }, pids), cacheKey: 'k', kvmDevice: join(dir, 'absent') })).rejects.toThrow(
+      /does not exist/,
+    );
   });
 
   it('without the device it is TCG and nothing runs', async () => {

@@ -173,7 +173,14 @@ export async function chooseAccel(opts: ChooseAccelOptions): Promise<AccelChoice
       }
     }
     entry = won
-      ? { key: opts.cacheKey, accel: 'kvm', cpu: won.cpu, reason: `KVM boots a guest with -cpu ${won.cpu} (agent ready in ${(won.ms / 1000).toFixed(1)} s)`, attempts, at: new Date().toISOString() }
+      ? {
+          key: opts.cacheKey,
+          accel: 'kvm',
+          cpu: won.cpu,
+          reason: `KVM boots a guest with -cpu ${won.cpu} (agent ready in ${(won.ms / 1000).toFixed(1)} s)`,
+          attempts,
+          at: new Date().toISOString(),
+        }
       : {
           key: opts.cacheKey,
           accel: 'tcg',

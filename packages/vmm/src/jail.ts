@@ -1,7 +1,22 @@
 // How QEMU is confined: each VM gets its own uid/gid and is started through the jailer (jailer/, a static Go binary)
 // when the gateway is root; VM records let a later gateway find what a dead one left running.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { constants as fsc } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -87,7 +102,11 @@ function ensureJailer(path: string): void {
     return;
   }
   const built = existsSync(path) ? statSync(path).mtimeMs : -1;
-  const newest = Math.max(...readdirSync(srcDir).filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'build.sh').map((f) => statSync(join(srcDir, f)).mtimeMs));
+  const newest = Math.max(
+    ...readdirSync(srcDir)
+      .filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'build.sh')
+      .map((f) => statSync(join(srcDir, f)).mtimeMs),
+  );
   if (built >= newest) return;
   try {
     execFileSync('bash', [join(srcDir, 'build.sh'), path], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -102,7 +121,10 @@ export function ensurePrivateDir(dir: string, modes: number[] = [0o700]): void {
   const st = lstatSync(dir);
   const uid = process.getuid?.() ?? st.uid;
   if (!st.isDirectory() || st.isSymbolicLink() || st.uid !== uid || !modes.includes(st.mode & 0o7777)) {
-    throw new SandglassError('internal', `${dir} must be a directory owned by uid ${uid} with mode ${modes.map((m) => m.toString(8)).join(' or ')} (it is ${st.isSymbolicLink() ? 'a symlink' : `uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)}`}); remove it and start again`);
+    throw new SandglassError(
+      'internal',
+      `${dir} must be a directory owned by uid ${uid} with mode ${modes.map((m) => m.toString(8)).join(' or ')} (it is ${st.isSymbolicLink() ? 'a symlink' : `uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)}`}); remove it and start again`,
+    );
   }
 }
 
@@ -219,17 +241,23 @@ export const JAIL_NOFILE = 1024;
 /** argv for the jailer running `program` with exactly the confinement `spec` describes. */
 export function jailerArgv(ctx: JailContext, spec: JailSpec, program: string[]): string[] {
   return [
-    '--id', spec.id,
-    '--uid', String(spec.identity.uid),
-    '--gid', String(spec.identity.gid),
+    '--id',
+    spec.id,
+    '--uid',
+    String(spec.identity.uid),
+    '--gid',
+    String(spec.identity.gid),
     ...(spec.cgroupDirs === null ? ['--no-cgroups'] : spec.cgroupDirs.flatMap((d) => ['--cgroup', d])),
     ...spec.writable.flatMap((p) => ['--rw', p]),
     ...spec.readOnly.flatMap((p) => ['--ro', p]),
     ...spec.disks.flatMap((p) => ['--disk', p]),
     ...(spec.kvm ? ['--kvm'] : []),
-    '--nofile', String(JAIL_NOFILE),
-    '--as-bytes', String(spec.addressSpaceBytes),
-    '--keep-fds', String(spec.keepFds),
+    '--nofile',
+    String(JAIL_NOFILE),
+    '--as-bytes',
+    String(spec.addressSpaceBytes),
+    '--keep-fds',
+    String(spec.keepFds),
     ...(spec.record ? ['--record', spec.record, '--instance', ctx.instanceId] : []),
     '--',
     ...program,
@@ -297,7 +325,10 @@ export function killLeftoverVms(ctx: JailContext): Array<{ vm: string; pid: numb
     const file = join(ctx.recordDir, name);
     const rec = name.endsWith('.json') ? readRecord(file) : undefined;
     if (rec && rec.instance !== ctx.instanceId) {
-      for (const [pid, start] of [[rec.jailerPid, rec.jailerStartTime], [rec.pid, rec.startTime]] as const) {
+      for (const [pid, start] of [
+        [rec.jailerPid, rec.jailerStartTime],
+        [rec.pid, rec.startTime],
+      ] as const) {
         if (pid === undefined || start === undefined || processStartTime(pid) !== start) continue;
         try {
           process.kill(pid, 'SIGKILL');

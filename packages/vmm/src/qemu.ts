@@ -10,7 +10,18 @@ import { QmpClient, type QmpEvent } from './qmp.js';
 import { createCgroup, noCgroup, type Cgroup } from './cgroup.js';
 import { ConsoleLink } from './console.js';
 import type { Accel } from './host.js';
-import { chownToVm, jailContext, jailerArgv, vmIdentity, qemuHostFiles, readRecord, recordPath, releaseVmIdentity, writeRecord, type JailContext } from './jail.js';
+import {
+  chownToVm,
+  jailContext,
+  jailerArgv,
+  vmIdentity,
+  qemuHostFiles,
+  readRecord,
+  recordPath,
+  releaseVmIdentity,
+  writeRecord,
+  type JailContext,
+} from './jail.js';
 
 const execFileP = promisify(execFile);
 
@@ -368,7 +379,10 @@ export class Vm {
 
   /** The files of the root disk's backing chain, the active (writable) layer first. */
   async diskChain(): Promise<string[]> {
-    interface Image { filename: string; 'backing-image'?: Image }
+    interface Image {
+      filename: string;
+      'backing-image'?: Image;
+    }
     const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: Image } }>>('query-block');
     const root = blocks.find((b) => b.device === 'root');
     if (!root?.inserted) throw new SandglassError('vm_failed', `VM ${this.id} has no root disk`);
@@ -455,7 +469,10 @@ interface VmFiles {
 export function vmCgroup(ctx: JailContext, id: string, config: VmConfig): Cgroup {
   const cgroup = createCgroup(id, vmLimits(config));
   if (cgroup.kind === 'none' && ctx.mode === 'jailed' && ctx.cgroups) {
-    throw new SandglassError('vm_failed', `VM ${id} cannot start: its memory and CPU limits cannot be applied (${cgroup.reason}). SANDGLASS_CGROUPS=off runs VMs without limits (development only).`);
+    throw new SandglassError(
+      'vm_failed',
+      `VM ${id} cannot start: its memory and CPU limits cannot be applied (${cgroup.reason}). SANDGLASS_CGROUPS=off runs VMs without limits (development only).`,
+    );
   }
   return cgroup;
 }

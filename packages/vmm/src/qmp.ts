@@ -50,7 +50,10 @@ export class QmpClient extends EventEmitter {
         });
         const client = new QmpClient(sock);
         // QEMU serves one monitor client at a time: a second one is accepted by the kernel but never greeted.
-        const greeted = await Promise.race([client.greeting().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), Math.max(0, deadline - Date.now())))]);
+        const greeted = await Promise.race([
+          client.greeting().then(() => true),
+          new Promise<boolean>((r) => setTimeout(() => r(false), Math.max(0, deadline - Date.now()))),
+        ]);
         if (!greeted) {
           client.close();
           throw new SandglassError('vm_failed', `QMP socket ${path} accepted but sent no greeting (another client connected?)`);
