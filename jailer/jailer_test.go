@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,5 +206,50 @@ func TestElfDepsAgreesWithLdd(t *testing.T) {
 	}
 	if g, w := canon(got), canon(want); !reflect.DeepEqual(g, w) {
 		t.Fatalf("ElfDeps %v\nldd     %v", g, w)
+	}
+}
+
+func TestCachedElfDepsAnswersFromCacheUntilAFileChanges(t *testing.T) {
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "deps.json")
+	libDirs := LibraryDirs("/etc/ld.so.conf")
+	first, err := CachedElfDeps(cache, "/bin/sh", libDirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned, _ := ElfDeps("/bin/sh", libDirs)
+	if !sameStrings(first, scanned) {
+		t.Fatalf("cache miss answered %v, scan %v", first, scanned)
+	}
+	// A poisoned cache whose stamps no longer match must not be believed.
+	var c depCache
+	b, _ := os.ReadFile(cache)
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Deps = append(c.Deps, "/etc/hostname")
+	c.Stamps[0].Size++
+	b, _ = json.Marshal(c)
+	if err := os.WriteFile(cache, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again, err := CachedElfDeps(cache, "/bin/sh", libDirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameStrings(again, scanned) {
+		t.Fatalf("stale cache believed: %v", again)
+	}
+	// A good cache is answered without scanning: make it say something a scan never would, with valid stamps.
+	c = depCache{}
+	b, _ = os.ReadFile(cache)
+	_ = json.Unmarshal(b, &c)
+	stamps, _ := stampsOf("/bin/sh", scanned[:1])
+	c.Deps, c.Stamps = scanned[:1], stamps
+	b, _ = json.Marshal(c)
+	_ = os.WriteFile(cache, b, 0o600)
+	hit, _ := CachedElfDeps(cache, "/bin/sh", libDirs)
+	if len(hit) != 1 {
+		t.Fatalf("valid cache not used: %v", hit)
 	}
 }

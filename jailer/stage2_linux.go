@@ -24,7 +24,7 @@ func stage2(cfg *Config) {
 	libDirs := LibraryDirs("/etc/ld.so.conf")
 	ro := append([]string{}, cfg.RO...)
 	ro = append(ro, cfg.Argv[0])
-	deps, err := ElfDeps(cfg.Argv[0], libDirs)
+	deps, err := CachedElfDeps(depCacheFile, cfg.Argv[0], libDirs)
 	must("finding what "+cfg.Argv[0]+" loads", err)
 	if len(deps) > 0 {
 		if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
