@@ -1,6 +1,7 @@
 // Connecting to an agent over a unix socket (QEMU's chardev socket, or `sandglass-agent --listen`).
 import net from 'node:net';
-import { AgentClient, AgentError, type AgentClientOptions } from './client.js';
+import { AgentClient, type AgentClientOptions } from './client.js';
+import { AgentError } from './errors.js';
 
 export interface ConnectUnixOptions extends AgentClientOptions {
   /** Give up after this long; the socket may not exist yet while QEMU starts. */
