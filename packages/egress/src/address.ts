@@ -227,3 +227,8 @@ export function parsePort(text: string): number | undefined {
 export function hostForUrl(h: CanonicalHost | { kind: HostKind; host: string }): string {
   return h.kind === 'ipv6' ? `[${h.host}]` : h.host;
 }
+
+/** `host:port` as messages name a destination (IPv6 in brackets). */
+export function destName(d: { host: CanonicalHost; port: number }): string {
+  return `${hostForUrl(d.host)}:${d.port}`;
+}
