@@ -127,11 +127,19 @@ describe('revocation', () => {
     await sbx?.kill().catch(() => undefined);
   });
 
-  it('refuses a revoked key on the very next request, including a new access token for its running sandbox', async () => {
+  it('refuses a revoked key on the very next request, and the access tokens it obtained on the data plane', async () => {
     const t = await tenant('revoke');
     sbx = await Sandbox.create({ ...config(t.admin), timeoutS: 300 });
     const key = (await api('POST', '/v1/api-keys', { key: t.admin, body: { name: 'short-lived' } })).body!;
-    expect((await api('POST', `/v1/sandboxes/${sbx.id}/access`, { key: key.key })).status).toBe(200);
+    const access = (await api('POST', `/v1/sandboxes/${sbx.id}/access`, { key: key.key })).body!;
+    expect(access.token).toMatch(/^sgat_/);
+    // The data plane, with the token that key obtained: it works until the key is revoked, and not a request after.
+    const dataPlane = () =>
+      fetch(`${access.gatewayUrl}/v1/sandboxes/${sbx!.id}/commands`, { headers: { authorization: `Bearer ${access.token}` } }).then(async (r) => ({
+        status: r.status,
+        code: ((await r.json()) as { error?: { code?: string } }).error?.code,
+      }));
+    expect((await dataPlane()).status).toBe(200);
 
     const revoked = await api('DELETE', `/v1/api-keys/${key.id}`, { key: t.admin });
     expect(revoked.status).toBe(200);
@@ -144,6 +152,7 @@ describe('revocation', () => {
       const res = await api(method, path, { key: key.key });
       expect([path, res.status, res.body!.error?.code]).toEqual([path, 401, 'api_key_revoked']);
     }
+    expect(await dataPlane()).toEqual({ status: 401, code: 'api_key_revoked' });
     // Through the SDK too: connecting asks for an access token.
     await expect(Sandbox.connect(sbx.id, config(key.key))).rejects.toMatchObject({ code: 'api_key_revoked', status: 401 });
 

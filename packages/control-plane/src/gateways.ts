@@ -25,12 +25,15 @@ export interface GatewayDirectory {
   /** The gateway a new sandbox goes to; throws `capacity_exhausted` when none has room. */
   pick(req: PlacementRequest): Promise<GatewayEndpoint>;
   get(id: string): Promise<GatewayEndpoint | undefined>;
+  /** Every gateway: what the control plane tells all nodes (revoked API keys). */
+  all(): Promise<GatewayEndpoint[]>;
 }
 
 export function singleGateway(gateway: GatewayEndpoint): GatewayDirectory {
   return {
     pick: async () => gateway,
     get: async (id) => (id === gateway.id ? gateway : undefined),
+    all: async () => [gateway],
   };
 }
 
@@ -110,6 +113,11 @@ export class GatewayClient {
 
   async createSandbox(gateway: GatewayEndpoint, req: GatewayCreateRequest): Promise<GatewayCreateReply> {
     return (await this.#call(gateway, 'POST', '/internal/v1/sandboxes', req, this.#createTimeoutMs)) as GatewayCreateReply;
+  }
+
+  /** Tells a gateway to refuse access tokens obtained with these keys until `untilMs`, when the last one expires. */
+  async revokeKeys(gateway: GatewayEndpoint, keyIds: string[], untilMs: number): Promise<void> {
+    await this.#call(gateway, 'POST', '/internal/v1/revoked-keys', { keyIds, untilMs }, this.#requestTimeoutMs);
   }
 
   async killSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<void> {

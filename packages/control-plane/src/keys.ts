@@ -12,6 +12,8 @@ export interface Principal {
   tenantId: string;
   keyId: string;
   role: ApiKeyRole;
+  /** When the key expires (unix ms), if it does: no access token obtained with it outlives it. */
+  expiresAtMs?: number;
 }
 
 const KEY_PATTERN = /^sg_[A-Za-z0-9_-]{43}$/;
@@ -56,7 +58,7 @@ export async function authenticate(db: Kysely<Schema>, authorization: string | u
       .where('id', '=', row.id)
       .execute();
   }
-  return { tenantId: row.tenant_id, keyId: row.id, role: row.role };
+  return { tenantId: row.tenant_id, keyId: row.id, role: row.role, ...(row.expires_at === null ? {} : { expiresAtMs: fromIso(row.expires_at) }) };
 }
 
 export interface IssueKeyOptions {
@@ -125,7 +127,16 @@ export interface CreateApiKeyInput {
  * operator: every tenant's keys; operator keys only in its own tenant, the platform's. Every refusal changes nothing.
  */
 export class ApiKeyService {
-  constructor(private readonly deps: { db: Kysely<Schema>; events: EventLog; clock: Clock; random?: Random }) {}
+  constructor(
+    private readonly deps: {
+      db: Kysely<Schema>;
+      events: EventLog;
+      clock: Clock;
+      random?: Random;
+      /** Runs once a key is newly revoked, after the revocation is committed: gateways then refuse its access tokens. */
+      onRevoked?: (keyIds: string[]) => Promise<void>;
+    },
+  ) {}
 
   async create(by: Principal, input: CreateApiKeyInput): Promise<ApiKey> {
     const tenantId = await this.managedTenant(by, input.tenantId);
@@ -166,13 +177,15 @@ export class ApiKeyService {
   async revoke(by: Principal, keyId: string): Promise<ApiKeyInfo> {
     this.mayManageKeys(by);
     const { db, events, clock } = this.deps;
-    return db.transaction().execute(async (trx) => {
+    let newly = false;
+    const info = await db.transaction().execute(async (trx) => {
       const row = await trx.selectFrom('api_keys').selectAll().where('id', '=', keyId).executeTakeFirst();
       if (!row || (by.role !== 'operator' && row.tenant_id !== by.tenantId)) {
         throw new SandglassError('api_key_not_found', `No API key ${keyId} exists in a tenant you may manage.`);
       }
       if (row.role === 'operator' && by.role !== 'operator') throw new SandglassError('permission_denied', 'Only an operator key may revoke an operator key.');
       if (row.revoked_at !== null) return toApiKeyInfo(row);
+      newly = true;
       const revoked: ApiKeyRow = { ...row, revoked_at: toIso(clock.nowMs()), revoked_by_key_id: by.keyId };
       await trx.updateTable('api_keys').set({ revoked_at: revoked.revoked_at, revoked_by_key_id: by.keyId }).where('id', '=', keyId).execute();
       await events.append(
@@ -181,6 +194,14 @@ export class ApiKeyService {
       );
       return toApiKeyInfo(revoked);
     });
+    if (newly) await this.deps.onRevoked?.([keyId]);
+    return info;
+  }
+
+  /** Keys revoked since `sinceMs`: what a gateway that started afresh must be told again. */
+  async revokedSince(sinceMs: number): Promise<string[]> {
+    const rows = await this.deps.db.selectFrom('api_keys').select('id').where('revoked_at', '>', toIso(sinceMs)).execute();
+    return rows.map((r) => r.id);
   }
 
   private mayManageKeys(by: Principal): void {

@@ -116,7 +116,7 @@ export class SandboxService {
       throw await this.#failUnlessFinal(who, [id], err);
     }
     const row = await this.#row(id);
-    return { ...toSandbox(row), access: this.#access(row, gateway) };
+    return { ...toSandbox(row), access: this.#access(who, row, gateway) };
   }
 
   async list(who: Principal, state?: SandboxState): Promise<Sandbox[]> {
@@ -163,7 +163,7 @@ export class SandboxService {
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; there is nothing to connect to.`);
     if (row.state === 'paused')
       throw new SandglassError('sandbox_not_running', `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume) to connect to it.`);
-    return this.#access(row, await this.#gatewayOf(row));
+    return this.#access(who, row, await this.#gatewayOf(row));
   }
 
   async events(who: Principal, id: string, query: EventsQuery): Promise<StoredEvent[]> {
@@ -270,7 +270,7 @@ export class SandboxService {
       ...(secrets.length === 0 ? {} : { secrets }),
     });
     const resumed = await this.#row(id);
-    return { ...toSandbox(resumed), access: this.#access(resumed, gateway) };
+    return { ...toSandbox(resumed), access: this.#access(who, resumed, gateway) };
   }
 
   /**
@@ -333,7 +333,7 @@ export class SandboxService {
       const result = reply.sandboxes.find((r) => r.id === id);
       if (result && !('error' in result)) {
         const row = await this.#row(id);
-        started.push({ ...toSandbox(row), access: this.#access(row, gateway) });
+        started.push({ ...toSandbox(row), access: this.#access(who, row, gateway) });
         continue;
       }
       const error = result
@@ -435,11 +435,12 @@ export class SandboxService {
     return known ?? this.deps.gateways.pick({ tenantId: row.tenant_id, memoryMib: row.memory_mib, vcpus: row.vcpus });
   }
 
-  #access(row: SandboxRow, gateway: GatewayEndpoint): Access {
-    const expMs = this.deps.clock.nowMs() + ACCESS_TOKEN_TTL_MS;
+  /** A token for the sandbox's data plane, tied to the key that asked: it never outlives that key, nor its revocation. */
+  #access(who: Principal, row: SandboxRow, gateway: GatewayEndpoint): Access {
+    const expMs = Math.min(this.deps.clock.nowMs() + ACCESS_TOKEN_TTL_MS, who.expiresAtMs ?? Number.POSITIVE_INFINITY);
     return {
       gatewayUrl: this.deps.publicGatewayUrl ?? gateway.url,
-      token: signAccessToken({ sbx: row.id, ten: row.tenant_id, exp: expMs }, this.#accessTokenKey),
+      token: signAccessToken({ sbx: row.id, ten: row.tenant_id, exp: expMs, kid: who.keyId }, this.#accessTokenKey),
       expiresAt: toIso(expMs),
     };
   }

@@ -356,6 +356,7 @@ describe('POST /v1/sandboxes', () => {
       sbx: sbx.id,
       ten: sbx.tenantId,
       exp: Date.UTC(2025, 5, 1, 12, 15),
+      kid: expect.stringMatching(/^key_/),
     });
 
     expect(seen).toEqual([

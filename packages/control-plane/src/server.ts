@@ -18,7 +18,7 @@ import {
 } from './api.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { ApiKeyService, authenticate, createTenant, type CreateApiKeyInput, type Principal } from './keys.js';
-import { SandboxService, type EventsQuery } from './sandboxes.js';
+import { ACCESS_TOKEN_TTL_MS, SandboxService, type EventsQuery } from './sandboxes.js';
 import { SecretStore, type SecretInput } from './secrets.js';
 import { listTemplates } from './templates.js';
 
@@ -69,14 +69,28 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   const { db, events, clock } = opts;
   const secrets = new SecretStore({ db, events, clock, keys: opts.keys ?? NO_KEYS });
-  const apiKeys = new ApiKeyService({ db, events, clock });
+  const gatewayClient = opts.gatewayClient ?? new GatewayClient(opts.nodeSecret);
+  // A gateway verifies access tokens on its own; a revoked key's tokens are refused there only once it is told.
+  const tellGateways = async (keyIds: string[]): Promise<void> => {
+    if (keyIds.length === 0) return;
+    const untilMs = clock.nowMs() + ACCESS_TOKEN_TTL_MS;
+    for (const gateway of await opts.gateways.all()) {
+      await gatewayClient.revokeKeys(gateway, keyIds, untilMs).catch((err: unknown) => {
+        opts.logger.warn(
+          { gateway: gateway.id, err: (err as Error).message },
+          'could not tell a gateway about revoked API keys; their access tokens expire within 15 min',
+        );
+      });
+    }
+  };
+  const apiKeys = new ApiKeyService({ db, events, clock, onRevoked: tellGateways });
   const sandboxes = new SandboxService({
     secrets,
     db,
     events,
     clock,
     gateways: opts.gateways,
-    gatewayClient: opts.gatewayClient ?? new GatewayClient(opts.nodeSecret),
+    gatewayClient,
     nodeSecret: opts.nodeSecret,
     publicGatewayUrl: opts.publicGatewayUrl,
   });
@@ -164,7 +178,11 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   return {
     app,
-    listen: (port, host = '127.0.0.1') => app.listen({ port, host }),
+    listen: async (port, host = '127.0.0.1') => {
+      // Gateways started afresh forget what they were told: keys revoked while their tokens may live are told again.
+      await tellGateways(await apiKeys.revokedSince(clock.nowMs() - ACCESS_TOKEN_TTL_MS));
+      return app.listen({ port, host });
+    },
     close: () => app.close(),
   };
 }

@@ -10,6 +10,8 @@ export interface AccessClaims {
   ten: string;
   /** Expiry, unix ms. */
   exp: number;
+  /** Id of the API key the token was obtained with: a gateway refuses it once told that key was revoked. */
+  kid?: string;
 }
 
 const b64 = (b: Buffer | string) => Buffer.from(b).toString('base64url');

@@ -20,14 +20,37 @@ function bearerOf(req: FastifyRequest, queryAllowed: boolean): string | undefine
 }
 
 /**
- * A data-plane route: a valid access token for the sandbox the route matched (`:id`, as the router decoded it).
- * A route without an `:id` has no sandbox a token could open, so it is refused too.
+ * API keys the control plane revoked, each kept until the last access token it could have obtained expires: a
+ * signed, unexpired token is still refused once the key behind it is gone.
  */
-export function accessTokenHook(keys: NodeKeys, clock: Clock): (req: FastifyRequest) => Promise<void> {
+export class RevokedKeys {
+  readonly #until = new Map<string, number>();
+
+  add(keyIds: readonly string[], untilMs: number): void {
+    for (const id of keyIds) this.#until.set(id, Math.max(untilMs, this.#until.get(id) ?? 0));
+  }
+
+  has(keyId: string, nowMs: number): boolean {
+    const until = this.#until.get(keyId);
+    if (until === undefined) return false;
+    if (until > nowMs) return true;
+    this.#until.delete(keyId);
+    return false;
+  }
+}
+
+/**
+ * A data-plane route: a valid access token for the sandbox the route matched (`:id`, as the router decoded it), not
+ * obtained with a revoked key. A route without an `:id` has no sandbox a token could open, so it is refused too.
+ */
+export function accessTokenHook(keys: NodeKeys, clock: Clock, revoked: RevokedKeys): (req: FastifyRequest) => Promise<void> {
   return async (req) => {
     const token = bearerOf(req, req.routeOptions.config.tokenInQuery === true);
     if (!token) throw new SandglassError('unauthenticated', 'Send the access token from POST /v1/sandboxes/{id}/access as Authorization: Bearer.');
-    const claims = verifyAccessToken(token, keys.accessToken, clock.nowMs());
+    const nowMs = clock.nowMs();
+    const claims = verifyAccessToken(token, keys.accessToken, nowMs);
+    if (claims.kid !== undefined && revoked.has(claims.kid, nowMs))
+      throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
     const id = (req.params as { id?: string } | undefined)?.id;
     if (id === undefined || claims.sbx !== id) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
   };

@@ -53,7 +53,7 @@ function limitBytes(max: number): Transform {
  */
 export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
   return async (scope) => {
-    scope.addHook('onRequest', accessTokenHook(keys, gw.opts.clock));
+    scope.addHook('onRequest', accessTokenHook(keys, gw.opts.clock, gw.revokedKeys));
 
     type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
     const route = (method: Method, path: string, handler: Handler) => scope.route({ method, ...operation(method, path), handler });

@@ -14,6 +14,7 @@ import { RamFiles } from './ram.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
 import { EventQuota, type GatewayEvents } from './events.js';
 import { NetworkManager, type NetworkSpec, type SecretResolver } from './network.js';
+import { RevokedKeys } from './auth.js';
 import type { PolicyInput } from '@sandglass/egress';
 
 export const DEFAULT_WARM_POOL = 2;
@@ -97,6 +98,8 @@ export class Gateway {
   readonly ram: RamFiles;
   readonly snapshots: SnapshotManager;
   readonly network: NetworkManager;
+  /** API keys revoked on the control plane whose access tokens may still be unexpired. */
+  readonly revokedKeys = new RevokedKeys();
   readonly jail: JailContext;
 
   constructor(readonly opts: GatewayOptions) {

@@ -47,6 +47,11 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       gw.get((req.params as Params).id).setExpiry(Date.parse((req.body as { expiresAt: string }).expiresAt));
       return reply.status(204).send();
     });
+    route('POST', '/internal/v1/revoked-keys', async (req, reply) => {
+      const body = req.body as { keyIds: string[]; untilMs: number };
+      gw.revokedKeys.add(body.keyIds, body.untilMs);
+      return reply.status(204).send();
+    });
     route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates() }));
 
     // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
