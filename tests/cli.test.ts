@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { home } from './helpers.js';
+import { apiUrl, home } from './helpers.js';
 
 const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
 
@@ -72,5 +72,13 @@ describe('sandglass CLI', () => {
     const bad = sg(['create', '--memory-mib', '5']);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toContain('invalid_argument');
+  });
+
+  it('up refuses a home another server holds with error: conflict: …, no stack trace', () => {
+    // A second `up` on this run's home and port: the home lock, taken before anything else, must turn it away.
+    const r = sg(['up', '--port', new URL(apiUrl).port]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^error: conflict: Another Sandglass server is running on /);
+    expect(r.stderr).not.toMatch(/^\s+at /m);
   });
 });
