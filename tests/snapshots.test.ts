@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { decompress } from 'zstd-napi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Sandbox, SandglassError } from '@sandglass/sdk';
+import { Sandbox, SandglassError, Secrets } from '@sandglass/sdk';
 import { api, checkResponsesAgainstSpec, config, home } from './helpers.js';
 
 checkResponsesAgainstSpec();
@@ -127,6 +127,31 @@ describe('snapshots and forks', () => {
     await src.snapshot();
     const [f] = await track(Sandbox.fork(`${src.id}@${new Date(Date.parse(early.takenAt) + 500).toISOString()}`, config()));
     expect(await f!.files.read('/root/at')).toBe('early');
+  });
+});
+
+describe("a fork's network", () => {
+  it("is recorded as the one its snapshot was taken with, whatever the source's policy became before and after", async () => {
+    await Secrets.set('FORK_NET_TOKEN', 'fork-net-value', { ...config(), hosts: ['api.example.test'] });
+    const source = await track(
+      Sandbox.create({ ...config(), timeoutS: 900, snapshotIntervalS: 3600, network: { allow: ['a.example.test'] }, secrets: ['FORK_NET_TOKEN'] }),
+    );
+    const snap = await source.snapshot();
+    // The source's policy changes between the snapshot and the fork, and again after it: the fork runs with its snapshot's.
+    await source.setNetwork({ allow: ['b.example.test'] });
+    const [fork] = await track(Sandbox.fork(snap.id, config()));
+    await source.setNetwork({ allow: ['c.example.test'], deny: ['d.example.test'] });
+
+    const atFork = { network: { allow: ['a.example.test'], deny: [] }, secrets: ['FORK_NET_TOKEN'] };
+    const info = await fork!.getInfo();
+    expect({ network: info.network, secrets: info.secrets }).toEqual(atFork);
+    const forked = (await fork!.events()).find((e) => e.type === 'sandbox.forked')!;
+    expect(forked.data).toMatchObject({ snapshotId: snap.id, sourceSandboxId: source.id, network: { allow: ['a.example.test'] }, secrets: ['FORK_NET_TOKEN'] });
+    const now = await source.getInfo();
+    expect({ network: now.network, secrets: now.secrets }).toEqual({
+      network: { allow: ['c.example.test'], deny: ['d.example.test'] },
+      secrets: ['FORK_NET_TOKEN'],
+    });
   });
 });
 

@@ -1,12 +1,12 @@
 // The gateway's data plane (commands, files, PTYs over HTTP and WebSocket): every route opens one sandbox, with its token.
-import { Transform, type Readable } from 'node:stream';
+import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import { SandglassError, invalidArgument, toSandglassError, type NodeKeys } from '@sandglass/core';
 import type { SignalName } from '@sandglass/agent-client';
 import type { Gateway } from './gateway.js';
-import type { CommandRecord, Sandbox } from './sandbox.js';
+import type { CommandRecord } from './sandbox.js';
 import { guestPath } from './paths.js';
 import { mapAgentError, viaAgent } from './agent-link.js';
 import { operation, type Method } from './spec.js';
@@ -58,8 +58,6 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
     const route = (method: Method, path: string, handler: Handler) => scope.route({ method, ...operation(method, path), handler });
     const sbxOf = (req: FastifyRequest) => gw.get((req.params as Params).id);
-    const recordEvent = (s: Sandbox, type: string, data: Record<string, unknown>) =>
-      gw.opts.events.append({ type, tenantId: s.tenantId, sandboxId: s.id, data });
 
     // ---- commands ----
     route('POST', '/v1/sandboxes/{id}/commands', async (req, reply) => {
@@ -148,70 +146,43 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     const pathOf = (req: FastifyRequest, field = 'path') => guestPath((req.query as Record<string, string>)[field]!, field);
 
     route('GET', '/v1/sandboxes/{id}/files', async (req, reply) => {
-      const sbx = sbxOf(req);
-      const agent = sbx.requireRunning();
-      const path = pathOf(req);
-      const st = await viaAgent(agent.stat(path), { path });
-      if (st.type === 'dir') throw new SandglassError('is_a_directory', `${path} is a directory; list it with /files/list.`, { details: { field: 'path' } });
-      const stream: Readable = await viaAgent(agent.readFile(path), { path });
-      return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(st.sizeBytes)).send(stream);
+      const { sizeBytes, stream } = await sbxOf(req).files.open(pathOf(req));
+      return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(sizeBytes)).send(stream);
     });
 
     route('PUT', '/v1/sandboxes/{id}/files', async (req) => {
       const sbx = sbxOf(req);
-      const agent = sbx.requireRunning();
       const path = pathOf(req);
       const declared = Number(req.headers['content-length'] ?? 0);
       if (declared > MAX_UPLOAD_BYTES) throw new SandglassError('payload_too_large', `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes.`);
-      const mode = (req.query as { mode?: number }).mode;
       const limited = limitBytes(MAX_UPLOAD_BYTES);
       const piping = pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
-      const { sizeBytes } = await viaAgent(agent.writeFile(path, limited, { mode: mode ?? 0o644 }), { path });
+      const { sizeBytes } = await sbx.files.write(path, limited, { mode: (req.query as { mode?: number }).mode });
       await piping;
-      await recordEvent(sbx, 'file.written', { path, sizeBytes });
       return { path, sizeBytes };
     });
 
     route('DELETE', '/v1/sandboxes/{id}/files', async (req, reply) => {
-      const sbx = sbxOf(req);
-      const path = pathOf(req);
-      if (path === '/') throw new SandglassError('path_outside_sandbox', 'Refusing to remove the guest root.', { details: { field: 'path' } });
-      await viaAgent(sbx.requireRunning().remove(path, { recursive: (req.query as { recursive?: boolean }).recursive ?? false }), { path });
-      await recordEvent(sbx, 'file.removed', { path });
+      await sbxOf(req).files.remove(pathOf(req), { recursive: (req.query as { recursive?: boolean }).recursive });
       return reply.status(204).send();
     });
 
-    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => {
-      const path = pathOf(req);
-      return fileView(await viaAgent(sbxOf(req).requireRunning().stat(path), { path }));
-    });
+    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => fileView(await sbxOf(req).files.stat(pathOf(req))));
 
     route('GET', '/v1/sandboxes/{id}/files/list', async (req) => {
-      const path = pathOf(req);
-      const entries = await viaAgent(
-        sbxOf(req)
-          .requireRunning()
-          .list(path, { depth: (req.query as { depth?: number }).depth ?? 1 }),
-        { path },
-      );
+      const entries = await sbxOf(req).files.list(pathOf(req), (req.query as { depth?: number }).depth ?? 1);
       return { entries: entries.map(fileView) };
     });
 
     route('POST', '/v1/sandboxes/{id}/files/mkdir', async (req) => {
       const sbx = sbxOf(req);
-      const path = guestPath((req.body as { path: string }).path);
-      const { created } = await viaAgent(sbx.requireRunning().mkdir(path), { path });
-      if (created) await recordEvent(sbx, 'file.dir_created', { path });
-      return { created };
+      return sbx.files.mkdir(guestPath((req.body as { path: string }).path));
     });
 
     route('POST', '/v1/sandboxes/{id}/files/rename', async (req, reply) => {
       const sbx = sbxOf(req);
       const body = req.body as { from: string; to: string };
-      const from = guestPath(body.from, 'from');
-      const to = guestPath(body.to, 'to');
-      await viaAgent(sbx.requireRunning().rename(from, to), { path: from });
-      await recordEvent(sbx, 'file.renamed', { from, to });
+      await sbx.files.rename(guestPath(body.from, 'from'), guestPath(body.to, 'to'));
       return reply.status(204).send();
     });
   };

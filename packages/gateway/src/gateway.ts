@@ -222,7 +222,7 @@ export class Gateway {
 
   /** Gives a started sandbox its network; if that fails the sandbox fails with it (it would not be what was asked). */
   private async connectNetwork(sbx: Sandbox, spec: NetworkSpec): Promise<void> {
-    sbx.network = spec;
+    sbx.assignNetwork(spec);
     try {
       await this.network.attach(sbx.id, sbx.tenantId, sbx.requireRunning(), spec);
     } catch (err) {
@@ -232,24 +232,24 @@ export class Gateway {
   }
 
   private newSandbox(id: string, tenantId: string, template: TemplateSnapshot, dir: string, timeoutS: number, snapshotIntervalS?: number): Sandbox {
-    return new Sandbox(
+    return new Sandbox({
       id,
       tenantId,
       template,
       dir,
       timeoutS,
-      this.opts.events,
-      this.opts.clock,
-      this.opts.logger,
-      (s) => {
+      snapshotIntervalS: snapshotIntervalS ?? DEFAULT_SNAPSHOT_INTERVAL_S,
+      events: this.opts.events,
+      clock: this.opts.clock,
+      logger: this.opts.logger,
+      ram: this.ram,
+      onGone: (s) => {
         this.sandboxes.delete(s.id);
         this.network.detach(s.id);
         void this.snapshots.untrack(s.id);
       },
-      this.ram,
-      snapshotIntervalS ?? DEFAULT_SNAPSHOT_INTERVAL_S,
-      this.opts.health,
-    );
+      health: this.opts.health,
+    });
   }
 
   /**
@@ -291,10 +291,10 @@ export class Gateway {
       rmSync(dir, { recursive: true, force: true });
       throw err;
     }
-    sbx.adoptCommands(prepared.commands);
-    sbx.captureBase = prepared.base;
+    sbx.adoptSnapshot(prepared);
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
-    await this.connectNetwork(sbx, this.restoredNetwork(prepared.network, req));
+    const network = this.restoredNetwork(prepared.network, req);
+    await this.connectNetwork(sbx, network);
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
     if (kind === 'resume') {
@@ -311,11 +311,17 @@ export class Gateway {
         sandboxId: req.id,
         data: { pid: sbx.pid ?? null, vmId: req.id, pooled: false, template: template.key, accel: this.accel, ...timing },
       });
+      // The fork's own network (its snapshot's): the source's policy may have changed since that snapshot was taken.
       await this.opts.events.append({
         type: 'sandbox.forked',
         tenantId: req.tenantId,
         sandboxId: req.id,
-        data: { snapshotId: req.snapshotId, sourceSandboxId: sourceSandboxId ?? m.sandboxId },
+        data: {
+          snapshotId: req.snapshotId,
+          sourceSandboxId: sourceSandboxId ?? m.sandboxId,
+          network: network.policy ?? null,
+          secrets: network.secrets,
+        },
       });
     }
     return sbx;
@@ -385,8 +391,10 @@ export class Gateway {
   }
 
   setNetwork(id: string, policy: PolicyInput): void {
-    this.get(id).requireRunning();
+    const sbx = this.get(id);
+    sbx.requireRunning();
     this.network.setPolicy(id, policy);
+    sbx.policyChanged(policy);
   }
 
   setSnapshotInterval(id: string, intervalS: number): void {

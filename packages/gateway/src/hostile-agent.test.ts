@@ -3,7 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLogger, type Clock } from '@sandglass/core';
+import { createLogger, ManualClock, systemClock, type Clock } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
 import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
 import { EventQuota, type GatewayEvent } from './events.js';
@@ -23,12 +23,24 @@ afterEach(async () => {
 });
 
 /** A running Sandbox linked to a hostile agent; the VM is a stand-in that never exits (no QEMU in unit tests). */
-async function hostileSandbox(events: GatewayEvent[], clock: Clock = { nowMs: () => Date.now() }) {
+async function hostileSandbox(events: GatewayEvent[], clock: Clock = systemClock) {
   agent = await HostileAgent.connect();
   const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
   const ram = { remove: () => {} } as unknown as RamFiles;
   const sink = new EventQuota({ append: (e: GatewayEvent) => void events.push(e) }, { clock, maxPerWindow: 50, windowMs: 60_000 });
-  sandbox = new Sandbox('sbx_hostile', 'ten_a', {} as TemplateSnapshot, mkdtempSync(join(tmpdir(), 'sbx-')), 600, sink, clock, log, () => {}, ram, 60);
+  sandbox = new Sandbox({
+    id: 'sbx_hostile',
+    tenantId: 'ten_a',
+    template: {} as TemplateSnapshot,
+    dir: mkdtempSync(join(tmpdir(), 'sbx-')),
+    timeoutS: 600,
+    snapshotIntervalS: 60,
+    events: sink,
+    clock,
+    logger: log,
+    ram,
+    onGone: () => {},
+  });
   await sandbox.start({ warm: { vm, agent: agent.client } });
   return { agent, sandbox };
 }
@@ -79,9 +91,9 @@ describe('a sandbox whose agent misbehaves', () => {
 
 describe('the per-sandbox event quota', () => {
   it('passes events up to the cap, then records one quota.events_dropped and drops the rest until the window ends', () => {
-    let nowMs = 0;
+    const clock = new ManualClock();
     const events: GatewayEvent[] = [];
-    const quota = new EventQuota({ append: (e: GatewayEvent) => void events.push(e) }, { clock: { nowMs: () => nowMs }, maxPerWindow: 10, windowMs: 1000 });
+    const quota = new EventQuota({ append: (e: GatewayEvent) => void events.push(e) }, { clock, maxPerWindow: 10, windowMs: 1000 });
     const ev = (sandboxId: string, type = 'egress.request') => ({ type, tenantId: 'ten_a', sandboxId, data: {} });
     for (let i = 0; i < 10_000; i++) quota.append(ev('sbx_a'));
     quota.append(ev('sbx_a', 'sandbox.failed'));
@@ -92,7 +104,7 @@ describe('the per-sandbox event quota', () => {
     ]);
     expect(events.some((e) => e.type === 'sandbox.failed')).toBe(true);
     expect(events.filter((e) => e.sandboxId === 'sbx_b')).toHaveLength(1);
-    nowMs = 1000;
+    clock.advance(1000);
     quota.append(ev('sbx_a'));
     expect(events.filter((e) => e.sandboxId === 'sbx_a' && e.type === 'egress.request')).toHaveLength(11);
   });

@@ -70,7 +70,6 @@ export interface NetworkOptions {
 export class NetworkManager {
   readonly proxy: EgressProxy;
   readonly approvals: ApprovalBroker;
-  private readonly specs = new Map<string, NetworkSpec>();
   private readonly egress = new Map<string, SandboxEgress>();
 
   constructor(private readonly opts: NetworkOptions) {
@@ -106,10 +105,6 @@ export class NetworkManager {
     return { policy, secrets, placeholders: Object.fromEntries(secrets.map((n) => [n, newPlaceholder()])) };
   }
 
-  spec(sandboxId: string): NetworkSpec | undefined {
-    return this.specs.get(sandboxId);
-  }
-
   /**
    * Gives a running guest its network: the sandbox's own CA in the guest's trust store, proxy settings and secret
    * placeholders in every process's environment, and the relay listener. Runs after every start (create, resume,
@@ -137,7 +132,6 @@ export class NetworkManager {
     }));
     this.proxy.removeSandbox(sandboxId);
     const egress = await this.proxy.addSandbox(sandboxId, { policy: spec.policy ? parsePolicy(spec.policy) : DENY_ALL, secrets: bindings });
-    this.specs.set(sandboxId, spec);
     this.egress.set(sandboxId, egress);
     await this.installCa(agent, egress);
     const env: Record<string, string> = {
@@ -186,23 +180,23 @@ export class NetworkManager {
     await agent.writeFile(CA_BUNDLE, withOurs);
   }
 
-  /** A new policy for a running sandbox: validated first, effective with its next request. */
+  /**
+   * A new policy for a running sandbox: validated first, effective with its next request. The sandbox owns its
+   * spec and records the change once this succeeded (Gateway.setNetwork).
+   */
   setPolicy(sandboxId: string, policy: PolicyInput): void {
-    const spec = this.specs.get(sandboxId);
     const sb = this.egress.get(sandboxId);
-    if (!spec || !sb) {
+    if (!sb) {
       throw new SandglassError('invalid_argument', `Sandbox ${sandboxId} was created without a network; create one with a policy.`, {
         details: { field: 'network' },
       });
     }
     sb.setPolicy(parsePolicy(policy));
-    spec.policy = policy;
   }
 
   detach(sandboxId: string): void {
     this.proxy.removeSandbox(sandboxId);
     this.approvals.revoke(sandboxId);
-    this.specs.delete(sandboxId);
     this.egress.delete(sandboxId);
   }
 }

@@ -1,15 +1,17 @@
 // One running sandbox on this node: its VM, its agent connection, its commands, its deadline and its health.
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { newId, SandglassError, type Clock, type Logger } from '@sandglass/core';
+import { newId, SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
 import type { AgentClient, ProtocolViolation } from '@sandglass/agent-client';
+import type { PolicyInput } from '@sandglass/egress';
 import { mapAgentError } from './agent-link.js';
 import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
 import type { RamFiles } from './ram.js';
 import type { NetworkSpec } from './network.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
+import { SandboxFiles } from './files.js';
 
 export interface CommandRecord {
   id: string;
@@ -60,41 +62,133 @@ export interface HealthPolicy {
 // Under TCG a loaded host can stall a guest for seconds; only a long silence means it hung.
 export const DEFAULT_HEALTH: HealthPolicy = { intervalMs: 5_000, timeoutMs: 20_000, misses: 3 };
 
+export interface SandboxOptions {
+  id: string;
+  tenantId: string;
+  template: TemplateSnapshot;
+  /** Its run directory (VM files, disk layers): removed when the sandbox releases its VM. */
+  dir: string;
+  timeoutS: number;
+  snapshotIntervalS: number;
+  events: GatewayEvents;
+  /** Its deadline, health checks and command timeouts run on this clock's timers. */
+  clock: Clock;
+  logger: Logger;
+  ram: RamFiles;
+  /** Called once, when it is gone (ended, failed or paused): the node forgets it. */
+  onGone: (sbx: Sandbox) => void;
+  health?: HealthPolicy;
+}
+
+/**
+ * The sandbox owns its state: only its own methods move `state`, set the VM and agent, the network it was given
+ * and the base of its next capture; everyone else reads them.
+ */
 export class Sandbox {
-  state: SandboxState = 'starting';
-  vm?: Vm;
-  agent?: AgentClient;
+  readonly id: string;
+  readonly tenantId: string;
+  readonly template: TemplateSnapshot;
+  readonly dir: string;
+  readonly startedAt: string;
   readonly commands = new Map<string, CommandRecord>();
+  readonly files: SandboxFiles;
+  #state: SandboxState = 'starting';
+  #vm?: Vm;
+  #agent?: AgentClient;
+  #network?: NetworkSpec;
+  #captureBase?: CaptureBase;
+  #expiresAtMs: number;
+  #snapshotIntervalS: number;
+  #failureReason?: string;
   /** Commands whose proc.start is in flight, with their exit event if it came first. */
   private readonly starting = new Map<string, Record<string, unknown> | undefined>();
-  readonly startedAt: string;
-  expiresAtMs: number;
-  failureReason?: string;
-  private timeoutTimer?: NodeJS.Timeout;
-  private healthTimer?: NodeJS.Timeout;
-  private commandTimers = new Map<string, NodeJS.Timeout>();
+  private timeoutTimer?: Timer;
+  private healthTimer?: Timer;
+  private readonly commandTimers = new Map<string, Timer>();
   private ending?: Promise<void>;
-  /** Set after each committed snapshot; restored sandboxes start from the snapshot they were restored from. */
-  captureBase?: CaptureBase;
-  /** The network it was given (policy, secret names, placeholders): kept in its snapshots. */
-  network?: NetworkSpec;
+  private readonly events: GatewayEvents;
+  private readonly clock: Clock;
+  private readonly log: Logger;
+  private readonly ram: RamFiles;
+  private readonly onGone: (sbx: Sandbox) => void;
+  private readonly health: HealthPolicy;
 
-  constructor(
-    readonly id: string,
-    readonly tenantId: string,
-    readonly template: TemplateSnapshot,
-    readonly dir: string,
-    timeoutS: number,
-    private readonly events: GatewayEvents,
-    private readonly clock: Clock,
-    private readonly log: Logger,
-    private readonly onGone: (sbx: Sandbox) => void,
-    private readonly ram: RamFiles,
-    public snapshotIntervalS: number,
-    private readonly health: HealthPolicy = DEFAULT_HEALTH,
-  ) {
-    this.startedAt = new Date(clock.nowMs()).toISOString();
-    this.expiresAtMs = clock.nowMs() + timeoutS * 1000;
+  constructor(opts: SandboxOptions) {
+    this.id = opts.id;
+    this.tenantId = opts.tenantId;
+    this.template = opts.template;
+    this.dir = opts.dir;
+    this.events = opts.events;
+    this.clock = opts.clock;
+    this.log = opts.logger;
+    this.ram = opts.ram;
+    this.onGone = opts.onGone;
+    this.health = opts.health ?? DEFAULT_HEALTH;
+    this.#snapshotIntervalS = opts.snapshotIntervalS;
+    this.startedAt = new Date(opts.clock.nowMs()).toISOString();
+    this.#expiresAtMs = opts.clock.nowMs() + opts.timeoutS * 1000;
+    this.files = new SandboxFiles({ requireRunning: () => this.requireRunning(), record: (type, data) => this.record(type, data) });
+  }
+
+  get state(): SandboxState {
+    return this.#state;
+  }
+
+  get vm(): Vm | undefined {
+    return this.#vm;
+  }
+
+  get failureReason(): string | undefined {
+    return this.#failureReason;
+  }
+
+  get expiresAtMs(): number {
+    return this.#expiresAtMs;
+  }
+
+  get snapshotIntervalS(): number {
+    return this.#snapshotIntervalS;
+  }
+
+  /** Seconds between its rolling snapshots; the snapshot manager reschedules them. */
+  setSnapshotInterval(intervalS: number): void {
+    this.#snapshotIntervalS = intervalS;
+  }
+
+  /** The network it was given (policy, secret names, placeholders): what its snapshots keep and its forks report. */
+  get network(): NetworkSpec | undefined {
+    return this.#network;
+  }
+
+  /** Records the network a start gave it (create, resume or fork), before the node attaches it to the guest. */
+  assignNetwork(spec: NetworkSpec): void {
+    this.#network = spec;
+  }
+
+  /**
+   * Records a policy the node's egress proxy already enforces for it. A new spec, not an edit: a capture in flight
+   * keeps the spec it read, and the secrets and placeholders stay what the sandbox was given.
+   */
+  policyChanged(policy: PolicyInput): void {
+    if (this.#network) this.#network = { ...this.#network, policy };
+  }
+
+  /** The last committed snapshot, which the next capture stores only the changes against. */
+  get captureBase(): CaptureBase | undefined {
+    return this.#captureBase;
+  }
+
+  captureCommitted(base: CaptureBase): void {
+    this.#captureBase = base;
+  }
+
+  /**
+   * A restored sandbox continues from its snapshot: the commands it had (their ids keep working) and the snapshot
+   * as the base of its next capture.
+   */
+  adoptSnapshot(restored: { base: CaptureBase; commands: CommandRecord[] }): void {
+    for (const r of restored.commands) this.commands.set(r.id, { ...r });
+    this.#captureBase = restored.base;
   }
 
   /**
@@ -109,8 +203,8 @@ export class Sandbox {
       const { vm, agent } =
         warm ??
         (await restoreSnapshot(await (from as { source: () => Promise<RestoreSource> }).source(), this.id, this.dir, this.ram, () => this.abortIfEnded()));
-      this.vm = vm;
-      this.agent = agent;
+      this.#vm = vm;
+      this.#agent = agent;
       agent.on('violation', (v) => this.onViolation(v));
       vm.exited.then((exit) => {
         if (exit.expected) return;
@@ -123,10 +217,10 @@ export class Sandbox {
       agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
       if (this.commands.size > 0) await this.reconcileCommands(agent);
       agent.on('close', () => {
-        if (this.state !== 'running') return;
+        if (this.#state !== 'running') return;
         // When QEMU died, its exit (with the guest's shutdown reason) explains more than the closed socket: give it a moment to win.
-        const grace = setTimeout(() => void this.fail('agent connection lost'), 2000);
-        void vm.exited.then(() => clearTimeout(grace));
+        const grace = this.clock.setTimeout(() => void this.fail('agent connection lost'), 2000);
+        void vm.exited.then(() => grace.cancel());
       });
     } catch (err) {
       if (this.ending) {
@@ -134,20 +228,19 @@ export class Sandbox {
         await this.release();
         throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} was killed while it was starting.`);
       }
-      const tail = this.vm?.consoleTail() ?? '';
+      const tail = this.#vm?.consoleTail() ?? '';
       await this.release();
-      this.state = 'failed';
-      this.failureReason = (err as Error).message;
+      this.#state = 'failed';
+      this.#failureReason = (err as Error).message;
       this.onGone(this);
       throw new SandglassError('vm_failed', `restoring sandbox ${this.id} failed: ${(err as Error).message}`, {
         cause: err,
         details: tail ? { consoleTail: tail.slice(-1024) } : undefined,
       });
     }
-    this.state = 'running';
+    this.#state = 'running';
     this.armTimeout();
-    this.healthTimer = setInterval(() => void this.checkHealth(), this.health.intervalMs);
-    this.healthTimer.unref();
+    this.healthTimer = this.clock.setInterval(() => void this.checkHealth(), this.health.intervalMs);
     return { restoreMs: performance.now() - t0, pooled: warm !== undefined };
   }
 
@@ -159,15 +252,10 @@ export class Sandbox {
     const rec = this.commands.get(id);
     const exited = () => rec?.state !== 'running';
     if (exited()) return;
-    for (let i = 0; i < 20 && !exited(); i++) await new Promise((r) => setTimeout(r, 50));
-    if (exited() || !this.agent) return;
-    const p = (await this.agent.procList().catch(() => [])).find((x) => x.id === id);
+    for (let i = 0; i < 20 && !exited(); i++) await new Promise((r) => this.clock.setTimeout(() => r(undefined), 50));
+    if (exited() || !this.#agent) return;
+    const p = (await this.#agent.procList().catch(() => [])).find((x) => x.id === id);
     if (p?.exited) this.onAgentEvent({ event: 'proc.exit', id, exitCode: p.exitCode, signal: p.signal, outputBytes: p.outputBytes });
-  }
-
-  /** Commands the sandbox had when its snapshot was taken: a resumed sandbox's command ids keep working. */
-  adoptCommands(records: CommandRecord[]): void {
-    for (const r of records) this.commands.set(r.id, { ...r });
   }
 
   /** Exit statuses the agent raised while no host listened (before the snapshot's restore) are read back here. */
@@ -185,31 +273,28 @@ export class Sandbox {
   }
 
   get pid(): number | undefined {
-    return this.vm?.pid;
+    return this.#vm?.pid;
   }
 
   setExpiry(expiresAtMs: number): void {
-    this.expiresAtMs = expiresAtMs;
+    this.#expiresAtMs = expiresAtMs;
     this.armTimeout();
   }
 
   private armTimeout(): void {
-    clearTimeout(this.timeoutTimer);
-    const ms = Math.max(0, this.expiresAtMs - this.clock.nowMs());
-    // setTimeout caps at ~24.8 days; sandboxes live at most a day.
-    this.timeoutTimer = setTimeout(() => void this.end('timeout'), ms);
-    this.timeoutTimer.unref();
+    this.timeoutTimer?.cancel();
+    this.timeoutTimer = this.clock.setTimeout(() => void this.end('timeout'), this.#expiresAtMs - this.clock.nowMs());
   }
 
   private misses = 0;
 
   private async checkHealth(): Promise<void> {
-    if (this.state !== 'running' || !this.agent) return;
+    if (this.#state !== 'running' || !this.#agent) return;
     try {
-      await this.agent.ping({ timeoutMs: this.health.timeoutMs });
+      await this.#agent.ping({ timeoutMs: this.health.timeoutMs });
       this.misses = 0;
     } catch {
-      if (this.state !== 'running') return;
+      if (this.#state !== 'running') return;
       this.misses++;
       if (this.misses >= this.health.misses) {
         await this.fail(`VM hung: the agent did not answer ${this.health.misses} health checks of ${this.health.timeoutMs} ms`);
@@ -222,10 +307,15 @@ export class Sandbox {
   }
 
   requireRunning(): AgentClient {
-    if (this.state !== 'running' || !this.agent) {
-      throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} is ${this.state}${this.failureReason ? `: ${this.failureReason}` : ''}.`);
+    if (this.#state !== 'running' || !this.#agent) {
+      throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} is ${this.#state}${this.#failureReason ? `: ${this.#failureReason}` : ''}.`);
     }
-    return this.agent;
+    return this.#agent;
+  }
+
+  /** Appends one of this sandbox's events (through the node's per-sandbox quota). */
+  record(type: string, data: Record<string, unknown>): Promise<unknown> {
+    return Promise.resolve(this.events.append({ type, tenantId: this.tenantId, sandboxId: this.id, data }));
   }
 
   async startCommand(req: StartCommand): Promise<CommandRecord> {
@@ -262,19 +352,13 @@ export class Sandbox {
     this.commands.set(id, rec);
     const earlyExit = this.starting.get(id);
     this.starting.delete(id);
-    await this.events.append({
-      type: 'command.started',
-      tenantId: this.tenantId,
-      sandboxId: this.id,
-      data: { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' },
-    });
+    await this.record('command.started', { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' });
     if (req.timeoutMs && req.timeoutMs > 0) {
-      const t = setTimeout(() => {
+      const t = this.clock.setTimeout(() => {
         if (rec.state !== 'running') return;
         rec.timedOut = true;
         agent.procSignal(id, 'SIGKILL').catch(() => {});
       }, req.timeoutMs);
-      t.unref();
       this.commandTimers.set(id, t);
     }
     if (earlyExit) this.onAgentEvent(earlyExit);
@@ -304,13 +388,14 @@ export class Sandbox {
     rec.signal = typeof ev.signal === 'string' && /^SIG[A-Z0-9+-]{1,12}$/.test(ev.signal) ? ev.signal : null;
     rec.outputBytes = Number.isSafeInteger(ev.outputBytes) && (ev.outputBytes as number) >= 0 ? (ev.outputBytes as number) : rec.outputBytes;
     rec.endedAt = new Date(this.clock.nowMs()).toISOString();
-    clearTimeout(this.commandTimers.get(rec.id));
+    this.commandTimers.get(rec.id)?.cancel();
     this.commandTimers.delete(rec.id);
-    void this.events.append({
-      type: 'command.exited',
-      tenantId: this.tenantId,
-      sandboxId: this.id,
-      data: { commandId: rec.id, exitCode: rec.exitCode, signal: rec.signal, timedOut: rec.timedOut, outputBytes: rec.outputBytes },
+    void this.record('command.exited', {
+      commandId: rec.id,
+      exitCode: rec.exitCode,
+      signal: rec.signal,
+      timedOut: rec.timedOut,
+      outputBytes: rec.outputBytes,
     });
   }
 
@@ -320,7 +405,7 @@ export class Sandbox {
   private onViolation(v: ProtocolViolation): void {
     if (this.violations++ > 0) return;
     this.log.warn({ sandboxId: this.id, ...v }, "the guest agent exceeded a stream's credit: stream reset");
-    void Promise.resolve(this.events.append({ type: 'agent.protocol_violation', tenantId: this.tenantId, sandboxId: this.id, data: { ...v } })).catch(() => {});
+    this.record('agent.protocol_violation', { ...v }).catch(() => {});
   }
 
   /**
@@ -330,12 +415,11 @@ export class Sandbox {
   async end(reason: 'timeout' | 'shutdown' | 'killed' | 'paused'): Promise<void> {
     if (this.ending) return this.ending;
     this.ending = (async () => {
-      if (this.state === 'failed' || this.state === 'ended' || this.state === 'paused') return;
-      this.state = reason === 'paused' ? 'paused' : 'ended';
+      if (this.#state === 'failed' || this.#state === 'ended' || this.#state === 'paused') return;
+      this.#state = reason === 'paused' ? 'paused' : 'ended';
       await this.release();
       // A kill comes from the control plane, which records it; timeouts and shutdowns are the node's own doing.
-      if (reason === 'timeout' || reason === 'shutdown')
-        await this.events.append({ type: 'sandbox.killed', tenantId: this.tenantId, sandboxId: this.id, data: { reason } });
+      if (reason === 'timeout' || reason === 'shutdown') await this.record('sandbox.killed', { reason });
       this.onGone(this);
     })();
     return this.ending;
@@ -345,27 +429,27 @@ export class Sandbox {
   async fail(reason: string): Promise<void> {
     if (this.ending) return this.ending;
     this.ending = (async () => {
-      if (this.state !== 'running' && this.state !== 'starting') return;
-      this.state = 'failed';
-      this.failureReason = reason;
-      const consoleTail = this.vm?.consoleTail(2048) ?? '';
+      if (this.#state !== 'running' && this.#state !== 'starting') return;
+      this.#state = 'failed';
+      this.#failureReason = reason;
+      const consoleTail = this.#vm?.consoleTail(2048) ?? '';
       this.log.warn({ sandboxId: this.id, reason }, 'sandbox failed');
       await this.release();
-      await this.events.append({ type: 'sandbox.failed', tenantId: this.tenantId, sandboxId: this.id, data: { reason, consoleTail } });
+      await this.record('sandbox.failed', { reason, consoleTail });
       this.onGone(this);
     })();
     return this.ending;
   }
 
   private async release(): Promise<void> {
-    clearTimeout(this.timeoutTimer);
-    clearInterval(this.healthTimer);
-    for (const t of this.commandTimers.values()) clearTimeout(t);
+    this.timeoutTimer?.cancel();
+    this.healthTimer?.cancel();
+    for (const t of this.commandTimers.values()) t.cancel();
     this.commandTimers.clear();
-    void this.agent?.close();
-    if (this.vm) {
-      await this.vm.stop(1000);
-      this.ram.remove(this.vm.memPath);
+    void this.#agent?.close();
+    if (this.#vm) {
+      await this.#vm.stop(1000);
+      this.ram.remove(this.#vm.memPath);
     }
     rmSync(this.dir, { recursive: true, force: true });
   }

@@ -116,7 +116,7 @@ export class SnapshotManager {
   }
 
   setInterval(sbx: Sandbox, intervalS: number): void {
-    sbx.snapshotIntervalS = intervalS;
+    sbx.setSnapshotInterval(intervalS);
     this.scheduler.setInterval(sbx.id, intervalS * 1000);
   }
 
@@ -242,7 +242,7 @@ export class SnapshotManager {
           newChunks: body.stats.newChunks,
         },
       });
-      sbx.captureBase = { snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] };
+      sbx.captureCommitted({ snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] });
       // The copy is exactly this snapshot's RAM: keep it as the node's image of it for forks and resumes.
       renameSync(memCopy, this.imagePath(id));
       this.trimImageCache();
