@@ -38,6 +38,15 @@ export interface WriteFileOptions extends CallOptions {
   append?: boolean;
 }
 
+export interface AttachOptions extends StreamOptions {
+  /**
+   * Each piece's credit goes back to the agent only when the consumer calls its `release` (onData's fourth argument),
+   * not as soon as onData returns. For a consumer that hands output on to a buffer of its own (a WebSocket): a reader
+   * that stops then holds the agent after one window instead of growing that buffer without bound.
+   */
+  deferCredit?: boolean;
+}
+
 export interface AttachHandle extends AttachResult {
   /** Stops the stream; onEnd is not called afterwards. */
   detach(): Promise<void>;
@@ -147,14 +156,16 @@ export class AgentClient extends EventEmitter {
 
   /**
    * Follows a process's output from fromOffset. onData gets each piece with its output offset;
-   * onEnd runs once the process exited and everything was delivered, or with an error.
+   * onEnd runs once the process exited and everything was delivered, or with an error. With
+   * `deferCredit`, the piece's credit returns when its `release` is called (once; later calls do
+   * nothing); otherwise release does nothing and the credit returns as soon as onData returns.
    */
   async procAttach(
     id: string,
     fromOffset: number,
-    onData: (fd: OutputFd, offset: number, bytes: Buffer) => void,
+    onData: (fd: OutputFd, offset: number, bytes: Buffer, release: () => void) => void,
     onEnd: (err?: AgentError) => void,
-    opts: StreamOptions = {},
+    opts: AttachOptions = {},
   ): Promise<AttachHandle> {
     const windowBytes = opts.windowBytes ?? DEFAULT_WINDOW_BYTES;
     const streamId = this.mux.allocStream();
@@ -163,9 +174,20 @@ export class AgentClient extends EventEmitter {
       granter,
       data: (payload) => {
         if (payload.length < 9) return;
-        onData(payload[0] as OutputFd, Number(payload.readBigUInt64BE(1)), payload.subarray(9));
-        // The callback consumed it synchronously, so the credit can go straight back.
-        granter.consumed(payload.length);
+        const fd = payload[0] as OutputFd;
+        const offset = Number(payload.readBigUInt64BE(1));
+        if (!opts.deferCredit) {
+          onData(fd, offset, payload.subarray(9), () => {});
+          // The callback consumed it synchronously, so the credit can go straight back.
+          granter.consumed(payload.length);
+          return;
+        }
+        let released = false;
+        onData(fd, offset, payload.subarray(9), () => {
+          if (released) return;
+          released = true;
+          granter.consumed(payload.length);
+        });
       },
       end: (err) => onEnd(err),
     });

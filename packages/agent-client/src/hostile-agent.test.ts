@@ -127,6 +127,45 @@ describe('a hostile agent against the real AgentClient', () => {
     expect(deliveredBytes).toBeLessThanOrEqual(16 * KiB + granted);
   });
 
+  it('gives a deferred-credit output stream its credit back only as pieces are released, each once', async () => {
+    agent = await HostileAgent.connect();
+    let stream = 0;
+    agent.onCall = (call) => {
+      if (call.method !== 'proc.attach') return void agent!.reply(call.id, {});
+      stream = call.params.streamId as number;
+      void agent!.reply(call.id, { startOffset: 0, endOffset: 0, exited: false });
+    };
+    const releases: Array<() => void> = [];
+    let endedWith: AgentError | undefined;
+    await agent.client.procAttach(
+      'cmd_1',
+      0,
+      (_fd, _offset, _bytes, release) => releases.push(release),
+      (err) => (endedWith = err),
+      { windowBytes: 64 * KiB, deferCredit: true },
+    );
+    const grants = () => agent!.framesOn(stream, FrameType.window).map((f) => f.payload.readUInt32BE(0));
+    // Four pieces of 16 KiB (with the 9-byte prefix) fill the window; none is released yet, so nothing is granted.
+    const piece = Buffer.alloc(16 * KiB);
+    piece[0] = 1;
+    for (let i = 0; i < 4; i++) await agent.data(stream, piece);
+    await agent.client.ping();
+    expect(releases).toHaveLength(4);
+    expect(grants()).toEqual([]);
+    // Releasing one piece, however often, grants exactly that piece (a quarter window: one WINDOW frame).
+    releases[0]!();
+    releases[0]!();
+    await agent.client.ping();
+    expect(grants()).toEqual([16 * KiB]);
+    // The credit is real: one more piece fits, a second one overruns and resets the stream.
+    await agent.data(stream, piece);
+    await agent.client.ping();
+    expect(endedWith).toBeUndefined();
+    await agent.data(stream, piece);
+    await agent.client.ping();
+    expect(endedWith?.code).toBe('agent_protocol');
+  });
+
   it('closes the connection on a huge frame length without buffering toward it', async () => {
     agent = await HostileAgent.connect();
     const pending = agent.client.call('ping');

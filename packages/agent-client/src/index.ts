@@ -3,6 +3,7 @@ export {
   AgentClient,
   type AgentClientOptions,
   type AttachHandle,
+  type AttachOptions,
   type NetListenOptions,
   type NetOpenListener,
   type OutputFd,
