@@ -11,6 +11,7 @@ import { guestPath } from './paths.js';
 import { mapAgentError, viaAgent } from './agent-link.js';
 import { operation, type Method } from './spec.js';
 import { accessTokenHook } from './auth.js';
+import { OUTPUT_WINDOW_BYTES, pacedSender } from './output-pacing.js';
 
 const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
 const MAX_STDIN_BYTES = 16 * 1024 * 1024;
@@ -211,9 +212,9 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
   let started = false;
   const early: Array<() => void> = [];
   const inOrder = (fn: () => void) => (started ? fn() : early.push(fn));
-  const sendData = (frame: Buffer) => {
-    if (socket.readyState === socket.OPEN) socket.send(frame, { binary: true });
-  };
+  // Credit for each piece goes back to the agent only once the socket drained: a client that never reads holds the
+  // guest's output in the agent's ring, not in this process.
+  const sendData = pacedSender(socket);
   const sendError = (err: unknown) => {
     const se = toSandglassError(mapAgentError(err));
     if (socket.readyState === socket.OPEN) {
@@ -224,12 +225,12 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
   const handle = agent.procAttach(
     rec.id,
     fromOffset,
-    (fd, offset, bytes) => {
+    (fd, offset, bytes, release) => {
       const header = Buffer.allocUnsafe(9);
       header[0] = fd;
       header.writeBigUInt64BE(BigInt(offset), 1);
       const frame = Buffer.concat([header, bytes]);
-      inOrder(() => sendData(frame));
+      inOrder(() => sendData(frame, release));
     },
     (err) =>
       inOrder(() => {
@@ -243,6 +244,7 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): voi
           socket.close(1000, 'exited');
         });
       }),
+    { deferCredit: true, windowBytes: OUTPUT_WINDOW_BYTES },
   );
   handle.then((info) => {
     if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: 'start', startOffset: info.startOffset, command: commandView(rec) }));
