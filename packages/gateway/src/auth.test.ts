@@ -10,6 +10,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { deriveNodeKeys, ManualClock, signAccessToken } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
 import { createDataPlaneServer, createInternalServer, listenOnSocket } from './server.js';
+import { RevokedKeys } from './auth.js';
 import { errorCodeOf, fillPath, pathVariants, rawRequest, specOperations, type RawResponse } from './test-support.js';
 
 const SECRET = Buffer.alloc(32, 5);
@@ -25,11 +26,14 @@ const internalOps = ops.filter((o) => o.security.includes('nodeSecret'));
 const token = (sbx: string, key = KEYS.accessToken) => signAccessToken({ sbx, ten: 'ten_a', exp: clock.nowMs() + 60_000 }, key);
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
+const revokedKeys = new RevokedKeys();
 /** What handlers reached: any use of the gateway beyond its options is a handler at work. */
 const touched: string[] = [];
 const gw = new Proxy({} as Gateway, {
   get(_t, prop) {
     if (prop === 'opts') return { nodeSecret: SECRET, clock, events: { append: async () => touched.push('events.append') } };
+    // Read once when the data plane is built, to check tokens against: part of authentication, not a handler.
+    if (prop === 'revokedKeys') return revokedKeys;
     if (prop === 'then') return undefined;
     touched.push(String(prop));
     throw new Error(`handler reached gw.${String(prop)}`);
