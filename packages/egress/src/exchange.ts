@@ -142,6 +142,7 @@ export class Exchanges {
           facts.secrets = await this.#currentSecrets(sb);
           break;
         case 'body':
+          // Never asked for an upgrade (facts.upgrade), the one case without a reader.
           facts.body = await readBody!();
           break;
         case 'approval':
