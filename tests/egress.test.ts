@@ -129,13 +129,14 @@ for host in ['127.0.0.2', '10.0.2.2', '1.1.1.1', '169.254.169.254']:
   it('holds a secret that needs approval until someone decides: approve, deny, timeout', async () => {
     const s = await sandbox([`api.example.test:${up.port}`], ['JIT_TOKEN']);
     const call = () => sh(s, `curl -sS -m 60 https://api.example.test:${up.port}/echo?jit`);
+    // Polls until the guest's request reaches the proxy: a busy 2-core TCG host takes well over 10 s for a curl.
     const waitPending = async () => {
-      for (let i = 0; i < 100; i++) {
+      for (let i = 0; i < 1200; i++) {
         const p = await s.approvals();
         if (p.length) return p[0]!;
         await new Promise((r) => setTimeout(r, 100));
       }
-      throw new Error('no approval request appeared');
+      throw new Error('no approval request appeared within 120 s');
     };
     // Approve: the request goes through with the header added.
     let pending = call();
