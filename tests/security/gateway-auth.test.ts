@@ -126,13 +126,18 @@ const asWritten = (op: SpecOperation) => [fillPath(op.path, idsFor(op.path))];
 /** What a request that got through could have changed in tenant A's sandbox (not what its schedulers change). */
 async function stateOfA() {
   const gw = (path: string) => rawRequest(dataPort, 'GET', `/v1/sandboxes/${a.id}${path}`, { headers: bearer(aToken) });
-  const events = (await api('GET', `/v1/sandboxes/${a.id}/events?limit=1000`)).body!.events as Array<{ type: string }>;
+  const events = (await api('GET', `/v1/sandboxes/${a.id}/events?limit=1000`)).body!.events as Array<{ type: string; data: { why?: string } }>;
   const { state, expiresAt, timeoutS, snapshotIntervalS, network, secrets, pausedAt } = (await api('GET', `/v1/sandboxes/${a.id}`)).body!;
   const snapshots = (await api('GET', `/v1/sandboxes/${a.id}/snapshots`)).body!.snapshots as Array<{ id: string; name: string | null }>;
   return {
     sandbox: { state, expiresAt, timeoutS, snapshotIntervalS, network, secrets, pausedAt },
     commands: (JSON.parse((await gw('/commands')).body) as { commands: Array<{ id: string }> }).commands.map((c) => c.id),
-    actions: events.filter((e) => /^(command|file|network|secret|sandbox\.(killed|paused|resumed)|snapshot\.deleted)/.test(e.type)).map((e) => e.type),
+    // Retention deletes old rolling snapshots on its own schedule (why: retention); a request could only delete one.
+    actions: events
+      .filter(
+        (e) => /^(command|file|network|secret|sandbox\.(killed|paused|resumed))/.test(e.type) || (e.type === 'snapshot.deleted' && e.data.why !== 'retention'),
+      )
+      .map((e) => e.type),
     // Rolling snapshots come and go on their own schedule; ours must stay, and no named one may appear.
     ours: snapshots.some((s) => s.id === aSnapshotId),
     named: snapshots.filter((s) => s.name !== null).map((s) => s.name),
