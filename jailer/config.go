@@ -24,6 +24,8 @@ type Config struct {
 	// Host paths mirrored into the jail at the same absolute path: RW only the VM's own run directory and RAM file.
 	RW []string
 	RO []string
+	// Read-only paths every jail of this program shares (QEMU's firmware and modules): they go into the shared base.
+	SharedRO []string
 	// qcow2 images whose backing chains are mirrored read-only (the images themselves are under an RW path).
 	Disks []string
 	// Create /dev/kvm in the jail, owned by the jailed uid.
@@ -51,7 +53,7 @@ func ParseArgs(args []string) (*Config, error) {
 	fs := flag.NewFlagSet("sandglass-jailer", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := &Config{}
-	var cgroups, rw, ro, disks listFlag
+	var cgroups, rw, ro, sharedRO, disks listFlag
 	fs.StringVar(&c.ID, "id", "", "VM id (names the jail in messages and records)")
 	fs.IntVar(&c.UID, "uid", -1, "uid the program runs as")
 	fs.IntVar(&c.GID, "gid", -1, "gid the program runs as")
@@ -59,6 +61,7 @@ func ParseArgs(args []string) (*Config, error) {
 	fs.BoolVar(&c.NoCgroups, "no-cgroups", false, "run without cgroup limits (development only)")
 	fs.Var(&rw, "rw", "host path mirrored read-write (repeatable)")
 	fs.Var(&ro, "ro", "host path mirrored read-only (repeatable)")
+	fs.Var(&sharedRO, "shared-ro", "host path mirrored read-only, the same for every jail of this program (repeatable)")
 	fs.Var(&disks, "disk", "qcow2 image whose backing chain is mirrored read-only (repeatable)")
 	fs.BoolVar(&c.KVM, "kvm", false, "create /dev/kvm in the jail")
 	fs.Uint64Var(&c.NoFile, "nofile", 1024, "RLIMIT_NOFILE")
@@ -69,7 +72,7 @@ func ParseArgs(args []string) (*Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	c.Cgroups, c.RW, c.RO, c.Disks = cgroups, rw, ro, disks
+	c.Cgroups, c.RW, c.RO, c.SharedRO, c.Disks = cgroups, rw, ro, sharedRO, disks
 	c.Argv = fs.Args()
 	return c, c.Validate()
 }

@@ -57,8 +57,12 @@ func stage1(cfg *Config) int {
 	if err != nil {
 		fail("finding the jailer binary: %v", err)
 	}
+	base, err := ensureBase(cfg)
+	if err != nil {
+		fail("VM %s: preparing the shared read-only base: %v", cfg.ID, err)
+	}
 	cmd := exec.Command(self, os.Args[1:]...)
-	cmd.Env = []string{stageEnv + "=2"}
+	cmd.Env = []string{stageEnv + "=2", baseEnv + "=" + base}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	for i := 0; i < cfg.KeepFDs; i++ {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(3+i), "kept"))

@@ -21,21 +21,32 @@ func stage2(cfg *Config) {
 	must("mounting the jail root", syscall.Mount("tmpfs", jailRoot, "tmpfs", syscall.MS_NOSUID, "mode=0755,size=1m,nr_inodes=4096"))
 	j := &jail{root: jailRoot}
 
-	libDirs := LibraryDirs("/etc/ld.so.conf")
-	ro := append([]string{}, cfg.RO...)
-	ro = append(ro, cfg.Argv[0])
-	deps, err := CachedElfDeps(depCacheFile, cfg.Argv[0], libDirs)
-	must("finding what "+cfg.Argv[0]+" loads", err)
-	if len(deps) > 0 {
-		if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
-			ro = append(ro, "/etc/ld.so.cache")
-		}
+	// The program, what it loads and the shared data come from the base stage 1 prepared; the rest is this VM's.
+	base := os.Getenv(baseEnv)
+	if !validBase(base) {
+		must("the shared base", errors.New("stage 1 named no valid base: "+base))
 	}
-	ro = append(ro, deps...)
+	ro := append([]string{}, cfg.RO...)
 	for _, d := range cfg.Disks {
 		chain, err := BackingChain(d)
 		must("reading the backing chain of "+d, err)
 		ro = append(ro, chain...)
+	}
+	own := append(append([]string{}, cfg.RW...), ro...)
+	// A top-level directory of the base that also holds one of this VM's own paths cannot be one read-only bind:
+	// the shared paths under it are mirrored one by one instead, next to the VM's.
+	unbound, err := j.useBase(base, own)
+	must("binding the shared base", err)
+	if len(unbound) > 0 {
+		shared, err := sharedPaths(cfg)
+		must("listing the shared paths", err)
+		for _, p := range shared {
+			for _, top := range unbound {
+				if under(p, top) {
+					ro = append(ro, p)
+				}
+			}
+		}
 	}
 	for _, m := range PlanMounts(cfg.RW, ro) {
 		must("mirroring "+m.Path, j.mirror(m.Path, m.Writable, 0))

@@ -4,7 +4,7 @@
 // leaves the first server's sandboxes running.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -37,6 +37,7 @@ let hostile: string;
 let jailDir: string;
 let spec: JailSpec;
 let serverPid: number;
+let sharedDir: string;
 
 /** Runs the hostile program: jailed like a VM, or (the control) directly as root. */
 function attempt(jailed: boolean, ...args: string[]): { ok: boolean; out: string; signal: NodeJS.Signals | null } {
@@ -81,12 +82,17 @@ describe.skipIf(!isRoot)('the jail a VM runs in', () => {
     execFileSync('chown', ['-R', `${identity.uid}:${identity.gid}`, jailDir]);
     cgroup = createCgroup(HOSTILE_ID, { memoryBytes: LIMIT_MIB << 20, cpus: 1 });
     expect(cgroup.kind).not.toBe('none');
+    sharedDir = join(home, 'test-jail', 'shared');
+    mkdirSync(sharedDir, { recursive: true });
+    writeFileSync(join(sharedDir, 'firmware.bin'), 'shared by every jail');
     spec = {
       id: HOSTILE_ID,
       identity,
       cgroupDirs: cgroup.dirs,
       writable: [jailDir],
-      readOnly: qemuHostFiles().data,
+      readOnly: [],
+      // As every VM gets QEMU's data: through the jailer's shared read-only base, with a file of the test's own in it.
+      sharedReadOnly: [...qemuHostFiles().data, sharedDir],
       disks: [overlay],
       kvm: false,
       addressSpaceBytes: 4096 * 1024 * 1024,
@@ -131,6 +137,13 @@ describe.skipIf(!isRoot)('the jail a VM runs in', () => {
     const read = attempt(true, 'read', disk);
     expect(read.ok, read.out).toBe(true);
     expect(expectRefusedOnlyInJail('write', disk)).toMatch(/read-only|permission denied/i);
+  });
+
+  it('cannot change what every jail shares (the program, its libraries, QEMU data), though it reads it', () => {
+    const file = join(sharedDir, 'firmware.bin');
+    const read = attempt(true, 'read', file);
+    expect(read.ok, read.out).toBe(true);
+    expect(expectRefusedOnlyInJail('write', file)).toMatch(/read-only|permission denied/i);
   });
 
   it('cannot use more memory than its cgroup allows: it is killed', () => {

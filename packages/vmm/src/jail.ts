@@ -226,6 +226,8 @@ export interface JailSpec {
   /** The VM's own run directory and RAM file: the only writable paths. */
   writable: string[];
   readOnly: string[];
+  /** Read-only paths the same for every VM (QEMU's firmware and modules): the jailer keeps them in its shared base. */
+  sharedReadOnly?: string[];
   /** qcow2 images whose backing chains the VM reads. */
   disks: string[];
   kvm: boolean;
@@ -250,6 +252,7 @@ export function jailerArgv(ctx: JailContext, spec: JailSpec, program: string[]):
     ...(spec.cgroupDirs === null ? ['--no-cgroups'] : spec.cgroupDirs.flatMap((d) => ['--cgroup', d])),
     ...spec.writable.flatMap((p) => ['--rw', p]),
     ...spec.readOnly.flatMap((p) => ['--ro', p]),
+    ...(spec.sharedReadOnly ?? []).flatMap((p) => ['--shared-ro', p]),
     ...spec.disks.flatMap((p) => ['--disk', p]),
     ...(spec.kvm ? ['--kvm'] : []),
     '--nofile',
