@@ -24,19 +24,24 @@ export class Exchanges {
     this.#ctx = ctx;
   }
 
-  /** A request from the front server (absolute-form) or from inside a tunnel (`inner`). */
-  async onRequest(req: IncomingMessage, res: ServerResponse, inner: boolean): Promise<void> {
-    const ctx = this.#ctx;
-    const conn = ctx.conns.get(req.socket);
-    if (!conn || conn.sb.removed) return void req.socket.destroy();
-    ctx.disarmIdle(req.socket);
-    const ex = ctx.newEx(conn.sb, ctx.clock.nowMs(), {
+  /** The exchange record of a request on `conn`, before anything about it is judged: in a tunnel, its target. */
+  #begin(conn: Conn, req: IncomingMessage, inner: boolean): Ex {
+    return this.#ctx.newEx(conn.sb, this.#ctx.clock.nowMs(), {
       host: conn.tunnel?.host.host ?? '',
       port: conn.tunnel?.port ?? 0,
       scheme: inner && conn.tunnel?.tls ? 'https' : 'http',
       method: req.method ?? 'GET',
       path: '',
     });
+  }
+
+  /** A request from the front server (absolute-form) or from inside a tunnel (`inner`). */
+  async onRequest(req: IncomingMessage, res: ServerResponse, inner: boolean): Promise<void> {
+    const ctx = this.#ctx;
+    const conn = ctx.conns.get(req.socket);
+    if (!conn || conn.sb.removed) return void req.socket.destroy();
+    ctx.disarmIdle(req.socket);
+    const ex = this.#begin(conn, req, inner);
     const abort = new AbortController();
     res.once('close', () => abort.abort());
     try {
@@ -337,13 +342,7 @@ export class Exchanges {
     const conn = ctx.conns.get(req.socket) ?? ctx.conns.get(socket);
     if (!conn || conn.sb.removed) return void socket.destroy();
     ctx.disarmIdle(socket);
-    const ex = ctx.newEx(conn.sb, ctx.clock.nowMs(), {
-      host: conn.tunnel?.host.host ?? '',
-      port: conn.tunnel?.port ?? 0,
-      scheme: inner && conn.tunnel?.tls ? 'https' : 'http',
-      method: req.method ?? 'GET',
-      path: '',
-    });
+    const ex = this.#begin(conn, req, inner);
     const abort = new AbortController();
     socket.once('close', () => abort.abort());
     const refuse = (err: SandglassError) => {
