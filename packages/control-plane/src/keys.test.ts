@@ -285,6 +285,20 @@ describe('revocation', () => {
 });
 
 describe('expiry', () => {
+  it('is exactly expiresInS after the creation time it reports, even while the clock moves', async () => {
+    const a = await tenant('a');
+    const still = clock.nowMs.bind(clock);
+    let reads = 0;
+    // Every read of the clock a millisecond later, as on a real one between two calls.
+    clock.nowMs = () => still() + reads++;
+    try {
+      const key = (await call('POST', '/v1/api-keys', a.admin, { expiresInS: 60 })).body!;
+      expect(Date.parse(key.expiresAt) - Date.parse(key.createdAt)).toBe(60_000);
+    } finally {
+      clock.nowMs = still;
+    }
+  });
+
   it('refuses a key from its expiry on (expiresInS or expiresAt)', async () => {
     const a = await tenant('a');
     const inS = await call('POST', '/v1/api-keys', a.admin, { expiresInS: 3600 });

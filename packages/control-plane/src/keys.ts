@@ -69,6 +69,8 @@ export interface IssueKeyOptions {
   key?: string;
   createdByKeyId?: string;
   expiresAtMs?: number;
+  /** The creation time an expiry was computed from, so `expiresInS` is exact; default: now. */
+  createdAtMs?: number;
 }
 
 /** Stores the key's hash and appends `api_key.created` in one transaction; returns the key, which is never stored. */
@@ -81,7 +83,7 @@ export async function issueApiKey(db: Kysely<Schema>, events: EventLog, tenantId
     role,
     key_hash: hashApiKey(key),
     prefix: key.slice(0, PREFIX_LENGTH),
-    created_at: toIso(opts.clock.nowMs()),
+    created_at: toIso(opts.createdAtMs ?? opts.clock.nowMs()),
     created_by_key_id: opts.createdByKeyId ?? null,
     expires_at: opts.expiresAtMs === undefined ? null : toIso(opts.expiresAtMs),
     revoked_at: null,
@@ -163,6 +165,7 @@ export class ApiKeyService {
       name: input.name,
       createdByKeyId: by.keyId,
       expiresAtMs,
+      createdAtMs: nowMs,
     });
   }
 
