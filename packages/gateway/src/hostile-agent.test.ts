@@ -1,17 +1,10 @@
-// A sandbox whose agent misbehaves (a double speaking the real protocol): replayed and unknown exits, credit overruns, event floods.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLogger, ManualClock, systemClock, type Clock } from '@sandglass/core';
-import type { Vm } from '@sandglass/vmm';
+import { ManualClock, systemClock, type Clock } from '@sandglass/core';
 import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
 import { EventQuota, type GatewayEvent } from './events.js';
-import type { RamFiles } from './ram.js';
-import { Sandbox } from './sandbox.js';
-import type { TemplateSnapshot } from './templates.js';
+import type { Sandbox } from './sandbox.js';
+import { sandboxOnDouble } from './sandbox-double.js';
 
-const log = createLogger('test', 'silent');
 let agent: HostileAgent | undefined;
 let sandbox: Sandbox | undefined;
 
@@ -25,23 +18,8 @@ afterEach(async () => {
 /** A running Sandbox linked to a hostile agent; the VM is a stand-in that never exits (no QEMU in unit tests). */
 async function hostileSandbox(events: GatewayEvent[], clock: Clock = systemClock) {
   agent = await HostileAgent.connect();
-  const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
-  const ram = { remove: () => {} } as unknown as RamFiles;
   const sink = new EventQuota({ append: (e: GatewayEvent) => void events.push(e) }, { clock, maxPerWindow: 50, windowMs: 60_000 });
-  sandbox = new Sandbox({
-    id: 'sbx_hostile',
-    tenantId: 'ten_a',
-    template: {} as TemplateSnapshot,
-    dir: mkdtempSync(join(tmpdir(), 'sbx-')),
-    timeoutS: 600,
-    snapshotIntervalS: 60,
-    events: sink,
-    clock,
-    logger: log,
-    ram,
-    onGone: () => {},
-  });
-  await sandbox.start({ warm: { vm, agent: agent.client } });
+  sandbox = await sandboxOnDouble(agent, { id: 'sbx_hostile', events: sink, clock });
   return { agent, sandbox };
 }
 

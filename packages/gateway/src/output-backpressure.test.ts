@@ -1,21 +1,14 @@
-// A command printing forever to a WebSocket client that never reads: the gateway's buffer for that client stays bounded.
-import { mkdtempSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { createLogger, deriveNodeKeys, signAccessToken, systemClock } from '@sandglass/core';
-import type { Vm } from '@sandglass/vmm';
+import { deriveNodeKeys, signAccessToken, systemClock } from '@sandglass/core';
 import { FrameType } from '@sandglass/agent-client';
 import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
 import type { Gateway } from './gateway.js';
 import { OUTPUT_LOW_WATER_BYTES, OUTPUT_WINDOW_BYTES } from './output-pacing.js';
-import type { RamFiles } from './ram.js';
-import { Sandbox } from './sandbox.js';
 import { createDataPlaneServer } from './server.js';
-import type { TemplateSnapshot } from './templates.js';
+import { sandboxOnDouble } from './sandbox-double.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -100,21 +93,7 @@ async function setup() {
   });
   cleanups.push(() => printer?.stop());
 
-  const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
-  const sandbox = new Sandbox({
-    id: SBX,
-    tenantId: 'ten_a',
-    template: {} as TemplateSnapshot,
-    dir: mkdtempSync(join(tmpdir(), 'sbx-')),
-    timeoutS: 600,
-    snapshotIntervalS: 60,
-    events: { append: async () => {} },
-    clock: systemClock,
-    logger: createLogger('test', 'silent'),
-    ram: { remove: () => {} } as unknown as RamFiles,
-    onGone: () => {},
-  });
-  await sandbox.start({ warm: { vm, agent: agent.client } });
+  const sandbox = await sandboxOnDouble(agent, { id: SBX, events: { append: async () => {} } });
   cleanups.push(() => sandbox.end('killed'));
   const rec = await sandbox.startCommand({ argv: ['yes'] });
 

@@ -1,19 +1,12 @@
-// The Sandbox service against an agent double speaking the real protocol: file changes recorded by the service, timers on its clock, the network it owns.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLogger, ManualClock, systemClock, type Clock } from '@sandglass/core';
-import type { Vm } from '@sandglass/vmm';
+import { ManualClock, type Clock } from '@sandglass/core';
 import { HostileAgent, type HostileCall } from '../../agent-client/src/hostile-agent.js';
 import { encodeJsonFrame, FrameType } from '../../agent-client/src/frame.js';
 import type { GatewayEvent } from './events.js';
-import type { RamFiles } from './ram.js';
-import { Sandbox } from './sandbox.js';
-import type { TemplateSnapshot } from './templates.js';
+import type { Sandbox } from './sandbox.js';
+import { sandboxOnDouble } from './sandbox-double.js';
 
-const log = createLogger('test', 'silent');
 let agent: HostileAgent | undefined;
 let sandbox: Sandbox | undefined;
 
@@ -35,21 +28,12 @@ async function runningSandbox(opts: { clock?: Clock; timeoutS?: number; answer?:
     if (opts.answer) opts.answer(call, a);
     else void a.reply(call.id, {});
   };
-  const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
-  sandbox = new Sandbox({
+  sandbox = await sandboxOnDouble(a, {
     id: 'sbx_service',
-    tenantId: 'ten_a',
-    template: {} as TemplateSnapshot,
-    dir: mkdtempSync(join(tmpdir(), 'sbx-')),
-    timeoutS: opts.timeoutS ?? 600,
-    snapshotIntervalS: 60,
     events: { append: (e: GatewayEvent) => void events.push(e) },
-    clock: opts.clock ?? systemClock,
-    logger: log,
-    ram: { remove: () => {} } as unknown as RamFiles,
-    onGone: () => {},
+    clock: opts.clock,
+    timeoutS: opts.timeoutS,
   });
-  await sandbox.start({ warm: { vm, agent: a.client } });
   // Whatever start() called (sync) is not what a test is about.
   calls.length = 0;
   return { sandbox, agent: a, events, calls };

@@ -1,0 +1,31 @@
+// For unit tests: a running gateway Sandbox whose VM is a stand-in (no QEMU) and whose agent is a double speaking the real protocol.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLogger, systemClock, type Clock } from '@sandglass/core';
+import type { Vm } from '@sandglass/vmm';
+import type { HostileAgent } from '../../agent-client/src/hostile-agent.js';
+import type { GatewayEvents } from './events.js';
+import type { RamFiles } from './ram.js';
+import { Sandbox } from './sandbox.js';
+import type { TemplateSnapshot } from './templates.js';
+
+/** Starts sandbox `id` on `agent` as if restored from a template: the VM never exits, its RAM file is nowhere. */
+export async function sandboxOnDouble(agent: HostileAgent, opts: { id: string; events: GatewayEvents; clock?: Clock; timeoutS?: number }): Promise<Sandbox> {
+  const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
+  const sandbox = new Sandbox({
+    id: opts.id,
+    tenantId: 'ten_a',
+    template: {} as TemplateSnapshot,
+    dir: mkdtempSync(join(tmpdir(), 'sbx-')),
+    timeoutS: opts.timeoutS ?? 600,
+    snapshotIntervalS: 60,
+    events: opts.events,
+    clock: opts.clock ?? systemClock,
+    logger: createLogger('test', 'silent'),
+    ram: { remove: () => {} } as unknown as RamFiles,
+    onGone: () => {},
+  });
+  await sandbox.start({ warm: { vm, agent: agent.client } });
+  return sandbox;
+}
