@@ -230,6 +230,48 @@ const secretTransport: Migration = {
   },
 };
 
+const cluster: Migration = {
+  async up(db: Kysely<any>) {
+    // Gateways register and heartbeat; the old table was never written, so it is replaced rather than altered.
+    await db.schema.dropTable('nodes').execute();
+    await db.schema
+      .createTable('nodes')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      // Base URL of the data plane SDKs are handed, and of the internal API the control plane calls.
+      .addColumn('url', 'text', (c) => c.notNull())
+      .addColumn('internal_url', 'text', (c) => c.notNull())
+      .addColumn('state', 'text', (c) => c.notNull().check(inList('state', ['alive', 'dead'])))
+      // Bumped at every registration and when the node is declared dead: calls carrying an older epoch are fenced.
+      .addColumn('epoch', 'integer', (c) => c.notNull())
+      .addColumn('capacity_memory_mib', 'integer', (c) => c.notNull())
+      .addColumn('free_memory_mib', 'integer', (c) => c.notNull())
+      .addColumn('sandboxes', 'integer', (c) => c.notNull())
+      // JSON text of the template keys the node has cached: placement prefers a node that needs no download.
+      .addColumn('templates', 'text', (c) => c.notNull())
+      .addColumn('registered_at', 'text', (c) => c.notNull())
+      .addColumn('last_seen_at', 'text', (c) => c.notNull())
+      .addColumn('dead_at', 'text')
+      .execute();
+    // Named, expiring claims decided in the database (node death, a move, a GC run, a template build), so several
+    // control-plane replicas or gateways never do the same thing twice.
+    await db.schema
+      .createTable('leases')
+      .addColumn('name', 'text', (c) => c.primaryKey())
+      .addColumn('holder', 'text', (c) => c.notNull())
+      .addColumn('expires_at', 'text', (c) => c.notNull())
+      .execute();
+    // A template is a snapshot in the chunk store like any other: the first node to build it publishes it here.
+    await db.schema
+      .createTable('template_snapshots')
+      .addColumn('key', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('snapshot_id', 'text', (c) => c.notNull())
+      .addColumn('node_id', 'text', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -242,5 +284,6 @@ export const migrationProvider: MigrationProvider = {
     '0003_secrets': secrets,
     '0004_api_key_lifecycle': apiKeyLifecycle,
     '0005_secret_transport': secretTransport,
+    '0006_cluster': cluster,
   }),
 };

@@ -147,13 +147,40 @@ export interface EventChainHeadTable {
   hash: string;
 }
 
+export type NodeState = 'alive' | 'dead';
+
+/** A gateway: registered by its first heartbeat, refreshed by every later one (see control-plane nodes.ts). */
 export interface NodesTable {
   id: string;
   url: string;
-  capacity_memory_mib: number | null;
-  capacity_vcpus: number | null;
+  internal_url: string;
+  state: NodeState;
+  /** Bumped at each registration and at death; a call with an older epoch is fenced. */
+  epoch: number;
+  capacity_memory_mib: number;
+  free_memory_mib: number;
+  sandboxes: number;
+  /** JSON text of the template keys the node has cached. */
+  templates: string;
+  registered_at: IsoTime;
+  last_seen_at: IsoTime;
+  dead_at: IsoTime | null;
+}
+
+/** A named claim with an expiry: node death, a sandbox move, a GC run, a template build. */
+export interface LeasesTable {
+  name: string;
+  holder: string;
+  expires_at: IsoTime;
+}
+
+/** Template key → the snapshot in the chunk store that holds it (the first node to build it wins). */
+export interface TemplateSnapshotsTable {
+  key: string;
+  tenant_id: string;
+  snapshot_id: string;
+  node_id: string;
   created_at: IsoTime;
-  last_seen_at: IsoTime | null;
 }
 
 export interface Schema {
@@ -164,6 +191,8 @@ export interface Schema {
   events: EventsTable;
   event_chain_head: EventChainHeadTable;
   nodes: NodesTable;
+  leases: LeasesTable;
+  template_snapshots: TemplateSnapshotsTable;
   snapshots: SnapshotsTable;
   secrets: SecretsTable;
 }
@@ -175,5 +204,7 @@ export type SandboxRow = Selectable<SandboxesTable>;
 export type EventRow = Selectable<EventsTable>;
 export type NewEventRow = Insertable<EventsTable>;
 export type NodeRow = Selectable<NodesTable>;
+export type LeaseRow = Selectable<LeasesTable>;
+export type TemplateSnapshotRow = Selectable<TemplateSnapshotsTable>;
 export type SnapshotRow = Selectable<SnapshotsTable>;
 export type SecretRow = Selectable<SecretsTable>;
