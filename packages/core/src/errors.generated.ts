@@ -31,6 +31,7 @@ export const ERROR_CATALOGUE = {
   sandbox_running: { status: 409, retryable: false, message: "The sandbox is running; pause it first (or fork it instead of resuming)." },
   key_unavailable: { status: 503, retryable: false, message: "The tenant's data key cannot be obtained from the key provider (revoked or unreachable)." },
   storage_full: { status: 507, retryable: true, message: "The snapshot store has no room left; free space or thin retention." },
+  storage_unavailable: { status: 503, retryable: true, message: "The snapshot store could not be reached or refused the request; check its address, bucket and credentials." },
   egress_denied: { status: 403, retryable: false, message: "The sandbox's network policy does not allow this destination; details say which rule decided." },
   egress_secret_scope: { status: 403, retryable: false, message: "A secret placeholder was sent to a host the secret is not scoped to; the request was blocked." },
   egress_approval_denied: { status: 403, retryable: false, message: "A request that needed approval to use a secret was denied or not approved in time." },
