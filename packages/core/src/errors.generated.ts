@@ -41,6 +41,7 @@ export const ERROR_CATALOGUE = {
   api_key_not_found: { status: 404, retryable: false, message: "No API key with this id exists in a tenant you may manage." },
   api_key_revoked: { status: 401, retryable: false, message: "This API key was revoked; ask an admin of your tenant for a new one." },
   api_key_expired: { status: 401, retryable: false, message: "This API key is past its expiry; ask an admin of your tenant for a new one." },
+  node_fenced: { status: 409, retryable: false, message: "The control plane declared this node dead or saw it register again; stop every VM and register afresh." },
   internal: { status: 500, retryable: true, message: "An unexpected error; the server logged the cause under the request id." },
 } as const;
 
