@@ -10,6 +10,10 @@ export interface NodeKeys {
   readonly internalBearer: Buffer;
   /** Signs and verifies data-plane access tokens (`sgat_…`). */
   readonly accessToken: Buffer;
+  /** Sent (hex) as `Authorization: Bearer` by a gateway on the control plane's node API (spec/node.yaml). */
+  readonly nodeApiBearer: Buffer;
+  /** Seals the tenant keys and secret values the node API hands a gateway (kms seal, node id in the associated data). */
+  readonly transport: Buffer;
 }
 
 function derive(secret: Buffer, purpose: string): Buffer {
@@ -22,7 +26,12 @@ function derive(secret: Buffer, purpose: string): Buffer {
  */
 export function deriveNodeKeys(secret: Buffer): NodeKeys {
   if (secret.length !== NODE_SECRET_BYTES) throw new Error(`the node secret must be exactly ${NODE_SECRET_BYTES} bytes, got ${secret.length}`);
-  return { internalBearer: derive(secret, 'internal-bearer'), accessToken: derive(secret, 'access-token') };
+  return {
+    internalBearer: derive(secret, 'internal-bearer'),
+    accessToken: derive(secret, 'access-token'),
+    nodeApiBearer: derive(secret, 'node-api'),
+    transport: derive(secret, 'node-transport'),
+  };
 }
 
 /**
