@@ -1,6 +1,9 @@
-// Generates the error catalogue (TypeScript, docs) from spec/errors.yaml; the contract test fails when they drift.
-import { readFileSync, writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+// Generates the error catalogue (TypeScript, docs) from spec/errors.yaml and the TypeScript types of each OpenAPI spec;
+// `--check` fails when a committed file drifts from what its spec gives.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import openapiTS, { astToString } from 'openapi-typescript';
 import { parse } from 'yaml';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -38,13 +41,29 @@ export function renderDocs(cat: Record<string, Entry>): string {
   );
 }
 
+/**
+ * The OpenAPI specs whose types are generated, each into packages/core (the SDK imports core type-only, so it gets the
+ * wire types without a runtime dependency); core's index exports each file as one namespace.
+ */
+export const API_SPECS: Array<{ spec: string; out: string }> = [
+  { spec: 'spec/control-plane.yaml', out: 'packages/core/src/api/control-plane.generated.ts' },
+  { spec: 'spec/gateway.yaml', out: 'packages/core/src/api/gateway.generated.ts' },
+  { spec: 'spec/node.yaml', out: 'packages/core/src/api/node.generated.ts' },
+];
+
+/** The types of one spec: `paths`, `components`, `operations`. Reads only the local file: no $ref leaves it. */
+export async function renderApiTypes(spec: string): Promise<string> {
+  // Defaults make a property required only in component schemas, never in inline request bodies or parameters: a
+  // component request schema (CreateSandboxRequest…) is the body as a handler sees it after validation filled them in.
+  const ast = await openapiTS(new URL(spec, pathToFileURL(root)), { defaultNonNullable: true });
+  return `// GENERATED from ${spec} by scripts/gen.ts (openapi-typescript). Do not edit by hand: run \`npm run gen\`.\n\n${astToString(ast)}`;
+}
+
 /** Every generated file, by path from the repository root, with the content the generator gives it. */
-export function generate(): Array<{ path: string; content: string }> {
+export async function generate(): Promise<Array<{ path: string; content: string }>> {
   const cat = loadCatalogue();
-  return [
-    { path: 'packages/core/src/errors.generated.ts', content: renderTs(cat) },
-    { path: 'docs/errors.md', content: renderDocs(cat) },
-  ];
+  const apis = await Promise.all(API_SPECS.map(async ({ spec, out }) => ({ path: out, content: await renderApiTypes(spec) })));
+  return [{ path: 'packages/core/src/errors.generated.ts', content: renderTs(cat) }, { path: 'docs/errors.md', content: renderDocs(cat) }, ...apis];
 }
 
 function readOrUndefined(path: string): string | undefined {
@@ -63,7 +82,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
       process.exit(2);
     }
   }
-  const files = generate();
+  const files = await generate();
   if (args.includes('--check')) {
     // Writes nothing: CI must see the drift, not repair it behind the author's back.
     const stale = files.filter((f) => readOrUndefined(`${root}${f.path}`) !== f.content).map((f) => f.path);
@@ -73,7 +92,10 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     }
     console.log(`generated files up to date (${files.map((f) => f.path).join(', ')})`);
   } else {
-    for (const f of files) writeFileSync(`${root}${f.path}`, f.content);
+    for (const f of files) {
+      mkdirSync(dirname(`${root}${f.path}`), { recursive: true });
+      writeFileSync(`${root}${f.path}`, f.content);
+    }
     console.log(`wrote ${files.map((f) => f.path).join(', ')}`);
   }
 }

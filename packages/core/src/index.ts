@@ -10,3 +10,8 @@ export * from './http.js';
 export * from './access-token.js';
 export * from './node-secret.js';
 export * from './validation.js';
+// The wire types of each API, generated from spec/*.yaml (`npm run gen`), and the route generics read from them.
+export type * as ControlPlaneApi from './api/control-plane.generated.js';
+export type * as GatewayApi from './api/gateway.generated.js';
+export type * as NodeApi from './api/node.generated.js';
+export type * from './api/route.js';

@@ -1,0 +1,399 @@
+// GENERATED from spec/node.yaml by scripts/gen.ts (openapi-typescript). Do not edit by hand: run `npm run gen`.
+
+export interface paths {
+    "/node/v1/heartbeat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Registers the node (epoch null) or renews its membership; placement reads capacity and templates from it. */
+        post: operations["nodeHeartbeat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. */
+        post: operations["nodeAppendEvents"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/tenants/{tenantId}/data-keys/{purpose}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description The tenant's key for one purpose, sealed for this node. Only for a tenant with a sandbox placed on the node (or the template tenant); the node keeps it in memory only. */
+        post: operations["nodeDataKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/tenants/{tenantId}/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description A secret's rules (never its value), when a sandbox of the tenant placed on this node binds it. */
+        get: operations["nodeSecretInfo"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/tenants/{tenantId}/secrets/{name}/value": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description The secret's value, sealed for this node, at the moment a request uses it: only while a sandbox of the tenant placed on this node binds the secret. Never cached by the node beyond the request. */
+        post: operations["nodeSecretValue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/templates/{key}": {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        /** @description The snapshot in the chunk store that holds the template with this key. */
+        get: operations["nodeTemplateLookup"];
+        /** @description Publishes the node's build of a template; the first publisher wins and every caller gets the winner. */
+        put: operations["nodeTemplatePublish"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
+export type webhooks = Record<string, never>;
+export interface components {
+    schemas: {
+        Error: {
+            error: {
+                code: string;
+                message: string;
+                requestId?: string;
+                details?: Record<string, never>;
+            };
+        };
+        /** @description Chosen by the operator (`--node-id`); stable across restarts of the same host. */
+        NodeId: string;
+        /** @description Base64 of a kms seal under the node-transport key. */
+        Sealed: string;
+        Heartbeat: {
+            /** @description null to register (at start, and after being fenced); else the epoch the last reply gave. */
+            epoch: number | null;
+            /** @description Base URL of the node's data plane */
+            url: string;
+            /** @description Base URL (http:// or https://) of its internal API, for the control plane only. */
+            internalUrl: string;
+            /** @description Guest memory the node admits in all. */
+            capacityMemoryMib: number;
+            freeMemoryMib: number;
+            /** @description Ids of the sandboxes whose VMs run on the node now. */
+            sandboxes: string[];
+            /** @description Keys of the templates the node has cached. */
+            templates: string[];
+        };
+        HeartbeatReply: {
+            epoch: number;
+            heartbeatIntervalS: number;
+            deadAfterS: number;
+            /** @description Sandboxes of the heartbeat that are not placed on this node (moved, ended); stop them without a snapshot. */
+            stop: string[];
+            /** @description On registration, the API keys revoked while their access tokens may still live. */
+            revokedKeys: {
+                keyIds: string[];
+                untilMs: number;
+            };
+        };
+        NodeEvent: {
+            /** @description Given by the gateway; a retried delivery is recognised by it. */
+            id: string;
+            type: string;
+            tenantId: string;
+            sandboxId?: string;
+            /** Format: date-time */
+            at: string;
+            data: Record<string, never>;
+        };
+        TemplateRecord: {
+            tenantId: string;
+            snapshotId: string;
+        };
+    };
+    responses: {
+        /** @description An error; see docs/errors.md */
+        Error: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+    };
+    parameters: {
+        NodeId: components["schemas"]["NodeId"];
+        TenantId: string;
+    };
+    requestBodies: never;
+    headers: never;
+    pathItems: never;
+}
+export type $defs = Record<string, never>;
+export interface operations {
+    nodeHeartbeat: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Heartbeat"];
+            };
+        };
+        responses: {
+            /** @description Membership renewed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HeartbeatReply"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeAppendEvents: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    events: components["schemas"]["NodeEvent"][];
+                };
+            };
+        };
+        responses: {
+            /** @description Every event is now in the log, or was dropped for the reason given */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        appended: number;
+                        duplicates: number;
+                        dropped: {
+                            id: string;
+                            reason: string;
+                        }[];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeDataKey: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                tenantId: components["parameters"]["TenantId"];
+                purpose: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key, sealed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sealed: components["schemas"]["Sealed"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeSecretInfo: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                tenantId: components["parameters"]["TenantId"];
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rules */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        name: string;
+                        hosts: string[];
+                        header: string | null;
+                        format: string | null;
+                        bodyContentTypes: string[];
+                        /** @enum {string} */
+                        approval: "none" | "required";
+                        allowPlaintext: boolean;
+                        allowUpgrade: boolean;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeSecretValue: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                tenantId: components["parameters"]["TenantId"];
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The value, sealed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sealed: components["schemas"]["Sealed"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeTemplateLookup: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Published */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateRecord"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeTemplatePublish: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateRecord"];
+            };
+        };
+        responses: {
+            /** @description The template's snapshot (the caller's, or an earlier publisher's) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateRecord"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+}
