@@ -55,7 +55,8 @@ export const API_SPECS: Array<{ spec: string; out: string }> = [
 export async function renderApiTypes(spec: string): Promise<string> {
   // Defaults make a property required only in component schemas, never in inline request bodies or parameters: a
   // component request schema (CreateSandboxRequest…) is the body as a handler sees it after validation filled them in.
-  const ast = await openapiTS(new URL(spec, pathToFileURL(root)), { defaultNonNullable: true });
+  // A bare `type: object` (an event's data, an error's details) is any object, not the empty one.
+  const ast = await openapiTS(new URL(spec, pathToFileURL(root)), { defaultNonNullable: true, emptyObjectsUnknown: true });
   return `// GENERATED from ${spec} by scripts/gen.ts (openapi-typescript). Do not edit by hand: run \`npm run gen\`.\n\n${astToString(ast)}`;
 }
 

@@ -1,30 +1,18 @@
 // API keys of a tenant: create (the key is shown once), list (metadata only) and revoke; admin keys manage their own tenant, the operator key every tenant.
+import type { ControlPlaneApi } from '@sandglass/core';
 import { ControlPlane } from './client.js';
 import type { ConnectionConfig } from './config.js';
+import type { ControlPlaneReply } from './replies.js';
 
-export type ApiKeyRole = 'member' | 'admin' | 'operator';
+type ControlPlaneSchemas = ControlPlaneApi.components['schemas'];
+
+export type ApiKeyRole = ControlPlaneSchemas['ApiKeyRole'];
 
 /** An API key as listed: never the key itself. */
-export interface ApiKeyInfo {
-  id: string;
-  tenantId: string;
-  name?: string;
-  role: ApiKeyRole;
-  /** The key's first characters (`sg_` and 7 more), to tell keys apart. */
-  prefix: string;
-  createdAt: string;
-  createdByKeyId: string | null;
-  /** Refused from then on; null: never expires. */
-  expiresAt: string | null;
-  /** To the minute. */
-  lastUsedAt: string | null;
-  revokedAt: string | null;
-}
+export type ApiKeyInfo = ControlPlaneSchemas['ApiKeyInfo'];
 
 /** A key just created: the only time the key itself is shown. */
-export interface CreatedApiKey extends ApiKeyInfo {
-  key: string;
-}
+export type CreatedApiKey = ControlPlaneSchemas['ApiKey'];
 
 export interface ApiKeyCreateOptions extends ConnectionConfig {
   /** Default member. operator: only with an operator key, in its own tenant. */
@@ -50,19 +38,19 @@ export class ApiKeys {
     const { role, name, tenantId, expiresInS, expiresAt, ...config } = opts;
     const cp = await ControlPlane.open(config);
     const at = expiresAt instanceof Date ? expiresAt.toISOString() : expiresAt;
-    return cp.json<CreatedApiKey>('POST', '/v1/api-keys', { json: { role, name, tenantId, expiresInS, expiresAt: at } });
+    return cp.json<ControlPlaneReply<'createApiKeyInTenant'>>('POST', '/v1/api-keys', { json: { role, name, tenantId, expiresInS, expiresAt: at } });
   }
 
   /** The keys of a tenant, oldest first, revoked and expired ones included. */
   static async list(opts: ApiKeyListOptions = {}): Promise<ApiKeyInfo[]> {
     const { tenantId, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    return (await cp.json<{ apiKeys: ApiKeyInfo[] }>('GET', '/v1/api-keys', { query: { tenantId } })).apiKeys;
+    return (await cp.json<ControlPlaneReply<'listApiKeys'>>('GET', '/v1/api-keys', { query: { tenantId } })).apiKeys;
   }
 
   /** Refuses the key from the next request on; revoking a revoked key changes nothing. An unknown id throws NotFoundError (api_key_not_found). */
   static async revoke(id: string, config?: ConnectionConfig): Promise<ApiKeyInfo> {
     const cp = await ControlPlane.open(config);
-    return cp.json<ApiKeyInfo>('DELETE', `/v1/api-keys/${encodeURIComponent(id)}`);
+    return cp.json<ControlPlaneReply<'revokeApiKey'>>('DELETE', `/v1/api-keys/${encodeURIComponent(id)}`);
   }
 }

@@ -2,6 +2,7 @@
 import { resolveConfig, type ConnectionConfig, type ResolvedConfig } from './config.js';
 import { AuthenticationError, SandglassError } from './errors.js';
 import { buildUrl, readJson, send, type HttpRequest, type Query, type StreamBody } from './http.js';
+import type { ControlPlaneReply } from './replies.js';
 import type { Access } from './types.js';
 
 export interface RequestOptions {
@@ -65,7 +66,7 @@ export class DataPlane {
     if (!opts.force && this.current && this.nowMs() < this.current.refreshAtMs) return this.current.access;
     // Concurrent callers share one refresh instead of each asking the control plane.
     this.refreshing ??= this.controlPlane
-      .json<Access>('POST', `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/access`)
+      .json<ControlPlaneReply<'createSandboxAccess'>>('POST', `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/access`)
       .then((a) => this.adopt(a))
       .finally(() => {
         this.refreshing = undefined;

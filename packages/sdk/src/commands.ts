@@ -4,6 +4,7 @@ import { StringDecoder } from 'node:string_decoder';
 import type { DataPlane } from './client.js';
 import { CommandExitError, CommandTimeoutError, ConflictError, NotFoundError, SandglassError, type CommandResult } from './errors.js';
 import { OutputStream, type ExitMessage, type Fd } from './stream.js';
+import type { GatewayReply } from './replies.js';
 import type { CommandInfo, SignalName, StartCommandRequest } from './types.js';
 
 export type { CommandResult };
@@ -196,7 +197,7 @@ export class Commands {
   private async start(what: { cmd: string } | { argv: string[] }, opts: RunOptions): Promise<CommandHandle | CommandResult> {
     const timeoutMs = opts.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
     const body: StartCommandRequest = { ...what, cwd: opts.cwd, envs: opts.envs, user: opts.user, stdin: opts.stdin ?? false, timeoutMs };
-    const info = await this.dataPlane.json<CommandInfo>('POST', '/commands', { json: body });
+    const info = await this.dataPlane.json<GatewayReply<'startCommand'>>('POST', '/commands', { json: body });
     // From offset 0: output produced between the POST and the socket opening is replayed, not lost.
     const handle = await new CommandHandle(this, this.dataPlane, info.id, { ...opts, timeoutMs, fromOffset: 0 }).start();
     return opts.background ? handle : handle.wait();
@@ -208,11 +209,11 @@ export class Commands {
   }
 
   async list(): Promise<CommandInfo[]> {
-    return (await this.dataPlane.json<{ commands: CommandInfo[] }>('GET', '/commands')).commands;
+    return (await this.dataPlane.json<GatewayReply<'listCommands'>>('GET', '/commands')).commands;
   }
 
   async getInfo(commandId: string): Promise<CommandInfo> {
-    return this.dataPlane.json<CommandInfo>('GET', `/commands/${encodeURIComponent(commandId)}`);
+    return this.dataPlane.json<GatewayReply<'getCommand'>>('GET', `/commands/${encodeURIComponent(commandId)}`);
   }
 
   async sendStdin(commandId: string, data: string | Uint8Array): Promise<void> {

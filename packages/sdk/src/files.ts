@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import type { DataPlane } from './client.js';
 import { NotFoundError } from './errors.js';
 import { readJson, type StreamBody } from './http.js';
+import type { GatewayReply } from './replies.js';
 import type { FileInfo } from './types.js';
 
 export type { FileInfo };
@@ -47,11 +48,11 @@ export class Files {
 
   /** Entries under `path`; depth > 1 descends into subdirectories. */
   async list(path: string, opts: { depth?: number } = {}): Promise<FileInfo[]> {
-    return (await this.dataPlane.json<{ entries: FileInfo[] }>('GET', '/files/list', { query: { path, depth: opts.depth } })).entries;
+    return (await this.dataPlane.json<GatewayReply<'listFiles'>>('GET', '/files/list', { query: { path, depth: opts.depth } })).entries;
   }
 
   stat(path: string): Promise<FileInfo> {
-    return this.dataPlane.json<FileInfo>('GET', '/files/stat', { query: { path } });
+    return this.dataPlane.json<GatewayReply<'statFile'>>('GET', '/files/stat', { query: { path } });
   }
 
   async exists(path: string): Promise<boolean> {
@@ -70,7 +71,7 @@ export class Files {
 
   /** Creates a directory and its parents; false when it already existed. */
   async makeDir(path: string): Promise<boolean> {
-    return (await this.dataPlane.json<{ created: boolean }>('POST', '/files/mkdir', { json: { path } })).created;
+    return (await this.dataPlane.json<GatewayReply<'makeDir'>>('POST', '/files/mkdir', { json: { path } })).created;
   }
 
   async rename(from: string, to: string): Promise<void> {

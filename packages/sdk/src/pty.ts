@@ -3,6 +3,7 @@ import type { DataPlane } from './client.js';
 import { exitCodeOf } from './commands.js';
 import { SandglassError } from './errors.js';
 import { OutputStream } from './stream.js';
+import type { GatewayReply } from './replies.js';
 import type { CommandInfo, StartCommandRequest } from './types.js';
 
 export interface PtySize {
@@ -124,7 +125,7 @@ export class Pty {
       pty: { cols: opts.cols, rows: opts.rows },
       timeoutMs: opts.timeoutMs ?? 0,
     };
-    const info = await this.dataPlane.json<CommandInfo>('POST', '/commands', { json: body });
+    const info = await this.dataPlane.json<GatewayReply<'startCommand'>>('POST', '/commands', { json: body });
     return new PtyHandle(this, this.dataPlane, info.id, { onData: opts.onData, fromOffset: 0 }).start();
   }
 

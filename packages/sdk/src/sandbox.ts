@@ -5,6 +5,7 @@ import type { ConnectionConfig } from './config.js';
 import { InvalidArgumentError, NotFoundError } from './errors.js';
 import { Files } from './files.js';
 import { Pty } from './pty.js';
+import type { ControlPlaneReply } from './replies.js';
 import type { ApprovalRequest, NetworkPolicy, SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
 
 export interface SandboxCreateOptions extends ConnectionConfig {
@@ -119,7 +120,7 @@ export class Sandbox {
     const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, ...config } = opts;
     const cp = await ControlPlane.open(config);
     const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets };
-    const info = await cp.json<SandboxInfo>('POST', '/v1/sandboxes', { json });
+    const info = await cp.json<ControlPlaneReply<'createSandbox'>>('POST', '/v1/sandboxes', { json });
     return new Sandbox(cp, info);
   }
 
@@ -128,7 +129,7 @@ export class Sandbox {
     const { at, snapshotId, ...config } = opts;
     const cp = await ControlPlane.open(config);
     const json = { at: at === undefined ? undefined : isoTime(at), snapshotId };
-    return new Sandbox(cp, await cp.json<SandboxInfo>('POST', `${sandboxPath(id)}/resume`, { json }));
+    return new Sandbox(cp, await cp.json<ControlPlaneReply<'resumeSandbox'>>('POST', `${sandboxPath(id)}/resume`, { json }));
   }
 
   /**
@@ -141,7 +142,7 @@ export class Sandbox {
     // A handle's own connection serves unless the caller names another.
     const sameConnection = from instanceof Sandbox && config.apiUrl === undefined && config.apiKey === undefined && config.requestTimeoutMs === undefined;
     const cp = sameConnection ? from.controlPlane : await ControlPlane.open(config);
-    const { sandboxes } = await cp.json<{ snapshotId: string; sandboxes: SandboxInfo[] }>('POST', '/v1/forks', {
+    const { sandboxes } = await cp.json<ControlPlaneReply<'forkSandbox'>>('POST', '/v1/forks', {
       json: { ...source, count, timeoutS, metadata },
     });
     return sandboxes.map((info) => new Sandbox(cp, info));
@@ -156,13 +157,13 @@ export class Sandbox {
   /** A handle on an existing sandbox; fails with sandbox_not_found when there is none with this id. */
   static async connect(id: string, config?: ConnectionConfig): Promise<Sandbox> {
     const cp = await ControlPlane.open(config);
-    return new Sandbox(cp, await cp.json<SandboxInfo>('GET', sandboxPath(id)));
+    return new Sandbox(cp, await cp.json<ControlPlaneReply<'getSandbox'>>('GET', sandboxPath(id)));
   }
 
   static async list(opts: SandboxListOptions = {}): Promise<SandboxInfo[]> {
     const { state, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    return (await cp.json<{ sandboxes: SandboxInfo[] }>('GET', '/v1/sandboxes', { query: { state } })).sandboxes;
+    return (await cp.json<ControlPlaneReply<'listSandboxes'>>('GET', '/v1/sandboxes', { query: { state } })).sandboxes;
   }
 
   /** Kills a sandbox by id; false when no such sandbox exists. Killing an ended one is not an error. */
@@ -194,7 +195,7 @@ export class Sandbox {
   /** The templates a sandbox can be created from. */
   static async listTemplates(config?: ConnectionConfig): Promise<TemplateInfo[]> {
     const cp = await ControlPlane.open(config);
-    return (await cp.json<{ templates: TemplateInfo[] }>('GET', '/v1/templates')).templates;
+    return (await cp.json<ControlPlaneReply<'listTemplates'>>('GET', '/v1/templates')).templates;
   }
 
   async kill(): Promise<void> {
@@ -202,42 +203,44 @@ export class Sandbox {
   }
 
   getInfo(): Promise<SandboxInfo> {
-    return this.controlPlane.json<SandboxInfo>('GET', sandboxPath(this.id));
+    return this.controlPlane.json<ControlPlaneReply<'getSandbox'>>('GET', sandboxPath(this.id));
   }
 
   /** Moves the expiry to now + timeoutS. */
   setTimeout(timeoutS: number): Promise<SandboxInfo> {
-    return this.controlPlane.json<SandboxInfo>('POST', `${sandboxPath(this.id)}/timeout`, { json: { timeoutS } });
+    return this.controlPlane.json<ControlPlaneReply<'setSandboxTimeout'>>('POST', `${sandboxPath(this.id)}/timeout`, { json: { timeoutS } });
   }
 
   /** Takes a snapshot now; with a name it is pinned. */
   snapshot(opts: SnapshotOptions = {}): Promise<SnapshotInfo> {
-    return this.controlPlane.json<SnapshotInfo>('POST', `${sandboxPath(this.id)}/snapshots`, { json: { name: opts.name } });
+    return this.controlPlane.json<ControlPlaneReply<'takeSnapshot'>>('POST', `${sandboxPath(this.id)}/snapshots`, { json: { name: opts.name } });
   }
 
   /** Snapshots the sandbox and releases its VM; `Sandbox.resume(id)` brings it back. Answers the pause snapshot. */
   async pause(): Promise<SnapshotInfo> {
-    return (await this.controlPlane.json<{ sandbox: SandboxInfo; snapshot: SnapshotInfo }>('POST', `${sandboxPath(this.id)}/pause`)).snapshot;
+    return (await this.controlPlane.json<ControlPlaneReply<'pauseSandbox'>>('POST', `${sandboxPath(this.id)}/pause`)).snapshot;
   }
 
   /** The retained snapshots of this sandbox, oldest first. */
   async timeline(): Promise<SnapshotInfo[]> {
-    return (await this.controlPlane.json<{ snapshots: SnapshotInfo[] }>('GET', `${sandboxPath(this.id)}/snapshots`)).snapshots;
+    return (await this.controlPlane.json<ControlPlaneReply<'listSnapshots'>>('GET', `${sandboxPath(this.id)}/snapshots`)).snapshots;
   }
 
   /** Sets the seconds between rolling snapshots (5…86400). */
   setSnapshotInterval(snapshotIntervalS: number): Promise<SandboxInfo> {
-    return this.controlPlane.json<SandboxInfo>('POST', `${sandboxPath(this.id)}/snapshot-interval`, { json: { snapshotIntervalS } });
+    return this.controlPlane.json<ControlPlaneReply<'setSnapshotInterval'>>('POST', `${sandboxPath(this.id)}/snapshot-interval`, {
+      json: { snapshotIntervalS },
+    });
   }
 
   /** Replaces the egress policy of the running sandbox; answers the policy now in force. */
   async setNetwork(network: Partial<NetworkPolicy>): Promise<NetworkPolicy> {
-    return (await this.controlPlane.json<{ network: NetworkPolicy }>('PUT', `${sandboxPath(this.id)}/network`, { json: network })).network;
+    return (await this.controlPlane.json<ControlPlaneReply<'setSandboxNetwork'>>('PUT', `${sandboxPath(this.id)}/network`, { json: network })).network;
   }
 
   /** Requests the sandbox's egress holds until someone approves using a secret in them. */
   async approvals(): Promise<ApprovalRequest[]> {
-    return (await this.controlPlane.json<{ approvals: ApprovalRequest[] }>('GET', `${sandboxPath(this.id)}/approvals`)).approvals;
+    return (await this.controlPlane.json<ControlPlaneReply<'listApprovals'>>('GET', `${sandboxPath(this.id)}/approvals`)).approvals;
   }
 
   approve(requestId: string, opts: { ttlS?: number } = {}): Promise<void> {
@@ -293,7 +296,7 @@ export class Sandbox {
     let afterSeq = opts.afterSeq;
     const type = opts.types?.join(',');
     for (;;) {
-      const { events } = await this.controlPlane.json<{ events: SandboxEvent[] }>('GET', `${sandboxPath(this.id)}/events`, {
+      const { events } = await this.controlPlane.json<ControlPlaneReply<'listSandboxEvents'>>('GET', `${sandboxPath(this.id)}/events`, {
         query: { afterSeq, limit: EVENTS_PAGE, type },
       });
       all.push(...events);

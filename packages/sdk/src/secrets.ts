@@ -2,6 +2,7 @@
 import { ControlPlane } from './client.js';
 import type { ConnectionConfig } from './config.js';
 import { NotFoundError } from './errors.js';
+import type { ControlPlaneReply } from './replies.js';
 import type { SecretInfo } from './types.js';
 
 export interface SecretSetOptions extends ConnectionConfig {
@@ -30,12 +31,14 @@ export class Secrets {
   static async set(name: string, value: string, opts: SecretSetOptions): Promise<SecretInfo> {
     const { hosts, header, format, bodyContentTypes, approval, allowPlaintext, allowUpgrade, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    return cp.json<SecretInfo>('PUT', secretPath(name), { json: { value, hosts, header, format, bodyContentTypes, approval, allowPlaintext, allowUpgrade } });
+    return cp.json<ControlPlaneReply<'putSecret'>>('PUT', secretPath(name), {
+      json: { value, hosts, header, format, bodyContentTypes, approval, allowPlaintext, allowUpgrade },
+    });
   }
 
   static async list(config?: ConnectionConfig): Promise<SecretInfo[]> {
     const cp = await ControlPlane.open(config);
-    return (await cp.json<{ secrets: SecretInfo[] }>('GET', '/v1/secrets')).secrets;
+    return (await cp.json<ControlPlaneReply<'listSecrets'>>('GET', '/v1/secrets')).secrets;
   }
 
   /** Removes the secret; false when there is none by that name. */

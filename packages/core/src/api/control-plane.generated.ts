@@ -691,7 +691,7 @@ export interface components {
             sandboxId: string | null;
             /** Format: date-time */
             at: string;
-            data: Record<string, never>;
+            data: Record<string, unknown>;
             /** @description sha256 hex of prevHash + canonical JSON of the event without seq and hash. */
             hash: string;
             prevHash: string;
@@ -790,7 +790,7 @@ export interface components {
                 code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "internal";
                 message: string;
                 requestId?: string;
-                details?: Record<string, never>;
+                details?: Record<string, unknown>;
             };
         };
     };

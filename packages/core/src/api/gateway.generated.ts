@@ -529,7 +529,7 @@ export interface components {
                 code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "internal";
                 message: string;
                 requestId?: string;
-                details?: Record<string, never>;
+                details?: Record<string, unknown>;
             };
         };
         Envs: {
@@ -625,7 +625,7 @@ export interface components {
             error: {
                 code: string;
                 message: string;
-                details?: Record<string, never>;
+                details?: Record<string, unknown>;
             };
         };
         /** @description An egress policy the control plane has checked with parsePolicy (rules in the grammar of @sandglass/egress); the gateway parses it again and refuses it with policy_invalid, failing closed. */
@@ -1478,7 +1478,7 @@ export interface operations {
                 content: {
                     "application/json": {
                         deleted: number;
-                        gc: Record<string, never>;
+                        gc: Record<string, unknown>;
                     };
                 };
             };

@@ -117,7 +117,7 @@ export interface components {
                 code: string;
                 message: string;
                 requestId?: string;
-                details?: Record<string, never>;
+                details?: Record<string, unknown>;
             };
         };
         /** @description Chosen by the operator (`--node-id`); stable across restarts of the same host. */
@@ -159,7 +159,7 @@ export interface components {
             sandboxId?: string;
             /** Format: date-time */
             at: string;
-            data: Record<string, never>;
+            data: Record<string, unknown>;
         };
         TemplateRecord: {
             tenantId: string;
