@@ -100,6 +100,12 @@ export interface AppendInput {
   /** Required for `sandbox.*` events. */
   sandboxId?: string;
   data: Record<string, unknown>;
+  /**
+   * Given by a gateway that recorded the event earlier (its outbox): the append is then idempotent by id, and `at`
+   * keeps the time it happened rather than the time it arrived. Absent: a new id, and now.
+   */
+  id?: string;
+  at?: string;
 }
 
 /** An event as stored: what `list` returns and the API serves. */
