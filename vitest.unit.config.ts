@@ -2,5 +2,6 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { include: ['packages/*/src/**/*.test.ts'], testTimeout: 60_000, pool: 'forks' },
+  // One PostgreSQL for the run, so the database layer's tests run on both dialects.
+  test: { include: ['packages/*/src/**/*.test.ts'], globalSetup: ['tests/unit-global-setup.ts'], testTimeout: 60_000, pool: 'forks' },
 });

@@ -272,6 +272,25 @@ const cluster: Migration = {
   },
 };
 
+const postgresBigint: Migration = {
+  async up(db: Kysely<any>) {
+    // SQLite's integers are 64-bit already; PostgreSQL's integer is 32-bit, which a busy log's seq and a large memory
+    // snapshot's size_added_bytes outgrow. Altering the identity column's type changes its sequence's type with it.
+    if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return;
+    const widen = [
+      ['events', 'seq'],
+      ['event_chain_head', 'seq'],
+      ['snapshots', 'size_added_bytes'],
+    ] as const;
+    for (const [table, column] of widen) {
+      await db.schema
+        .alterTable(table)
+        .alterColumn(column, (c) => c.setDataType('bigint'))
+        .execute();
+    }
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -285,5 +304,6 @@ export const migrationProvider: MigrationProvider = {
     '0004_api_key_lifecycle': apiKeyLifecycle,
     '0005_secret_transport': secretTransport,
     '0006_cluster': cluster,
+    '0007_postgres_bigint': postgresBigint,
   }),
 };

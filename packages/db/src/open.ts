@@ -2,7 +2,8 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
-import { Kysely, Migrator, SqliteDialect } from 'kysely';
+import { type Dialect, Kysely, Migrator, PostgresAdapter, PostgresDialect, SqliteDialect } from 'kysely';
+import pg from 'pg';
 import { migrationProvider } from './migrations.js';
 import type { Schema } from './schema.js';
 
@@ -12,12 +13,14 @@ export interface Database {
 }
 
 export interface OpenDatabaseOptions {
-  /** `sqlite:/abs/path.db`, `sqlite:relative.db` or `sqlite::memory:`. */
+  /** `sqlite:/abs/path.db`, `sqlite:relative.db`, `sqlite::memory:`, or `postgres://user@host:port/db` (also `postgresql://`). */
   url: string;
+  /** PostgreSQL: connections this process keeps at most (default 10). Appends queue on one row lock, so more buys little. */
+  poolSize?: number;
 }
 
 export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database> {
-  const db = new Kysely<Schema>({ dialect: dialectFor(opts.url) });
+  const db = new Kysely<Schema>({ dialect: dialectFor(opts) });
   try {
     await migrate(db);
   } catch (err) {
@@ -45,9 +48,16 @@ function ownerOnly(path: string): void {
   for (const f of [path, `${path}-wal`, `${path}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
 }
 
-function dialectFor(url: string): SqliteDialect {
+/** Whether the database is PostgreSQL, for the few statements the dialects spell differently (row locks, isolation). */
+export function isPostgres(db: Kysely<Schema>): boolean {
+  return db.getExecutor().adapter instanceof PostgresAdapter;
+}
+
+function dialectFor(opts: OpenDatabaseOptions): Dialect {
+  const { url } = opts;
+  if (/^postgres(ql)?:\/\//.test(url)) return postgresDialect(url, opts.poolSize ?? 10);
   if (!url.startsWith('sqlite:')) {
-    throw new Error(`unsupported database URL ${JSON.stringify(url.split(':')[0])}: only sqlite: is built so far`);
+    throw new Error(`unsupported database URL scheme ${JSON.stringify(url.split(':')[0])}: use sqlite: or postgres://`);
   }
   const path = url.slice('sqlite:'.length).replace(/^\/\//, '');
   if (path === '') throw new Error('the database URL names no file: use sqlite:/path/to/sandglass.db or sqlite::memory:');
@@ -64,4 +74,31 @@ function dialectFor(url: string): SqliteDialect {
       return conn;
     },
   });
+}
+
+/** int8 (bigint: seq, byte sizes, counts) as a number: exact up to 2^53, far beyond any seq or size Sandglass stores. */
+function parseInt8(text: string): number {
+  const n = Number(text);
+  if (!Number.isSafeInteger(n)) throw new Error(`integer ${text} from PostgreSQL is beyond 2^53`);
+  return n;
+}
+
+function postgresDialect(url: string, poolSize: number): PostgresDialect {
+  // Per pool, not pg's global registry, so another library in the process keeps pg's defaults.
+  const types = {
+    getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+      oid === pg.types.builtins.INT8 && format !== 'binary' ? parseInt8 : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+  };
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: poolSize,
+    types,
+    application_name: 'sandglass',
+    // An unreachable server fails the start (or the request) instead of hanging it.
+    connectionTimeoutMillis: 10_000,
+  });
+  // A pooled connection the server drops while idle (a restart, a failover) is discarded by pg and replaced at the next
+  // query; without a listener the 'error' event would end the process.
+  pool.on('error', () => {});
+  return new PostgresDialect({ pool });
 }

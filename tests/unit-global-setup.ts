@@ -1,0 +1,25 @@
+// Starts one throwaway PostgreSQL for the whole unit run; each test file makes its own databases on it (createTestDatabase).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+import { startPostgres } from '../packages/db/src/test-postgres.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Superuser URL of the unit run's PostgreSQL (postgres://postgres@127.0.0.1:PORT/postgres). */
+    postgresUrl: string;
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const dir = mkdtempSync(join(tmpdir(), 'sandglass-unit-pg-'));
+  const t0 = Date.now();
+  const server = await startPostgres({ dir });
+  console.log(`[setup] PostgreSQL ready in ${((Date.now() - t0) / 1000).toFixed(1)} s at ${server.url}`);
+  project.provide('postgresUrl', server.url);
+  return async () => {
+    await server.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+}
