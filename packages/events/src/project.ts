@@ -66,6 +66,11 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       return row.state === 'running' ? { ...row, state: 'paused', paused_at: e.at } : row;
     case 'sandbox.resumed':
       return row.state === 'paused' ? { ...row, state: 'running', paused_at: null, expires_at: plusSeconds(e.at, row.timeout_s) } : row;
+    case 'sandbox.moved': {
+      // Placed on another node, as of `snapshotId`: no VM runs until that node resumes it (sandbox.resumed).
+      const d = e.data as EventDataMap['sandbox.moved'];
+      return { ...row, state: 'paused', paused_at: row.paused_at ?? e.at, gateway_id: d.gatewayId, gateway_url: d.gatewayUrl };
+    }
     case 'sandbox.forked': {
       const d = e.data as EventDataMap['sandbox.forked'];
       return {

@@ -64,6 +64,18 @@ export interface EventDataMap {
    * when the gateway reports them, are what the fork really got (the snapshot's), correcting what sandbox.created assumed.
    */
   'sandbox.forked': Open<{ snapshotId: string; sourceSandboxId: string; network?: NetworkPolicyData | null; secrets?: string[] }>;
+  /**
+   * Placed on another node (`gatewayId`) from `snapshotId`: its node died (`reason: node_dead`), registered again after
+   * a crash (`node_restarted`), or a paused sandbox resumes elsewhere (`resume`). The new node's sandbox.resumed follows.
+   */
+  'sandbox.moved': Open<{
+    fromGatewayId: string | null;
+    gatewayId: string;
+    gatewayUrl: string;
+    reason: 'node_dead' | 'node_restarted' | 'resume';
+    snapshotId: string;
+    snapshotTakenAt: string;
+  }>;
   'sandbox.configured': Open<{ snapshotIntervalS: number }>;
   /** The egress policy was replaced by this one (the gateway applied it first). */
   'sandbox.network_changed': Open<NetworkPolicyData>;
