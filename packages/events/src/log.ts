@@ -1,7 +1,7 @@
 // The append-only, hash-chained event log; each append updates the projections in the same transaction.
 import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemRandom, type Clock, type Random } from '@sandglass/core';
-import { GENESIS_HASH, toIso, type EventRow, type Schema, type SandboxRow } from '@sandglass/db';
+import { GENESIS_HASH, isPostgres, toIso, type EventRow, type Schema, type SandboxRow } from '@sandglass/db';
 import { canonicalJson, eventHash } from './hash.js';
 import { project, projectSnapshot } from './project.js';
 import { EVENT_TYPE_PATTERN, type AppendInput, type StoredEvent } from './types.js';
@@ -28,8 +28,35 @@ export interface ListFilter {
 
 export type ChainReport = { ok: true; count: number; headSeq: number; headHash: string } | { ok: false; seq: number; problem: string };
 
+/**
+ * How many times an append that lost the race for the chain head starts again. On PostgreSQL the head's row lock makes a
+ * lost race impossible at READ COMMITTED; the retry covers what the lock cannot (another isolation level, a SQLite file
+ * written by a second process), so a concurrent appender never surfaces as an error to the user.
+ */
+const APPEND_ATTEMPTS = 5;
+
+/**
+ * Several writers (control-plane replicas, each with its own pool, on one PostgreSQL database) append to one chain:
+ * - Each append, in one transaction, locks the single `event_chain_head` row (SELECT … FOR UPDATE), links the new event
+ *   to the head it read, inserts it, moves the head with a compare-and-set and applies the event to the projections,
+ *   then commits, releasing the lock. Appenders queue on that row lock, so the chain is linear: no two events link to
+ *   the same predecessor (prev_hash is also UNIQUE, a second line of defence).
+ * - seq is drawn from the identity sequence while the lock is held, so seq order is chain order and commit order: a
+ *   reader paging with `afterSeq` never skips an event that commits later with a smaller seq.
+ * - The projections (sandboxes, snapshots) are written only by appends and rebuilds, both under the same lock, each
+ *   reading the row it changes inside the lock: they are the fold of the log in seq order, exactly what
+ *   rebuildProjections computes.
+ * - An append inside a caller's transaction holds the lock until the caller commits; callers append last, after their
+ *   own rows, so no transaction waits for the head while holding a row another appender needs.
+ * SQLite has one writer at a time (one connection per process, and a database-wide write lock), so the same holds there
+ * without a row lock.
+ */
 export class EventLog {
-  constructor(private readonly db: Kysely<Schema>) {}
+  readonly #postgres: boolean;
+
+  constructor(private readonly db: Kysely<Schema>) {
+    this.#postgres = isPostgres(db);
+  }
 
   async append(input: AppendInput, opts: AppendOptions): Promise<StoredEvent> {
     if (!EVENT_TYPE_PATTERN.test(input.type)) throw new Error(`event type ${JSON.stringify(input.type)} is not a dotted lowercase name`);
@@ -37,13 +64,19 @@ export class EventLog {
     // What is hashed must be exactly what a later read parses back, so normalise through canonical JSON first.
     const data = JSON.parse(canonicalJson(input.data ?? {})) as Record<string, unknown>;
     const run = async (trx: Kysely<Schema>): Promise<StoredEvent> => {
-      const head = await trx.selectFrom('event_chain_head').select(['seq', 'hash']).where('id', '=', HEAD_ID).executeTakeFirstOrThrow();
+      const head = await this.#lockHead(trx);
+      if (input.id !== undefined) {
+        // A redelivery (the sender did not see our answer): the event is in the log once already. Checked under the
+        // head's lock, so two deliveries of one event cannot both pass.
+        const existing = await trx.selectFrom('events').selectAll().where('id', '=', input.id).executeTakeFirst();
+        if (existing) return fromRow(existing);
+      }
       const body = {
-        id: newId('evt', (opts.random ?? systemRandom).bytes),
+        id: input.id ?? newId('evt', (opts.random ?? systemRandom).bytes),
         type: input.type,
         tenantId: input.tenantId,
         sandboxId: input.sandboxId ?? null,
-        at: toIso(opts.clock.nowMs()),
+        at: input.at === undefined ? toIso(opts.clock.nowMs()) : toIso(fromIso(input.at)),
         data,
         prevHash: head.hash,
       };
@@ -62,8 +95,8 @@ export class EventLog {
         })
         .returning('seq')
         .executeTakeFirstOrThrow();
-      // Compare-and-set on the head: a concurrent appender (another replica on PostgreSQL) that linked to the same
-      // head makes this update miss, and the whole append rolls back instead of forking the chain.
+      // Compare-and-set on the head: should another appender have linked to the same head (no row lock held), this
+      // update misses and the append rolls back instead of forking the chain.
       const moved = await trx.updateTable('event_chain_head').set({ seq, hash }).where('id', '=', HEAD_ID).where('hash', '=', head.hash).executeTakeFirst();
       if (moved.numUpdatedRows !== 1n) throw new SandglassError('conflict', 'The event log moved during this append; retry the request.');
       const event: StoredEvent = { seq, ...body, hash };
@@ -71,7 +104,21 @@ export class EventLog {
       if (event.type.startsWith('snapshot.')) await applySnapshot(trx, event);
       return event;
     };
-    return opts.trx ? run(opts.trx) : this.db.transaction().execute(run);
+    // In the caller's transaction a lost race cannot be retried here (the caller's own writes would be lost with it).
+    if (opts.trx) return run(opts.trx);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.db.transaction().execute(run);
+      } catch (err) {
+        if (attempt >= APPEND_ATTEMPTS || !lostTheRace(err)) throw err;
+      }
+    }
+  }
+
+  /** The chain head, locked until the transaction ends on PostgreSQL, so appends and rebuilds queue behind each other. */
+  async #lockHead(trx: Kysely<Schema>): Promise<{ seq: number; hash: string }> {
+    const q = trx.selectFrom('event_chain_head').select(['seq', 'hash']).where('id', '=', HEAD_ID);
+    return (this.#postgres ? q.forUpdate() : q).executeTakeFirstOrThrow();
   }
 
   async list(filter: ListFilter = {}): Promise<StoredEvent[]> {
@@ -92,33 +139,16 @@ export class EventLog {
 
   /** Walks the whole log: every hash recomputes, every link points at the previous event, and the head is the last. */
   async verifyChain(): Promise<ChainReport> {
-    let prev = GENESIS_HASH;
-    let count = 0;
-    let last = { seq: 0, hash: GENESIS_HASH };
-    for (const row of await this.db.selectFrom('events').selectAll().orderBy('seq', 'asc').execute()) {
-      let event: StoredEvent;
-      try {
-        event = fromRow(row);
-      } catch {
-        return { ok: false, seq: row.seq, problem: 'data is not valid JSON' };
-      }
-      if (event.prevHash !== prev)
-        return { ok: false, seq: row.seq, problem: 'prev_hash does not match the previous event: an event was removed or reordered' };
-      if (eventHash(event) !== event.hash) return { ok: false, seq: row.seq, problem: 'hash does not match the content: the event was edited' };
-      prev = event.hash;
-      last = { seq: row.seq, hash: event.hash };
-      count++;
-    }
-    const head = await this.db.selectFrom('event_chain_head').select(['seq', 'hash']).where('id', '=', HEAD_ID).executeTakeFirst();
-    if (!head || head.seq !== last.seq || head.hash !== last.hash) {
-      return { ok: false, seq: head?.seq ?? 0, problem: 'the chain head is not the last event: events were removed from the end' };
-    }
-    return { ok: true, count, headSeq: last.seq, headHash: last.hash };
+    // One snapshot for the events and the head, so appends committing meanwhile do not look like a truncated tail.
+    // (SQLite: a transaction is one snapshot already.)
+    const trx = this.db.transaction();
+    return (this.#postgres ? trx.setIsolationLevel('repeatable read') : trx).execute(verifyIn);
   }
 
-  /** Recomputes the sandboxes and snapshots tables from the log alone, in one transaction. */
+  /** Recomputes the sandboxes and snapshots tables from the log alone, in one transaction that holds off appends. */
   async rebuildProjections(): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
+      await this.#lockHead(trx);
       const events = (await trx.selectFrom('events').selectAll().orderBy('seq', 'asc').execute()).map(fromRow);
       await trx.deleteFrom('sandboxes').execute();
       for (const row of project(events).values()) await trx.insertInto('sandboxes').values(row).execute();
@@ -126,6 +156,40 @@ export class EventLog {
       for (const e of events) if (e.type.startsWith('snapshot.')) await applySnapshot(trx, e);
     });
   }
+}
+
+/** An append that linked to a head another appender took first: the conflict above, or prev_hash's UNIQUE refusing the fork. */
+function lostTheRace(err: unknown): boolean {
+  if (err instanceof SandglassError) return err.code === 'conflict';
+  const e = err as { code?: unknown; constraint?: unknown; message?: unknown };
+  // PostgreSQL: unique_violation on the prev_hash index; SQLite: SQLITE_CONSTRAINT_UNIQUE naming the column.
+  if (e.code === '23505') return e.constraint === 'events_prev_hash_key';
+  return e.code === 'SQLITE_CONSTRAINT_UNIQUE' && typeof e.message === 'string' && e.message.includes('events.prev_hash');
+}
+
+/** Walks the whole log: every hash recomputes, every link points at the previous event, and the head is the last. */
+async function verifyIn(db: Kysely<Schema>): Promise<ChainReport> {
+  let prev = GENESIS_HASH;
+  let count = 0;
+  let last = { seq: 0, hash: GENESIS_HASH };
+  for (const row of await db.selectFrom('events').selectAll().orderBy('seq', 'asc').execute()) {
+    let event: StoredEvent;
+    try {
+      event = fromRow(row);
+    } catch {
+      return { ok: false, seq: row.seq, problem: 'data is not valid JSON' };
+    }
+    if (event.prevHash !== prev) return { ok: false, seq: row.seq, problem: 'prev_hash does not match the previous event: an event was removed or reordered' };
+    if (eventHash(event) !== event.hash) return { ok: false, seq: row.seq, problem: 'hash does not match the content: the event was edited' };
+    prev = event.hash;
+    last = { seq: row.seq, hash: event.hash };
+    count++;
+  }
+  const head = await db.selectFrom('event_chain_head').select(['seq', 'hash']).where('id', '=', HEAD_ID).executeTakeFirst();
+  if (!head || head.seq !== last.seq || head.hash !== last.hash) {
+    return { ok: false, seq: head?.seq ?? 0, problem: 'the chain head is not the last event: events were removed from the end' };
+  }
+  return { ok: true, count, headSeq: last.seq, headHash: last.hash };
 }
 
 async function applyToProjection(trx: Kysely<Schema>, event: StoredEvent): Promise<void> {
