@@ -1,8 +1,10 @@
 // Turning a live capture's files (RAM copy, frozen disk layers, device state) into chunks, storing only what is new.
-import { open } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
 import { isZeroChunk, type CaptureLease, type TenantStore } from '@sandglass/chunkstore';
+import { SandglassError } from '@sandglass/core';
 import { readClusters, readQcow2Layer } from './qcow2.js';
-import { MEMORY_CHUNK_BYTES, STATE_CHUNK_BYTES, ZERO } from './manifest.js';
+import { DISK_CLUSTER_BYTES, MEMORY_CHUNK_BYTES, STATE_CHUNK_BYTES, ZERO } from './manifest.js';
 
 /** Reads this much RAM per call and hashes it chunk by chunk. */
 const READ_BYTES = 4 * 1024 * 1024;
@@ -30,15 +32,31 @@ async function store(tenant: TenantStore, lease: CaptureLease, data: Buffer, t: 
  * Chunks a copy of guest RAM. A chunk whose id equals the parent's at the same address is not looked up again
  * (most of an idle guest's memory); all-zero chunks are recorded as ZERO and never stored.
  */
-export async function chunkMemory(
+export function chunkMemory(
   tenant: TenantStore,
   lease: CaptureLease,
   path: string,
   sizeBytes: number,
   parent: readonly string[] | undefined,
 ): Promise<{ chunks: string[] } & ChunkTally> {
+  return chunkFlatImage(tenant, lease, path, sizeBytes, MEMORY_CHUNK_BYTES, parent);
+}
+
+/**
+ * Chunks a flat image (guest RAM, a raw disk) at `chunkBytes`; past the file's end it reads as zeros. Chunks whose
+ * index is in `shadowed` are left ZERO, never stored: a layer above holds them.
+ */
+async function chunkFlatImage(
+  tenant: TenantStore,
+  lease: CaptureLease,
+  path: string,
+  sizeBytes: number,
+  chunkBytes: number,
+  parent: readonly string[] | undefined,
+  shadowed?: ReadonlySet<number>,
+): Promise<{ chunks: string[] } & ChunkTally> {
   const t = tally();
-  const count = Math.ceil(sizeBytes / MEMORY_CHUNK_BYTES);
+  const count = Math.ceil(sizeBytes / chunkBytes);
   const chunks = new Array<string>(count).fill(ZERO);
   const fh = await open(path, 'r');
   const buf = Buffer.allocUnsafe(READ_BYTES);
@@ -53,10 +71,10 @@ export async function chunkMemory(
       }
       // A RAM file shorter than the guest (never written at the end) reads as zeros there.
       if (got < want) buf.fill(0, got, want);
-      for (let at = 0; at < want; at += MEMORY_CHUNK_BYTES) {
-        const index = (offset + at) / MEMORY_CHUNK_BYTES;
-        const data = buf.subarray(at, Math.min(at + MEMORY_CHUNK_BYTES, want));
-        if (isZeroChunk(data)) continue;
+      for (let at = 0; at < want; at += chunkBytes) {
+        const index = (offset + at) / chunkBytes;
+        const data = buf.subarray(at, Math.min(at + chunkBytes, want));
+        if (shadowed?.has(index) || isZeroChunk(data)) continue;
         const id = tenant.chunkId(data);
         if (parent?.[index] === id) {
           lease.add(id);
@@ -96,6 +114,52 @@ export async function chunkDiskLayers(
     });
   }
   return { clusters, sizeBytes, clusterBytes, ...t };
+}
+
+/**
+ * Chunks the whole disk a qcow2 image shows its guest (its backing chain down to a raw image) relative to an empty
+ * disk: every non-zero cluster, whichever layer holds it. What a template's disk is in the store, so a node that
+ * never had the raw root image can rebuild it.
+ */
+export async function chunkFlatDisk(
+  tenant: TenantStore,
+  lease: CaptureLease,
+  path: string,
+): Promise<{ clusters: Map<number, string>; sizeBytes: number; clusterBytes: number } & ChunkTally> {
+  const layers: string[] = [];
+  let raw: string | undefined;
+  for (let p: string | undefined = path; p !== undefined; ) {
+    const layer = await readQcow2Layer(p);
+    if (layer.clusterBytes !== DISK_CLUSTER_BYTES) throw flatDiskError(p, `has ${layer.clusterBytes}-byte clusters, not ${DISK_CLUSTER_BYTES}`);
+    layers.unshift(p);
+    if (layer.backingFile === undefined) break;
+    // QEMU resolves a relative backing name against the directory of the image naming it.
+    const backing = resolve(dirname(p), layer.backingFile);
+    if (layer.backingFormat === 'raw') raw = backing;
+    else if (layer.backingFormat !== 'qcow2') throw flatDiskError(p, `names its backing file without a format (${layer.backingFormat ?? 'none'})`);
+    p = layer.backingFormat === 'qcow2' ? backing : undefined;
+  }
+  const base = new Map<number, string>();
+  let rawTally = tally();
+  if (raw !== undefined) {
+    const shadowed = new Set<number>();
+    for (const p of layers) for (const c of (await readQcow2Layer(p)).clusters) shadowed.add(c.guestOffset / DISK_CLUSTER_BYTES);
+    const rawBytes = (await stat(raw)).size;
+    const sizeBytes = Math.ceil(rawBytes / DISK_CLUSTER_BYTES) * DISK_CLUSTER_BYTES;
+    const image = await chunkFlatImage(tenant, lease, raw, sizeBytes, DISK_CLUSTER_BYTES, undefined, shadowed);
+    image.chunks.forEach((id, i) => {
+      if (id !== ZERO) base.set(i * DISK_CLUSTER_BYTES, id);
+    });
+    rawTally = image;
+  }
+  const disk = await chunkDiskLayers(tenant, lease, layers, base);
+  // Over an empty disk a zero cluster is no cluster at all.
+  for (const [offset, id] of disk.clusters) if (id === ZERO) disk.clusters.delete(offset);
+  return { ...disk, newChunks: disk.newChunks + rawTally.newChunks, storedBytes: disk.storedBytes + rawTally.storedBytes };
+}
+
+function flatDiskError(path: string, problem: string): SandglassError {
+  return new SandglassError('internal', `flattening a disk: ${path} ${problem}`);
 }
 
 /** Chunks the device-state stream. */

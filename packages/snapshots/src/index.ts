@@ -5,3 +5,4 @@ export * from './scheduler.js';
 export * from './manifest.js';
 export * from './capture.js';
 export * from './materialize.js';
+export * from './template.js';

@@ -18,7 +18,8 @@ export interface ManifestBody {
   tenantId: string;
   parentId: string | null;
   takenAt: string;
-  reason: SnapshotReason;
+  /** 'template': a template's own snapshot (see template.ts), never a sandbox's. */
+  reason: SnapshotReason | 'template';
   name: string | null;
   pinned: boolean;
   vm: { memoryMib: number; vcpus: number; template: string; templateKey: string };
@@ -26,7 +27,8 @@ export interface ManifestBody {
   memory: { chunkBytes: number; sizeBytes: number; chunks: string[] };
   /**
    * Clusters that differ from the template's frozen disk, as [guest offset, chunk id]; ZERO marks a cluster the
-   * guest zeroed or discarded (it must shadow the template's data on restore).
+   * guest zeroed or discarded (it must shadow the template's data on restore). `base` is the template's key, or
+   * FLAT_DISK for a template's own disk: every non-zero cluster the guest sees, over nothing.
    */
   disk: { base: string; sizeBytes: number; clusterBytes: number; clusters: Array<[number, string]> };
   /** The device-state stream (QEMU migration with RAM excluded). */
@@ -36,6 +38,21 @@ export interface ManifestBody {
   /** The sandbox's network (policy, secret names, placeholders; never a secret value), restored with it. */
   network?: unknown;
   stats: { pausedMs: number; newChunks: number; storedBytes: number; memoryChunks: number; diskClusters: number };
+  /** A template's own snapshot: what its node recorded when it booted it. */
+  template?: TemplateRecord;
+}
+
+/** In disk.base: the clusters are the whole disk, relative to an empty one. */
+export const FLAT_DISK = '';
+
+/** A template as its building node recorded it (the gateway's template.json). */
+export interface TemplateRecord {
+  key: string;
+  name: string;
+  config: { memoryMib: number; vcpus: number; accel: 'kvm' | 'tcg'; cpu?: string };
+  bootMs: number;
+  createdAt: string;
+  stateBytes?: number;
 }
 
 /** Every chunk a manifest needs, once each. */

@@ -36,11 +36,15 @@ export async function materializeState(tenant: TenantStore, m: ManifestBody, pat
   await writeFile(path, Buffer.concat(parts), { mode: 0o600 });
 }
 
-/** Writes a qcow2 overlay over `backingFile` (the template's frozen disk) holding the snapshot's disk delta. */
-export async function materializeDisk(tenant: TenantStore, m: ManifestBody, path: string, backingFile: string): Promise<void> {
+/**
+ * Writes a qcow2 overlay over `backingFile` (the template's frozen disk) holding the snapshot's disk delta; without
+ * one (a template's flattened disk) a standalone image.
+ */
+export async function materializeDisk(tenant: TenantStore, m: ManifestBody, path: string, backingFile?: string): Promise<void> {
   const sorted = [...m.disk.clusters].sort((a, b) => a[0] - b[0]);
   async function* clusters(): AsyncGenerator<Qcow2Cluster> {
     for (const [guestOffset, id] of sorted) yield { guestOffset, data: id === ZERO ? 'zero' : await tenant.get(id) };
   }
-  await writeQcow2Overlay(path, { sizeBytes: m.disk.sizeBytes, backingFile, backingFormat: 'qcow2', clusters: clusters() });
+  const backing = backingFile === undefined ? {} : { backingFile, backingFormat: 'qcow2' as const };
+  await writeQcow2Overlay(path, { sizeBytes: m.disk.sizeBytes, ...backing, clusters: clusters() });
 }

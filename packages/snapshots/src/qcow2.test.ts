@@ -196,6 +196,7 @@ describe('writeQcow2Overlay', () => {
       [{ backingFile: '' }, 'backingFile'],
       [{ backingFile: 'x'.repeat(1024) }, 'backingFile'],
       [{ backingFormat: 'vmdk' as 'raw' }, 'backingFormat'],
+      [{ backingFile: undefined }, 'backingFormat'],
       [{ clusters: [{ guestOffset: 512, data }] }, 'clusters[0].guestOffset'],
       [
         {

@@ -13,8 +13,9 @@ export interface Qcow2Layer {
 
 export interface Qcow2OverlayOptions {
   sizeBytes: number;
-  backingFile: string;
-  backingFormat: 'raw' | 'qcow2';
+  /** Both absent: a standalone image (a flattened disk); unwritten clusters read as zeros. */
+  backingFile?: string;
+  backingFormat?: 'raw' | 'qcow2';
   clusters: AsyncIterable<Qcow2Cluster> | Iterable<Qcow2Cluster>;
 }
 
@@ -199,6 +200,10 @@ function validateOverlay(opts: Qcow2OverlayOptions): void {
   if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0 || sizeBytes % 512 !== 0) {
     throw invalidArgument('sizeBytes', 'must be a positive multiple of 512');
   }
+  if (backingFile === undefined) {
+    if (backingFormat !== undefined) throw invalidArgument('backingFormat', 'must be absent when there is no backingFile');
+    return;
+  }
   if (typeof backingFile !== 'string' || backingFile.length === 0 || backingFile.includes('\0')) {
     throw invalidArgument('backingFile', 'must be a non-empty path without NUL bytes');
   }
@@ -219,13 +224,14 @@ function setOffsetEntry(table: Buffer, index: number, hostOffset: number): void 
 
 function headerCluster(opts: Qcow2OverlayOptions, l1Size: number, l1TableOffset: number, refcountTableOffset: number, refcountTableClusters: number): Buffer {
   const h = Buffer.alloc(CLUSTER_BYTES);
-  const format = Buffer.from(opts.backingFormat);
-  const extensionsBytes = 8 + Math.ceil(format.length / 8) * 8 + 8;
+  const backed = opts.backingFile !== undefined;
+  const format = Buffer.from(opts.backingFormat ?? '');
+  const extensionsBytes = (backed ? 8 + Math.ceil(format.length / 8) * 8 : 0) + 8;
   const backingFileOffset = V3_HEADER_BYTES + extensionsBytes;
-  const backingName = Buffer.from(opts.backingFile);
+  const backingName = Buffer.from(opts.backingFile ?? '');
   h.writeUInt32BE(MAGIC, 0);
   h.writeUInt32BE(3, 4);
-  h.writeBigUInt64BE(BigInt(backingFileOffset), 8);
+  h.writeBigUInt64BE(BigInt(backed ? backingFileOffset : 0), 8);
   h.writeUInt32BE(backingName.length, 16);
   h.writeUInt32BE(CLUSTER_BITS, 20);
   h.writeBigUInt64BE(BigInt(opts.sizeBytes), 24);
@@ -239,10 +245,12 @@ function headerCluster(opts: Qcow2OverlayOptions, l1Size: number, l1TableOffset:
   h.writeUInt32BE(V3_HEADER_BYTES, 100);
   // byte 104: compression type 0 (zlib), then padding to 112
   let at = V3_HEADER_BYTES;
-  h.writeUInt32BE(EXT_BACKING_FORMAT, at);
-  h.writeUInt32BE(format.length, at + 4);
-  format.copy(h, at + 8);
-  at += 8 + Math.ceil(format.length / 8) * 8;
+  if (backed) {
+    h.writeUInt32BE(EXT_BACKING_FORMAT, at);
+    h.writeUInt32BE(format.length, at + 4);
+    format.copy(h, at + 8);
+    at += 8 + Math.ceil(format.length / 8) * 8;
+  }
   h.writeUInt32BE(EXT_END, at);
   h.writeUInt32BE(0, at + 4);
   backingName.copy(h, backingFileOffset);
