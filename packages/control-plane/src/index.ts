@@ -41,5 +41,5 @@ export {
   type IssueKeyOptions,
   type Principal,
 } from './keys.js';
-export { upsertTemplate, findTemplate, listTemplates, type TemplateUpsert } from './templates.js';
+export { upsertTemplate, findTemplate, listTemplates, dbTemplateRegistry, type TemplateSnapshotRef, type TemplateUpsert } from './templates.js';
 export * from './api.js';
