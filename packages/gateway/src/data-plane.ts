@@ -1,24 +1,25 @@
 // The gateway's data plane (commands, files, PTYs over HTTP and WebSocket): every route opens one sandbox, with its token.
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
-import { SandglassError, invalidArgument, toSandglassError, type NodeKeys } from '@sandglass/core';
+import { SandglassError, invalidArgument, toSandglassError, type GatewayApi, type NodeKeys, type OperationRoute } from '@sandglass/core';
 import type { SignalName } from '@sandglass/agent-client';
 import type { Gateway } from './gateway.js';
 import type { CommandRecord } from './sandbox.js';
 import { guestPath } from './paths.js';
 import { mapAgentError, viaAgent } from './agent-link.js';
-import { operation, type Method } from './spec.js';
+import { operation, specRoutes } from './spec.js';
 import { accessTokenHook } from './auth.js';
 import { OUTPUT_WINDOW_BYTES, pacedSender } from './output-pacing.js';
 
 const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
 const MAX_STDIN_BYTES = 16 * 1024 * 1024;
 
-type Params = { id: string; cid: string };
+type Schemas = GatewayApi.components['schemas'];
+type StreamRoute = OperationRoute<GatewayApi.operations['streamCommand']>;
 
-function commandView(c: CommandRecord): Record<string, unknown> {
+function commandView(c: CommandRecord): Schemas['Command'] {
   return {
     id: c.id,
     pid: c.pid,
@@ -56,22 +57,12 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
   return async (scope) => {
     scope.addHook('onRequest', accessTokenHook(keys, gw.opts.clock, gw.revokedKeys));
 
-    type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-    const route = (method: Method, path: string, handler: Handler) => scope.route({ method, ...operation(method, path), handler });
-    const sbxOf = (req: FastifyRequest) => gw.get((req.params as Params).id);
+    const route = specRoutes(scope);
+    const sbxOf = (req: { params: { id: string } }) => gw.get(req.params.id);
 
     // ---- commands ----
     route('POST', '/v1/sandboxes/{id}/commands', async (req, reply) => {
-      const body = req.body as {
-        cmd?: string;
-        argv?: string[];
-        cwd?: string;
-        envs?: Record<string, string>;
-        user?: string;
-        stdin?: boolean;
-        pty?: { cols: number; rows: number };
-        timeoutMs?: number;
-      };
+      const body = req.body;
       if ((body.cmd === undefined) === (body.argv === undefined)) throw invalidArgument('cmd', 'give exactly one of cmd or argv');
       const sbx = sbxOf(req);
       // Not a login shell: the agent already gives every process PATH, HOME and friends, and under TCG sourcing the
@@ -93,11 +84,11 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       commands: [...sbxOf(req).commands.values()].map(commandView),
     }));
 
-    route('GET', '/v1/sandboxes/{id}/commands/{cid}', async (req) => commandView(sbxOf(req).command((req.params as Params).cid)));
+    route('GET', '/v1/sandboxes/{id}/commands/{cid}', async (req) => commandView(sbxOf(req).command(req.params.cid)));
 
-    const runningCommand = (req: FastifyRequest) => {
+    const runningCommand = (req: { params: { id: string; cid: string } }) => {
       const sbx = sbxOf(req);
-      const rec = sbx.command((req.params as Params).cid);
+      const rec = sbx.command(req.params.cid);
       if (rec.state === 'exited') throw new SandglassError('command_exited', `Command ${rec.id} has exited (code ${rec.exitCode}).`);
       return { sbx, rec, agent: sbx.requireRunning() };
     };
@@ -111,85 +102,96 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
         if (size > MAX_STDIN_BYTES) throw new SandglassError('payload_too_large', `stdin writes are limited to ${MAX_STDIN_BYTES} bytes per request.`);
         chunks.push(c);
       }
-      const eof = (req.query as { eof?: boolean }).eof === true;
+      const eof = req.query.eof === true;
       await viaAgent(agent.procStdin(rec.id, Buffer.concat(chunks), { eof }));
       return reply.status(204).send();
     });
 
     route('POST', '/v1/sandboxes/{id}/commands/{cid}/signal', async (req, reply) => {
       const { rec, agent } = runningCommand(req);
-      await viaAgent(agent.procSignal(rec.id, (req.body as { signal: SignalName }).signal));
+      await viaAgent(agent.procSignal(rec.id, req.body.signal));
       return reply.status(204).send();
     });
 
     route('POST', '/v1/sandboxes/{id}/commands/{cid}/resize', async (req, reply) => {
       const { rec, agent } = runningCommand(req);
       if (!rec.pty) throw invalidArgument('cid', 'the command has no PTY to resize');
-      const { cols, rows } = req.body as { cols: number; rows: number };
+      const { cols, rows } = req.body;
       await viaAgent(agent.procResize(rec.id, cols, rows));
       return reply.status(204).send();
     });
 
     // The one route a browser reaches without headers: its token may come in the query string, and nowhere else.
-    scope.register(async (ws) => {
-      ws.addHook('preHandler', async (req) => {
-        const sbx = sbxOf(req);
-        sbx.command((req.params as Params).cid);
-        sbx.requireRunning();
-      });
-      const stream = operation('GET', '/v1/sandboxes/{id}/commands/{cid}/stream');
-      ws.get(stream.url, { websocket: true, schema: stream.schema, config: { tokenInQuery: true } }, (socket: WebSocket, req) =>
-        streamCommand(gw, socket, req),
-      );
-    });
+    const stream = operation('GET', '/v1/sandboxes/{id}/commands/{cid}/stream');
+    scope.get<StreamRoute>(
+      stream.url,
+      {
+        websocket: true,
+        schema: stream.schema,
+        config: { tokenInQuery: true },
+        // Before the upgrade, so an unknown command or a stopped sandbox is an HTTP error rather than a closed socket.
+        preHandler: async (req) => {
+          const sbx = gw.get(req.params.id);
+          sbx.command(req.params.cid);
+          sbx.requireRunning();
+        },
+      },
+      (socket: WebSocket, req) => streamCommand(gw, socket, req),
+    );
 
     // ---- files ----
-    const pathOf = (req: FastifyRequest, field = 'path') => guestPath((req.query as Record<string, string>)[field]!, field);
-
     route('GET', '/v1/sandboxes/{id}/files', async (req, reply) => {
-      const { sizeBytes, stream } = await sbxOf(req).files.open(pathOf(req));
-      return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(sizeBytes)).send(stream);
+      const { sizeBytes, stream } = await sbxOf(req).files.open(guestPath(req.query.path));
+      return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(sizeBytes)).code(200).send(stream);
     });
 
     route('PUT', '/v1/sandboxes/{id}/files', async (req) => {
       const sbx = sbxOf(req);
-      const path = pathOf(req);
+      const path = guestPath(req.query.path);
       const declared = Number(req.headers['content-length'] ?? 0);
       if (declared > MAX_UPLOAD_BYTES) throw new SandglassError('payload_too_large', `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes.`);
       const limited = limitBytes(MAX_UPLOAD_BYTES);
       const piping = pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
-      const { sizeBytes } = await sbx.files.write(path, limited, { mode: (req.query as { mode?: number }).mode });
+      const { sizeBytes } = await sbx.files.write(path, limited, { mode: req.query.mode });
       await piping;
       return { path, sizeBytes };
     });
 
     route('DELETE', '/v1/sandboxes/{id}/files', async (req, reply) => {
-      await sbxOf(req).files.remove(pathOf(req), { recursive: (req.query as { recursive?: boolean }).recursive });
+      await sbxOf(req).files.remove(guestPath(req.query.path), { recursive: req.query.recursive });
       return reply.status(204).send();
     });
 
-    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => fileView(await sbxOf(req).files.stat(pathOf(req))));
+    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => fileView(await sbxOf(req).files.stat(guestPath(req.query.path))));
 
     route('GET', '/v1/sandboxes/{id}/files/list', async (req) => {
-      const entries = await sbxOf(req).files.list(pathOf(req), (req.query as { depth?: number }).depth ?? 1);
+      const entries = await sbxOf(req).files.list(guestPath(req.query.path), req.query.depth ?? 1);
       return { entries: entries.map(fileView) };
     });
 
     route('POST', '/v1/sandboxes/{id}/files/mkdir', async (req) => {
       const sbx = sbxOf(req);
-      return sbx.files.mkdir(guestPath((req.body as { path: string }).path));
+      return sbx.files.mkdir(guestPath(req.body.path));
     });
 
     route('POST', '/v1/sandboxes/{id}/files/rename', async (req, reply) => {
       const sbx = sbxOf(req);
-      const body = req.body as { from: string; to: string };
+      const body = req.body;
       await sbx.files.rename(guestPath(body.from, 'from'), guestPath(body.to, 'to'));
       return reply.status(204).send();
     });
   };
 }
 
-function fileView(st: { name: string; path: string; type: string; sizeBytes: number; mode: number; mtimeMs: number; symlinkTarget?: string }) {
+function fileView(st: {
+  name: string;
+  path: string;
+  type: Schemas['FileInfo']['type'];
+  sizeBytes: number;
+  mode: number;
+  mtimeMs: number;
+  symlinkTarget?: string;
+}): Schemas['FileInfo'] {
   return {
     name: st.name,
     path: st.path,
@@ -202,11 +204,11 @@ function fileView(st: { name: string; path: string; type: string; sizeBytes: num
 }
 
 /** Relays one command's output (from an offset) to a WebSocket client, and its stdin/resize/signal messages back. */
-function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest): void {
-  const sbx = gw.get((req.params as Params).id);
-  const rec = sbx.command((req.params as Params).cid);
+function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest<StreamRoute>): void {
+  const sbx = gw.get(req.params.id);
+  const rec = sbx.command(req.params.cid);
   const agent = sbx.requireRunning();
-  const fromOffset = Number((req.query as { fromOffset?: number }).fromOffset ?? 0);
+  const fromOffset = req.query.fromOffset ?? 0;
   // The agent's attach reply can arrive in the same read as the data and END that follow it (a command that
   // already exited): everything is queued until `start` is on the wire, so the client sees start, data, exit in order.
   let started = false;

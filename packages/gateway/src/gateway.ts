@@ -2,7 +2,7 @@
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { totalmem } from 'node:os';
-import { SandglassError, lockHome, type Clock, type HomeLayout, type Logger } from '@sandglass/core';
+import { SandglassError, lockHome, type Clock, type GatewayApi, type HomeLayout, type Logger } from '@sandglass/core';
 import { configureJail, killLeftoverVms, type Accel, type AccelChoice, type JailContext } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
@@ -359,9 +359,9 @@ export class Gateway {
     snapshotId: string,
     tenantId: string,
     forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
-  ): Promise<Array<Record<string, unknown>>> {
+  ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
     const m = await this.snapshots.manifest(tenantId, snapshotId);
-    const results: Array<Record<string, unknown>> = new Array(forks.length);
+    const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
     let next = 0;
     const worker = async () => {
       while (next < forks.length) {
@@ -373,7 +373,7 @@ export class Gateway {
             'fork',
             m.sandboxId,
           );
-          results[i] = { id: sbx.id, state: sbx.state, startedAt: sbx.startedAt, pid: sbx.pid ?? null };
+          results[i] = sbx;
         } catch (err) {
           const e = err instanceof SandglassError ? err : new SandglassError('internal', (err as Error).message);
           await this.opts.events.append({ type: 'sandbox.failed', tenantId, sandboxId: f.id, data: { reason: e.message, code: e.code } });

@@ -1,15 +1,12 @@
 // The gateway's internal node API, for the control plane only: served on its own listener, never the data plane's.
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { SandglassError, type NodeKeys } from '@sandglass/core';
-import type { PolicyInput } from '@sandglass/egress';
+import type { FastifyPluginAsync } from 'fastify';
+import { SandglassError, type GatewayApi, type NodeKeys } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
 import type { Sandbox } from './sandbox.js';
 import { internalBearerHook } from './auth.js';
-import { operation, type Method } from './spec.js';
+import { specRoutes } from './spec.js';
 
-type Params = { id: string };
-
-function sandboxView(s: Sandbox): Record<string, unknown> {
+function sandboxView(s: Sandbox): GatewayApi.components['schemas']['NodeSandbox'] {
   return {
     id: s.id,
     tenantId: s.tenantId,
@@ -29,69 +26,60 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
   return async (scope) => {
     scope.addHook('onRequest', internalBearerHook(keys));
 
-    type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-    const route = (method: Method, path: string, handler: Handler) => scope.route({ method, ...operation(method, path), handler });
+    const route = specRoutes(scope);
 
     route('POST', '/internal/v1/sandboxes', async (req, reply) => {
-      const sbx = await gw.createSandbox(req.body as Parameters<Gateway['createSandbox']>[0]);
+      const sbx = await gw.createSandbox(req.body);
       return reply.status(201).send(sandboxView(sbx));
     });
     route('GET', '/internal/v1/sandboxes', async () => ({
       sandboxes: [...gw.sandboxes.values()].map(sandboxView),
     }));
     route('DELETE', '/internal/v1/sandboxes/{id}', async (req, reply) => {
-      await gw.killSandbox((req.params as Params).id);
+      await gw.killSandbox(req.params.id);
       return reply.status(204).send();
     });
     route('POST', '/internal/v1/sandboxes/{id}/timeout', async (req, reply) => {
-      gw.get((req.params as Params).id).setExpiry(Date.parse((req.body as { expiresAt: string }).expiresAt));
+      gw.get(req.params.id).setExpiry(Date.parse(req.body.expiresAt));
       return reply.status(204).send();
     });
     route('POST', '/internal/v1/revoked-keys', async (req, reply) => {
-      const body = req.body as { keyIds: string[]; untilMs: number };
-      gw.revokedKeys.add(body.keyIds, body.untilMs);
+      gw.revokedKeys.add(req.body.keyIds, req.body.untilMs);
       return reply.status(204).send();
     });
     route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates() }));
 
     // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
     route('POST', '/internal/v1/sandboxes/{id}/snapshots', async (req, reply) => {
-      const name = (req.body as { name?: string } | undefined)?.name ?? null;
-      return reply.status(201).send({ snapshot: await gw.snapshotSandbox((req.params as Params).id, name) });
+      const name = req.body?.name ?? null;
+      return reply.status(201).send({ snapshot: await gw.snapshotSandbox(req.params.id, name) });
     });
     route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({
-      snapshot: await gw.pauseSandbox((req.params as Params).id),
+      snapshot: await gw.pauseSandbox(req.params.id),
     }));
     route('POST', '/internal/v1/sandboxes/{id}/resume', async (req) => {
-      const body = req.body as {
-        snapshotId: string;
-        tenantId: string;
-        timeoutS: number;
-        snapshotIntervalS?: number;
-        network?: PolicyInput;
-        secrets?: string[];
-      };
-      return sandboxView(await gw.restoreSandbox({ id: (req.params as Params).id, ...body }, 'resume'));
+      return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
-      const body = req.body as { snapshotId: string; tenantId: string; sandboxes: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }> };
-      return { sandboxes: await gw.forkSandboxes(body.snapshotId, body.tenantId, body.sandboxes) };
+      const { snapshotId, tenantId, sandboxes } = req.body;
+      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes);
+      return { sandboxes: forks.map((f) => ('error' in f ? f : sandboxView(f))) };
     });
     route('DELETE', '/internal/v1/snapshots/{id}', async (req, reply) => {
-      await gw.deleteSnapshot((req.query as { tenantId: string }).tenantId, (req.params as { id: string }).id);
+      await gw.deleteSnapshot(req.query.tenantId, req.params.id);
       return reply.status(204).send();
     });
     route('PUT', '/internal/v1/sandboxes/{id}/snapshot-interval', async (req, reply) => {
-      gw.setSnapshotInterval((req.params as Params).id, (req.body as { snapshotIntervalS: number }).snapshotIntervalS);
+      gw.setSnapshotInterval(req.params.id, req.body.snapshotIntervalS);
       return reply.status(204).send();
     });
     // ---- network: policy changes and approvals of secret use ----
     route('PUT', '/internal/v1/sandboxes/{id}/network', async (req, reply) => {
-      gw.setNetwork((req.params as Params).id, req.body as { allow?: string[]; deny?: string[] });
+      gw.setNetwork(req.params.id, req.body);
       return reply.status(204).send();
     });
     route('GET', '/internal/v1/sandboxes/{id}/approvals', async (req) => {
-      const id = (req.params as Params).id;
+      const id = req.params.id;
       gw.get(id);
       return {
         approvals: gw.network.approvals.pending(id).map((a) => ({
@@ -108,8 +96,8 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       };
     });
     route('POST', '/internal/v1/sandboxes/{id}/approvals/{requestId}', async (req, reply) => {
-      const { id, requestId } = req.params as { id: string; requestId: string };
-      const body = req.body as { decision: 'approve' | 'deny'; ttlS?: number };
+      const { id, requestId } = req.params;
+      const body = req.body;
       // Only this sandbox's pending requests: a request id of another sandbox is as unknown as a made-up one.
       if (!gw.network.approvals.pending(id).some((a) => a.requestId === requestId)) {
         throw new SandglassError('approval_not_found', `No pending approval request ${requestId} for sandbox ${id} (decided, timed out, or never made).`, {
@@ -120,7 +108,7 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return reply.status(204).send();
     });
     route('POST', '/internal/v1/maintenance', async (req) => {
-      const graceMs = (req.body as { gcGraceMs?: number } | undefined)?.gcGraceMs;
+      const graceMs = req.body?.gcGraceMs;
       return gw.snapshots.maintain({ graceMs });
     });
   };

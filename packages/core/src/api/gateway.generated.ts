@@ -586,7 +586,7 @@ export interface components {
             id: string;
             tenantId: string;
             /** @enum {string} */
-            state: "starting" | "running" | "ended" | "failed";
+            state: "starting" | "running" | "paused" | "ended" | "failed";
             pid?: number | null;
             /** Format: date-time */
             startedAt: string;
@@ -1477,8 +1477,22 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description Snapshots retention thinned. */
                         deleted: number;
-                        gc: Record<string, unknown>;
+                        /** @description The chunk store's mark-and-sweep. */
+                        gc: {
+                            manifests: number;
+                            liveChunks: number;
+                            deletedChunks: number;
+                            /** @description Chunk writes a failed capture staged and never published */
+                            abandonedWrites: number;
+                            freedBytes: number;
+                            /** @description Unreferenced chunks younger than the grace period */
+                            keptYoung: number;
+                            /** @description Tenants whose manifests could not all be read; none of their chunks were considered. */
+                            undecidedTenants: string[];
+                            durationMs: number;
+                        };
                     };
                 };
             };

@@ -10,11 +10,18 @@ export interface Operation {
   responses: object;
 }
 
-/** The JSON request body of an operation as a handler sees it: validated, with the spec's defaults filled in. */
-export type RequestBody<Op extends Operation> = Op extends { requestBody?: { content: { 'application/json': infer B } } } ? B : undefined;
+/**
+ * The JSON request body of an operation as a handler sees it: validated, with the spec's defaults filled in; undefined
+ * too where the spec lets the body be left out.
+ */
+export type RequestBody<Op extends Operation> = Op extends { requestBody: { content: { 'application/json': infer B } } }
+  ? B
+  : Op extends { requestBody?: { content: { 'application/json': infer B } } }
+    ? B | undefined
+    : undefined;
 
-/** The JSON body of one response (undefined for one without content, such as 204). */
-type ResponseBody<R> = R extends { content: { 'application/json': infer B } } ? B : undefined;
+/** The JSON body of one response; unknown for other media (a byte stream), undefined for none (204). */
+type ResponseBody<R> = R extends { content: { 'application/json': infer B } } ? B : R extends { content: object } ? unknown : undefined;
 
 /** Each numeric status of an operation with its body ('default' left out: fastify keys replies by status code). */
 export type Replies<Op extends Operation> = {
@@ -34,3 +41,12 @@ export interface OperationRoute<Op extends Operation> {
   Querystring: Defined<Op['parameters']['query'], unknown>;
   Reply: Replies<Op>;
 }
+
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** The operation of a generated `paths` type at one path and method; never where the spec has none. */
+export type OperationAt<Paths, P extends keyof Paths, M extends HttpMethod> =
+  Lowercase<M> extends keyof Paths[P] ? Extract<Paths[P][Lowercase<M>], Operation> : never;
+
+/** The methods the spec defines at a path. */
+export type MethodsAt<Paths, P extends keyof Paths> = { [M in HttpMethod]: [OperationAt<Paths, P, M>] extends [never] ? never : M }[HttpMethod];
