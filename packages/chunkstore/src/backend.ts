@@ -35,9 +35,12 @@ const SEGMENT = '[A-Za-z0-9_-][A-Za-z0-9_.-]*';
 const KEY = new RegExp(`^${SEGMENT}(/${SEGMENT})*$`);
 const PREFIX = new RegExp(`^(${SEGMENT}/)*(${SEGMENT})?$`);
 
+export function isKey(key: string): boolean {
+  return typeof key === 'string' && KEY.test(key);
+}
+
 export function checkKey(key: string): void {
-  if (typeof key !== 'string' || !KEY.test(key))
-    throw invalidArgument('key', 'must be "/"-separated segments of letters, digits, ".", "_" or "-", none starting with "."');
+  if (!isKey(key)) throw invalidArgument('key', 'must be "/"-separated segments of letters, digits, ".", "_" or "-", none starting with "."');
 }
 
 export function checkPrefix(prefix: string): void {
