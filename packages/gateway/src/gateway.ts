@@ -8,7 +8,7 @@ import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import type { RetentionPolicy } from '@sandglass/snapshots';
 import { Sandbox, sandboxDir, type HealthPolicy } from './sandbox.js';
-import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateSnapshot } from './templates.js';
+import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateRegistry, type TemplateSnapshot } from './templates.js';
 import { WarmPool } from './pool.js';
 import { RamFiles } from './ram.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
@@ -40,6 +40,11 @@ export interface GatewayOptions {
   warmPoolSize?: number;
   /** Where snapshots are stored (chunks and manifests), and what retention reads the committed ones from. */
   store: ChunkStore;
+  /**
+   * Which snapshot in the store is each template: with it the node publishes the templates it builds and materializes
+   * those other nodes built (every node must run the same template bytes). Without it templates stay on this node.
+   */
+  templateRegistry?: { registry: TemplateRegistry; nodeId: string };
   snapshotIndex: SnapshotIndex;
   retention: RetentionPolicy;
   /** Captures running at once on this node. */
@@ -111,7 +116,13 @@ export class Gateway {
     this.jail = configureJail({ recordDir: join(opts.home.root, 'vms') });
     if (this.jail.reason) opts.logger.warn({ jail: this.jail.mode }, `VMs are NOT confined: ${this.jail.reason}`);
     if (!this.jail.cgroups) opts.logger.warn({ cgroups: 'off' }, 'SANDGLASS_CGROUPS=off: VMs run WITHOUT memory or CPU limits (development only)');
-    this.templates = new TemplateStore(opts.home.artifacts, opts.image, opts.kernelArgs, opts.logger);
+    this.templates = new TemplateStore(
+      opts.home.artifacts,
+      opts.image,
+      opts.kernelArgs,
+      opts.logger,
+      opts.templateRegistry && { store: opts.store, ...opts.templateRegistry, onReplaced: (key) => this.ram.removeTemplateImage(key) },
+    );
     this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
     this.cleanStaleRunDirs();
@@ -273,11 +284,11 @@ export class Gateway {
       );
     }
     const dir = sandboxDir(this.opts.home.run, req.id);
-    const template = this.templates.byKey(m.vm.templateKey);
+    const template = await this.templates.byKey(m.vm.templateKey);
     if (!template) {
       throw new SandglassError(
         'template_not_found',
-        `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which this node does not have.`,
+        `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which neither this node nor the template registry has.`,
       );
     }
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS);

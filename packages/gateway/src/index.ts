@@ -2,7 +2,17 @@
 export { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
 export { createDataPlaneServer, createInternalServer, listenOnSocket } from './server.js';
 export type { GatewayEvents, GatewayEvent } from './events.js';
-export { bootGuest, bootAgentTimeoutMs, vmConfig, type TemplateSnapshot } from './templates.js';
+export {
+  bootGuest,
+  bootAgentTimeoutMs,
+  vmConfig,
+  TEMPLATE_TENANT,
+  TemplateStore,
+  type TemplateRef,
+  type TemplateRegistry,
+  type TemplateSharing,
+  type TemplateSnapshot,
+} from './templates.js';
 export { connectAgent } from './agent-link.js';
 export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';
 export { kvmProbeAttempt } from './accel-probe.js';

@@ -50,6 +50,11 @@ export class RamFiles {
     return path;
   }
 
+  /** Drops the tmpfs copy of a template's RAM (the template's files were replaced). */
+  removeTemplateImage(key: string): void {
+    rmSync(join(this.root, `template-${key}.img`), { force: true });
+  }
+
   remove(path: string): void {
     rmSync(path, { force: true });
   }

@@ -2,8 +2,10 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SandglassError, type Logger } from '@sandglass/core';
+import { newId, SandglassError, type Logger } from '@sandglass/core';
 import { bootVm, qemuVersion, chownToVm, sealTemplate, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
+import type { ChunkStore, TenantStore } from '@sandglass/chunkstore';
+import { materializeTemplate, parseManifestBody, storeTemplate, STATE_CHUNK_BYTES, type ManifestBody, type TemplateRecord } from '@sandglass/snapshots';
 import { connectAgent, runToExit } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
 import type { RamFiles } from './ram.js';
@@ -12,17 +14,49 @@ import type { RestoreSource } from './restore.js';
 // Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
 const TEMPLATE_RECIPE = 3;
 
+/** The store's tenant that owns every template: a platform resource, never a customer's (their ids are `ten_…`). */
+export const TEMPLATE_TENANT = 'system';
+
 export interface TemplateSnapshot extends SnapshotFiles {
   key: string;
   dir: string;
   name: string;
+  /** How long the cold boot took on the node that built it. */
   bootMs: number;
   createdAt: string;
+  /** Set when this node rebuilt the template from the store rather than booting it: how long that took. */
+  materializeMs?: number;
 }
 
 export interface TemplateProgress {
   step: string;
   message?: string;
+}
+
+/** A snapshot in the chunk store. */
+export interface TemplateRef {
+  tenantId: string;
+  snapshotId: string;
+}
+
+/**
+ * Which snapshot in the chunk store IS the template for a key. Every node must run the same template bytes (a
+ * snapshot's disk delta and page cache are relative to them), so the first node to publish one wins and every other
+ * node materializes that one.
+ */
+export interface TemplateRegistry {
+  lookup(key: string): Promise<TemplateRef | undefined>;
+  /** Records `rec` for `key` unless the key has one already; returns the record that holds (the winner). */
+  publish(key: string, rec: TemplateRef & { nodeId: string }): Promise<TemplateRef>;
+}
+
+/** How a node shares templates with the others: the chunk store that holds them and the registry that names them. */
+export interface TemplateSharing {
+  store: ChunkStore;
+  registry: TemplateRegistry;
+  nodeId: string;
+  /** A cached template was replaced by the registry's: anything derived from the old files (its tmpfs RAM image) is stale. */
+  onReplaced?: (key: string) => void;
 }
 
 export function templateKey(image: GuestImage, config: VmConfig, append: string): string {
@@ -33,11 +67,16 @@ export function templateKey(image: GuestImage, config: VmConfig, append: string)
 }
 
 /**
- * Builds (once) and finds template snapshots, keyed by everything that went into them: the image,
- * the VM shape (memory, vCPUs, accelerator), kernel arguments and the QEMU version.
+ * Finds, builds or fetches template snapshots, keyed by everything that went into them: the image, the VM shape
+ * (memory, vCPUs, accelerator), kernel arguments and the QEMU version. With sharing, `artifacts/template-<key>/` is
+ * a cache of the snapshot the registry names: a node that never saw a key materializes it from the store, and a
+ * node that builds one publishes it (and uses the winner's if another node published first).
  */
 export class TemplateStore {
-  private inflight = new Map<string, Promise<TemplateSnapshot>>();
+  /** ensure's answers, once obtained: the same template for the life of the process. */
+  private ready = new Map<string, Promise<TemplateSnapshot>>();
+  /** One operation on a key's directory at a time (a build, a materialization, a replacement). */
+  private busy = new Map<string, Promise<unknown>>();
 
   private readonly artifactsDir: string;
 
@@ -46,41 +85,184 @@ export class TemplateStore {
     private readonly image: GuestImage,
     private readonly kernelArgs: string,
     private readonly log: Logger,
+    private readonly sharing?: TemplateSharing,
   ) {
     this.artifactsDir = realpathSync(artifactsDir);
   }
 
   async ensure(name: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
     const key = templateKey(this.image, config, this.kernelArgs);
-    const existing = this.inflight.get(key);
+    const existing = this.ready.get(key);
     if (existing) return existing;
-    const p = this.load(name, key) ?? this.build(name, key, config, onProgress);
-    const promise = Promise.resolve(p);
-    this.inflight.set(key, promise);
-    promise.catch(() => this.inflight.delete(key));
+    const promise = this.serially(key, () => this.obtain(name, key, config, onProgress));
+    this.ready.set(key, promise);
+    promise.catch(() => this.ready.delete(key));
     return promise;
   }
 
-  /** A template built earlier on this node, by key (what a snapshot's manifest names). */
-  byKey(key: string): TemplateSnapshot | undefined {
+  /**
+   * The template a snapshot's manifest names, by key: the node's copy, else the registry's materialized from the
+   * store (a snapshot taken on another node), else undefined.
+   */
+  async byKey(key: string): Promise<TemplateSnapshot | undefined> {
     if (!/^[0-9a-f]{16}$/.test(key)) return undefined;
+    const cached = this.cached(key);
+    if (cached) return cached;
+    const sharing = this.sharing;
+    if (!sharing) return undefined;
+    return this.serially(key, async () => {
+      const now = this.cached(key);
+      if (now) return now;
+      const ref = await sharing.registry.lookup(key);
+      return ref ? this.materialize(key, ref, undefined, sharing) : undefined;
+    });
+  }
+
+  private cached(key: string): TemplateSnapshot | undefined {
+    const meta = this.readMeta(key);
+    return meta ? this.load(meta.name, key) : undefined;
+  }
+
+  private serially<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const run = (this.busy.get(key) ?? Promise.resolve()).catch(() => undefined).then(fn);
+    this.busy.set(key, run);
+    const forget = () => {
+      if (this.busy.get(key) === run) this.busy.delete(key);
+    };
+    run.then(forget, forget);
+    return run;
+  }
+
+  private async obtain(name: string, key: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
+    const local = this.load(name, key);
+    const sharing = this.sharing;
+    if (!sharing) return local ?? this.install(key, await this.build(name, key, config, onProgress), name);
+    const ref = await sharing.registry.lookup(key);
+    if (local && ref && (await this.sameBuild(local, ref, sharing))) return local;
+    if (ref) {
+      if (local) this.log.warn({ key, snapshotId: ref.snapshotId }, "the cached template is not the registry's; replacing it with the registry's");
+      onProgress?.({ step: 'template', message: `fetching ${name} from the store` });
+      return this.materialize(key, ref, name, sharing);
+    }
+    // No node has published this key. A cached template (built before templates were shared) is published as it is.
+    const dir = local ? local.dir : await this.build(name, key, config, onProgress);
+    if (!local) onProgress?.({ step: 'template', message: `publishing ${name} to the store` });
+    let winner: TemplateRef | undefined;
+    try {
+      winner = await this.publish(key, dir, sharing);
+    } catch (err) {
+      // Unpublished, the build must not serve: a snapshot taken on it could be resumed nowhere else.
+      if (!local) rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
+    if (winner) {
+      // Another node published first: its bytes are the template, ours go.
+      if (!local) rmSync(dir, { recursive: true, force: true });
+      return this.materialize(key, winner, name, sharing);
+    }
+    return local ?? this.install(key, dir, name);
+  }
+
+  /** Moves a finished template directory into place. */
+  private install(key: string, tmp: string, name: string): TemplateSnapshot {
     const dir = join(this.artifactsDir, `template-${key}`);
-    if (!existsSync(join(dir, 'template.json'))) return undefined;
-    const meta = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as TemplateSnapshot;
-    return this.load(meta.name, key);
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(tmp, dir);
+    return this.load(name, key)!;
+  }
+
+  private readMeta(key: string): (TemplateRecord & { materializeMs?: number }) | undefined {
+    const metaPath = join(this.artifactsDir, `template-${key}`, 'template.json');
+    if (!existsSync(metaPath)) return undefined;
+    return JSON.parse(readFileSync(metaPath, 'utf8')) as TemplateRecord;
   }
 
   private load(name: string, key: string): TemplateSnapshot | undefined {
     const dir = join(this.artifactsDir, `template-${key}`);
-    const metaPath = join(dir, 'template.json');
-    if (!existsSync(metaPath)) return undefined;
-    const meta = JSON.parse(readFileSync(metaPath, 'utf8')) as TemplateSnapshot;
+    const meta = this.readMeta(key);
+    if (!meta) return undefined;
     // A template built before VMs had uids of their own belongs to the old shared VM user: take it back.
     sealTemplate(dir);
     return { ...meta, name, dir, memPath: join(dir, 'mem.raw'), statePath: join(dir, 'state.bin'), diskPath: join(dir, 'disk.qcow2') };
   }
 
-  private async build(name: string, key: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
+  /**
+   * Stores the template in `dir` and offers it to the registry. Returns the winner when another node's publication
+   * holds (our manifest is then deleted, and GC frees what only it referenced), undefined when ours does.
+   */
+  private async publish(key: string, dir: string, sharing: TemplateSharing): Promise<TemplateRef | undefined> {
+    const record = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as TemplateRecord;
+    const tenant = await sharing.store.tenant(TEMPLATE_TENANT);
+    const snapshotId = newId('snap');
+    const t0 = performance.now();
+    const stored = await storeTemplate(tenant, dir, record, { snapshotId, takenAt: new Date().toISOString() });
+    const winner = await sharing.registry.publish(key, { tenantId: TEMPLATE_TENANT, snapshotId, nodeId: sharing.nodeId });
+    const won = winner.tenantId === TEMPLATE_TENANT && winner.snapshotId === snapshotId;
+    this.log.info(
+      { key, snapshotId, won, publishMs: Math.round(performance.now() - t0), storedBytes: stored.storedBytes, newChunks: stored.newChunks },
+      'template published to the store',
+    );
+    if (won) return undefined;
+    await tenant.deleteManifest(snapshotId);
+    return winner;
+  }
+
+  /** Whether the cached template is the registry's: the device-state stream differs between any two boots. */
+  private async sameBuild(local: TemplateSnapshot, ref: TemplateRef, sharing: TemplateSharing): Promise<boolean> {
+    const { tenant, m } = await this.templateManifest(local.key, ref, sharing);
+    const state = readFileSync(local.statePath);
+    const ids: string[] = [];
+    for (let at = 0; at < state.length; at += STATE_CHUNK_BYTES) ids.push(tenant.chunkId(state.subarray(at, at + STATE_CHUNK_BYTES)));
+    return state.length === m.state.sizeBytes && ids.length === m.state.chunks.length && ids.every((id, i) => id === m.state.chunks[i]);
+  }
+
+  /** Reads and checks the manifest the registry names: a template's own snapshot, of this key, in the template tenant. */
+  private async templateManifest(key: string, ref: TemplateRef, sharing: TemplateSharing): Promise<{ tenant: TenantStore; m: ManifestBody }> {
+    // The registry chooses among templates, never among tenants' snapshots.
+    if (ref.tenantId !== TEMPLATE_TENANT) {
+      throw new SandglassError('snapshot_corrupt', `The registry names snapshot ${ref.snapshotId} of tenant ${ref.tenantId} as template ${key}; refused.`);
+    }
+    const tenant = await sharing.store.tenant(TEMPLATE_TENANT);
+    let m: ManifestBody;
+    try {
+      m = parseManifestBody((await tenant.getManifest(ref.snapshotId)).body);
+    } catch (err) {
+      if (err instanceof SandglassError) throw err;
+      throw new SandglassError('snapshot_corrupt', `Template ${key}'s manifest ${ref.snapshotId} is malformed: ${(err as Error).message}`, { cause: err });
+    }
+    if (m.reason !== 'template' || m.vm.templateKey !== key || m.template?.key !== key || m.tenantId !== TEMPLATE_TENANT) {
+      throw new SandglassError('snapshot_corrupt', `Snapshot ${ref.snapshotId} is not template ${key}; it was not used.`, {
+        details: { manifest: ref.snapshotId },
+      });
+    }
+    return { tenant, m };
+  }
+
+  /** Rebuilds the registry's template from verified chunks into the cache, replacing whatever was there. */
+  private async materialize(key: string, ref: TemplateRef, name: string | undefined, sharing: TemplateSharing): Promise<TemplateSnapshot> {
+    const t0 = performance.now();
+    const { tenant, m } = await this.templateManifest(key, ref, sharing);
+    const dir = join(this.artifactsDir, `template-${key}`);
+    const tmp = `${dir}.tmp-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    try {
+      await materializeTemplate(tenant, m, tmp);
+      const materializeMs = performance.now() - t0;
+      writeFileSync(join(tmp, 'template.json'), JSON.stringify({ ...m.template, materializeMs }, null, 2));
+      sealTemplate(tmp);
+    } catch (err) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw err;
+    }
+    const replaced = existsSync(dir);
+    const t = this.install(key, tmp, name ?? m.template!.name);
+    if (replaced) sharing.onReplaced?.(key);
+    this.log.info({ key, snapshotId: ref.snapshotId, materializeMs: Math.round(t.materializeMs!) }, 'template materialized from the store');
+    return t;
+  }
+
+  /** Cold-boots the template into a sealed temporary directory and returns it; install or publish it next. */
+  private async build(name: string, key: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<string> {
     const dir = join(this.artifactsDir, `template-${key}`);
     const tmp = `${dir}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
@@ -104,14 +286,12 @@ export class TemplateStore {
       rmSync(join(tmp, 'qmp.sock'), { force: true });
       rmSync(join(tmp, 'agent.sock'), { force: true });
       rmSync(join(tmp, 'migrate.sock'), { force: true });
-      const meta = { key, name, config, bootMs, createdAt: new Date().toISOString(), stateBytes: saved.stateBytes };
+      const meta: TemplateRecord = { key, name, config, bootMs, createdAt: new Date().toISOString(), stateBytes: saved.stateBytes };
       writeFileSync(join(tmp, 'template.json'), JSON.stringify(meta, null, 2));
       // From here on the template belongs to the gateway: every VM backs onto its disk layer, none may change it.
       sealTemplate(tmp);
-      rmSync(dir, { recursive: true, force: true });
-      renameSync(tmp, dir);
       this.log.info({ key, name, bootMs: Math.round(bootMs), pausedMs: Math.round(saved.pausedMs) }, 'template snapshot built');
-      return this.load(name, key)!;
+      return tmp;
     } catch (err) {
       const tail = vm.consoleTail(2048);
       vm.kill();

@@ -18,11 +18,14 @@ import {
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
-import { createControlPlane, bootstrapLocal, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
+import { createControlPlane, bootstrapLocal, dbTemplateRegistry, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { reconcileNode } from './reconcile.js';
 import { progressPrinter } from './progress.js';
 import { nodeAccel } from './accel.js';
+
+/** The one node of `sandglass up`. */
+const LOCAL_NODE_ID = 'local';
 
 export interface UpOptions {
   port?: number;
@@ -144,6 +147,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     health: healthFromEnv(),
     warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
     store,
+    // Templates live in the store like any snapshot, named by the database: the node-local copy is a cache.
+    templateRegistry: { registry: dbTemplateRegistry(db, { clock }), nodeId: LOCAL_NODE_ID },
     retention,
     secrets: secretStore,
     egress: egressFromEnv(),
@@ -190,7 +195,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const cp = await createControlPlane({
     db,
     events,
-    gateways: singleGateway({ id: 'local', url: gatewayUrl, internalUrl: `unix:${internalSocket}` }),
+    gateways: singleGateway({ id: LOCAL_NODE_ID, url: gatewayUrl, internalUrl: `unix:${internalSocket}` }),
     nodeSecret: secret,
     clock,
     logger: log,
