@@ -45,7 +45,8 @@ export interface GatewayOptions {
    * those other nodes built (every node must run the same template bytes). Without it templates stay on this node.
    */
   templateRegistry?: { registry: TemplateRegistry; nodeId: string };
-  snapshotIndex: SnapshotIndex;
+  /** Absent in a cluster, where retention and GC run in the control plane: maintain() then refuses. */
+  snapshotIndex?: SnapshotIndex;
   retention: RetentionPolicy;
   /** Captures running at once on this node. */
   captureConcurrency?: number;
@@ -428,10 +429,28 @@ export class Gateway {
     if (sbx) await sbx.end('killed');
   }
 
-  /** Stops every VM cleanly and records why. */
-  async shutdown(): Promise<void> {
+  /** Guest memory this node admits in all, and what admission has left (warm-pool VMs count as taken). */
+  memory(): { capacityMib: number; freeMib: number } {
+    return { capacityMib: this.budgetMib, freeMib: Math.max(0, this.budgetMib - this.committedMib()) };
+  }
+
+  /**
+   * Stops every sandbox's VM at once, without a snapshot and without an event: the control plane fenced this node
+   * and may already run them elsewhere, where their history continues.
+   */
+  async evictAll(): Promise<void> {
+    await Promise.all([...this.sandboxes.values()].map((s) => s.end('killed')));
+  }
+
+  /**
+   * Stops every VM cleanly. `end: true` (one node, the default) records each sandbox as killed (`shutdown`); in a
+   * cluster (`end: false`) nothing is recorded, so the control plane moves the sandboxes to another node from their
+   * newest snapshot instead of ending them.
+   */
+  async shutdown(opts: { end?: boolean } = {}): Promise<void> {
     await this.snapshots.stop();
     await this.pool?.close();
-    await Promise.all([...this.sandboxes.values()].map((s) => s.end('shutdown')));
+    if (opts.end === false) await this.evictAll();
+    else await Promise.all([...this.sandboxes.values()].map((s) => s.end('shutdown')));
   }
 }

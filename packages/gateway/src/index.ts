@@ -16,3 +16,15 @@ export {
 export { connectAgent } from './agent-link.js';
 export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';
 export { kvmProbeAttempt } from './accel-probe.js';
+export {
+  NodeApiClient,
+  MAX_EVENTS_PER_BATCH,
+  type NodeApiClientOptions,
+  type Heartbeat,
+  type HeartbeatReply,
+  type NodeEvent,
+  type AppendEventsReply,
+} from './node-api-client.js';
+export { Outbox, type OutboxOptions, type OutboxSink } from './outbox.js';
+export { RemoteKeys, RemoteSecrets, RemoteTemplateRegistry, type RemoteKeysOptions } from './remote.js';
+export { Membership, type MemberNode, type MembershipOptions } from './membership.js';

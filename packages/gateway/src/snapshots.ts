@@ -57,7 +57,8 @@ export interface SnapshotManagerOptions {
   store: ChunkStore;
   ram: RamFiles;
   events: GatewayEvents;
-  index: SnapshotIndex;
+  /** Absent in a cluster: retention and GC run in the control plane, which holds the index. */
+  index?: SnapshotIndex;
   accel: Accel;
   /** The node's `-cpu` model: a snapshot restores under this node's accelerator, not the one it was taken under. */
   cpu: string;
@@ -349,6 +350,9 @@ export class SnapshotManager {
   async maintain(opts: { graceMs?: number } = {}): Promise<{ deleted: number; gc: Awaited<ReturnType<ChunkStore['gc']>> }> {
     const now = this.opts.clock.nowMs();
     const bySandbox = new Map<string, Awaited<ReturnType<SnapshotIndex['all']>>>();
+    if (!this.opts.index) {
+      throw new SandglassError('conflict', 'This gateway runs in a cluster: snapshot retention and GC run in the control plane, not on the node.');
+    }
     for (const s of await this.opts.index.all()) {
       const list = bySandbox.get(s.sandboxId) ?? [];
       list.push(s);

@@ -1,0 +1,174 @@
+// The gateway's client of the control plane's node API (spec/node.yaml): authenticated calls, bounded in time, retried when safe.
+import { request as httpRequest, Agent as HttpAgent } from 'node:http';
+import { request as httpsRequest, Agent as HttpsAgent } from 'node:https';
+import { deriveNodeKeys, errorFromBody, SandglassError, type NodeApi, type RequestBody, type SuccessBody } from '@sandglass/core';
+
+type Ops = NodeApi.operations;
+export type Heartbeat = RequestBody<Ops['nodeHeartbeat']>;
+export type HeartbeatReply = SuccessBody<Ops['nodeHeartbeat']>;
+export type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
+export type AppendEventsReply = SuccessBody<Ops['nodeAppendEvents']>;
+export type SecretInfo = SuccessBody<Ops['nodeSecretInfo']>;
+export type NodeTemplateRecord = NodeApi.components['schemas']['TemplateRecord'];
+
+/** The spec's cap on one delivery. */
+export const MAX_EVENTS_PER_BATCH = 500;
+
+export interface NodeApiClientOptions {
+  /** The control plane's API base URL, http:// or https:// (the node API is served under /node/v1 on it). */
+  baseUrl: string;
+  nodeId: string;
+  /** The cluster's node secret: the bearer is derived from it, never the secret itself. */
+  nodeSecret: Buffer;
+  /** Bound on one whole exchange (connect, send, read); default 10 s. */
+  timeoutMs?: number;
+  /** Further attempts of an idempotent call after a transport failure or a retryable error; default 2. */
+  retries?: number;
+  /** First backoff between attempts, doubled each time; default 200 ms. */
+  retryBaseMs?: number;
+  /** PEM CAs trusted for an https:// control plane signed by a private CA (Node's roots otherwise). */
+  ca?: string[];
+}
+
+interface CallOptions {
+  body?: unknown;
+  /** Safe to send again when the first answer was lost: every node API call but registration. */
+  idempotent: boolean;
+  timeoutMs?: number;
+}
+
+/**
+ * Every call carries `Authorization: Bearer <node-api key>` and `X-Sandglass-Node`. A control-plane error comes back
+ * as the same SandglassError (`node_fenced`, `key_unavailable`, …); one that cannot be reached or does not answer in
+ * time is `internal` (retryable), naming the URL, so callers that must fail closed do.
+ */
+export class NodeApiClient {
+  readonly nodeId: string;
+  readonly #base: URL;
+  readonly #authorization: string;
+  readonly #timeoutMs: number;
+  readonly #retries: number;
+  readonly #retryBaseMs: number;
+  readonly #agent: HttpAgent | HttpsAgent;
+  readonly #ca?: string[];
+
+  constructor(opts: NodeApiClientOptions) {
+    const base = new URL(opts.baseUrl);
+    if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new Error(`the control plane URL must be http:// or https://, got ${opts.baseUrl}`);
+    if (base.username || base.password || base.search || base.hash) throw new Error('the control plane URL must not carry credentials, a query or a fragment');
+    this.#base = base;
+    this.nodeId = opts.nodeId;
+    this.#authorization = `Bearer ${deriveNodeKeys(opts.nodeSecret).nodeApiBearer.toString('hex')}`;
+    this.#timeoutMs = opts.timeoutMs ?? 10_000;
+    this.#retries = opts.retries ?? 2;
+    this.#retryBaseMs = opts.retryBaseMs ?? 200;
+    this.#ca = opts.ca;
+    this.#agent = base.protocol === 'https:' ? new HttpsAgent({ keepAlive: true, ca: opts.ca }) : new HttpAgent({ keepAlive: true });
+  }
+
+  /** Registration (epoch null) is not retried here: a lost reply's epoch is superseded by the next registration anyway. */
+  heartbeat(body: Heartbeat): Promise<HeartbeatReply> {
+    return this.#call('POST', '/node/v1/heartbeat', { body, idempotent: body.epoch !== null }) as Promise<HeartbeatReply>;
+  }
+
+  /** Idempotent by event id: a batch sent twice is appended once. */
+  appendEvents(events: NodeEvent[], opts: { timeoutMs?: number } = {}): Promise<AppendEventsReply> {
+    return this.#call('POST', '/node/v1/events', { body: { events }, idempotent: true, timeoutMs: opts.timeoutMs }) as Promise<AppendEventsReply>;
+  }
+
+  /** Base64 of the purpose key sealed under the node-transport key. */
+  async dataKey(tenantId: string, purpose: string): Promise<string> {
+    const path = `/node/v1/tenants/${encodeURIComponent(tenantId)}/data-keys/${encodeURIComponent(purpose)}`;
+    return ((await this.#call('POST', path, { idempotent: true })) as { sealed: string }).sealed;
+  }
+
+  secretInfo(tenantId: string, name: string): Promise<SecretInfo> {
+    return this.#call('GET', secretPath(tenantId, name), { idempotent: true }) as Promise<SecretInfo>;
+  }
+
+  /** Base64 of the value sealed under the node-transport key. */
+  async secretValue(tenantId: string, name: string): Promise<string> {
+    return ((await this.#call('POST', `${secretPath(tenantId, name)}/value`, { idempotent: true })) as { sealed: string }).sealed;
+  }
+
+  /** The published snapshot of a template, or undefined when none is. */
+  async templateLookup(key: string): Promise<NodeTemplateRecord | undefined> {
+    try {
+      return (await this.#call('GET', templatePath(key), { idempotent: true })) as NodeTemplateRecord;
+    } catch (err) {
+      if (err instanceof SandglassError && (err.code === 'template_not_found' || err.code === 'not_found')) return undefined;
+      throw err;
+    }
+  }
+
+  /** First publisher wins; every caller gets the winner. Idempotent: publishing the same record twice yields the same winner. */
+  templatePublish(key: string, rec: NodeTemplateRecord): Promise<NodeTemplateRecord> {
+    return this.#call('PUT', templatePath(key), { body: rec, idempotent: true }) as Promise<NodeTemplateRecord>;
+  }
+
+  close(): void {
+    this.#agent.destroy();
+  }
+
+  async #call(method: string, path: string, opts: CallOptions): Promise<unknown> {
+    const attempts = opts.idempotent ? this.#retries + 1 : 1;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#once(method, path, opts);
+      } catch (err) {
+        const retryable = !(err instanceof SandglassError) || err.retryable;
+        if (!retryable || attempt >= attempts) throw err;
+        await new Promise((r) => setTimeout(r, this.#retryBaseMs * 2 ** (attempt - 1)));
+      }
+    }
+  }
+
+  async #once(method: string, path: string, opts: CallOptions): Promise<unknown> {
+    const timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
+    const url = new URL(this.#base.pathname.replace(/\/+$/, '') + path, this.#base);
+    let res: { status: number; text: string };
+    try {
+      res = await this.#send(url, method, opts.body === undefined ? undefined : JSON.stringify(opts.body), timeoutMs);
+    } catch (err) {
+      const why = (err as Error).name === 'TimeoutError' ? `did not answer within ${timeoutMs / 1000} s` : `cannot be reached (${(err as Error).message})`;
+      throw new SandglassError('internal', `The control plane at ${this.#base.origin} ${why}.`, { cause: err });
+    }
+    let parsed: unknown;
+    try {
+      parsed = res.text === '' ? undefined : JSON.parse(res.text);
+    } catch {
+      parsed = undefined;
+    }
+    if (res.status >= 200 && res.status < 300) return parsed;
+    throw errorFromBody(res.status, parsed);
+  }
+
+  #send(url: URL, method: string, body: string | undefined, timeoutMs: number): Promise<{ status: number; text: string }> {
+    const headers: Record<string, string> = { authorization: this.#authorization, 'x-sandglass-node': this.nodeId, accept: 'application/json' };
+    if (body !== undefined) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = String(Buffer.byteLength(body));
+    }
+    const signal = AbortSignal.timeout(timeoutMs);
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise((resolve, reject) => {
+      const fail = (err: unknown) => reject(signal.aborted ? signal.reason : err);
+      const req = request(url, { method, headers, signal, agent: this.#agent, ...(this.#ca ? { ca: this.#ca } : {}) }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', fail);
+      });
+      req.on('error', fail);
+      req.end(body);
+    });
+  }
+}
+
+function secretPath(tenantId: string, name: string): string {
+  return `/node/v1/tenants/${encodeURIComponent(tenantId)}/secrets/${encodeURIComponent(name)}`;
+}
+
+function templatePath(key: string): string {
+  return `/node/v1/templates/${encodeURIComponent(key)}`;
+}

@@ -1,0 +1,144 @@
+// What a gateway in a cluster obtains from the control plane at the moment of use: tenant keys and secret values (sealed for this node), and templates.
+import { Redacted, SandglassError, deriveNodeKeys, type Clock } from '@sandglass/core';
+import { KEY_PURPOSES, unseal, type KeyProvider, type KeyPurpose } from '@sandglass/kms';
+import type { NodeApiClient } from './node-api-client.js';
+import type { ResolvedSecret, SecretResolver } from './network.js';
+import type { TemplateRef, TemplateRegistry } from './templates.js';
+
+/** Base64 of a seal under the node-transport key, opened only with exactly the associated data it was sealed with. */
+function openSealed(transport: Buffer, sealedB64: string, aad: string): Buffer {
+  return unseal(transport, Buffer.from(sealedB64, 'base64'), Buffer.from(aad, 'utf8'));
+}
+
+export interface RemoteKeysOptions {
+  client: NodeApiClient;
+  nodeSecret: Buffer;
+  clock: Clock;
+  /** How long a key obtained stays in memory; default 60 s. */
+  cacheMs?: number;
+}
+
+/**
+ * A tenant's purpose keys from the control plane (`POST /node/v1/tenants/{t}/data-keys/{purpose}`), sealed for this
+ * node with `<node>/<tenant>/<purpose>` as associated data, so a reply meant for another node, tenant or purpose
+ * does not open. Kept in memory for cacheMs: one chunk-store operation asks for three keys and a capture runs every
+ * minute per sandbox, and a revocation on the control plane then stops this node using the key within that time.
+ * Never written to disk. Every failure is `key_unavailable`, as the KeyProvider contract says: nothing proceeds without the key.
+ */
+export class RemoteKeys implements KeyProvider {
+  readonly name = 'node-api';
+  readonly #client: NodeApiClient;
+  readonly #transport: Buffer;
+  readonly #clock: Clock;
+  readonly #cacheMs: number;
+  readonly #cache = new Map<string, { key: Promise<Buffer>; untilMs: number }>();
+
+  constructor(opts: RemoteKeysOptions) {
+    this.#client = opts.client;
+    this.#transport = deriveNodeKeys(opts.nodeSecret).transport;
+    this.#clock = opts.clock;
+    this.#cacheMs = opts.cacheMs ?? 60_000;
+  }
+
+  dataKey(tenantId: string, purpose: KeyPurpose): Promise<Buffer> {
+    if (!(KEY_PURPOSES as readonly string[]).includes(purpose)) {
+      return Promise.reject(new SandglassError('invalid_argument', `purpose: must be one of ${KEY_PURPOSES.join(', ')}`));
+    }
+    const id = `${tenantId}/${purpose}`;
+    const nowMs = this.#clock.nowMs();
+    const hit = this.#cache.get(id);
+    if (hit && hit.untilMs > nowMs) return hit.key;
+    const key = this.#fetch(tenantId, purpose);
+    this.#cache.set(id, { key, untilMs: nowMs + this.#cacheMs });
+    // A failure is never cached: the next use asks again.
+    key.catch(() => {
+      if (this.#cache.get(id)?.key === key) this.#cache.delete(id);
+    });
+    return key;
+  }
+
+  /** A node holds no key it could destroy: crypto-shredding happens where the keys live, on the control plane. */
+  async revoke(tenantId: string): Promise<void> {
+    throw new SandglassError('permission_denied', `A node cannot revoke tenant ${tenantId}'s key; revoke it on the control plane.`);
+  }
+
+  async #fetch(tenantId: string, purpose: KeyPurpose): Promise<Buffer> {
+    let sealed: string;
+    try {
+      sealed = await this.#client.dataKey(tenantId, purpose);
+    } catch (err) {
+      if (err instanceof SandglassError && err.code === 'key_unavailable') throw err;
+      throw new SandglassError(
+        'key_unavailable',
+        `Tenant ${tenantId}'s ${purpose} key could not be obtained from the control plane: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    let key: Buffer;
+    try {
+      key = openSealed(this.#transport, sealed, `${this.#client.nodeId}/${tenantId}/${purpose}`);
+    } catch (err) {
+      throw new SandglassError('key_unavailable', `Tenant ${tenantId}'s ${purpose} key from the control plane was not sealed for this node and tenant.`, {
+        cause: err,
+      });
+    }
+    if (key.length !== 32)
+      throw new SandglassError('key_unavailable', `Tenant ${tenantId}'s ${purpose} key from the control plane is ${key.length} bytes, not 32.`);
+    return key;
+  }
+}
+
+/**
+ * A tenant's secrets through the control plane: the rules on every resolve (so a narrowed or removed secret applies
+ * to the next request) and the value only inside value(), sealed for `<node>/<tenant>/<name>`, opened into a
+ * Redacted and never cached. Any failure throws, and the egress proxy then refuses the request (fail closed).
+ */
+export class RemoteSecrets implements SecretResolver {
+  readonly #client: NodeApiClient;
+  readonly #transport: Buffer;
+
+  constructor(opts: { client: NodeApiClient; nodeSecret: Buffer }) {
+    this.#client = opts.client;
+    this.#transport = deriveNodeKeys(opts.nodeSecret).transport;
+  }
+
+  async resolve(tenantId: string, name: string): Promise<ResolvedSecret> {
+    const info = await this.#client.secretInfo(tenantId, name);
+    return {
+      name: info.name,
+      hosts: info.hosts,
+      header: info.header,
+      format: info.format,
+      bodyContentTypes: info.bodyContentTypes,
+      approval: info.approval,
+      allowPlaintext: info.allowPlaintext,
+      allowUpgrade: info.allowUpgrade,
+      value: () => this.value(tenantId, name),
+    };
+  }
+
+  private async value(tenantId: string, name: string): Promise<Redacted<string>> {
+    const sealed = await this.#client.secretValue(tenantId, name);
+    try {
+      return new Redacted(openSealed(this.#transport, sealed, `${this.#client.nodeId}/${tenantId}/${name}`).toString('utf8'));
+    } catch (err) {
+      throw new SandglassError('internal', `Secret ${name}'s value from the control plane was not sealed for this node and tenant.`, { cause: err });
+    }
+  }
+}
+
+/** Which snapshot is each template, as the control plane records it (`/node/v1/templates/{key}`). */
+export class RemoteTemplateRegistry implements TemplateRegistry {
+  constructor(private readonly client: NodeApiClient) {}
+
+  lookup(key: string): Promise<TemplateRef | undefined> {
+    return this.client.templateLookup(key);
+  }
+
+  /** The node is named by the call's own header, not the body: the spec's record is the snapshot alone. */
+  async publish(key: string, rec: TemplateRef & { nodeId: string }): Promise<TemplateRef> {
+    return this.client.templatePublish(key, { tenantId: rec.tenantId, snapshotId: rec.snapshotId });
+  }
+}
