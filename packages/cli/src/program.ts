@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
 import { registerApprovalCommands, registerNetworkCommands, registerSecretCommands } from './commands/egress.js';
 import { registerEventCommands } from './commands/events.js';
+import { registerGatewayCommand } from './commands/gateway.js';
 import { registerGuestCommands } from './commands/guest.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
@@ -20,6 +21,7 @@ export function buildProgram(state: RunState): Command {
   const act = actFor(state);
   // In this order in --help.
   registerServerCommands(program, act);
+  registerGatewayCommand(program, act);
   registerSandboxCommands(program, act);
   registerGuestCommands(program, act);
   registerEventCommands(program, act);

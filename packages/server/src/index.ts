@@ -2,3 +2,4 @@
 export { up, start, type UpOptions, type Running } from './up.js';
 export { doctor, formatDoctor, type DoctorReport } from './doctor.js';
 export { nodeAccel } from './accel.js';
+export { startGateway, gatewayNode, parseListen, type GatewayNodeOptions, type RunningGatewayNode } from './gateway-node.js';

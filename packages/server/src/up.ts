@@ -1,28 +1,19 @@
 // `sandglass up`: the embedded single-node deployment — control plane and one gateway in one process, SQLite, local storage.
-import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
-import {
-  Gateway,
-  BASE_TEMPLATE,
-  DEFAULT_HEALTH,
-  DEFAULT_WARM_POOL,
-  createDataPlaneServer,
-  createInternalServer,
-  listenOnSocket,
-  type HealthPolicy,
-} from '@sandglass/gateway';
+import { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, createDataPlaneServer, createInternalServer, listenOnSocket } from '@sandglass/gateway';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
 import { createControlPlane, bootstrapLocal, dbTemplateRegistry, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
-import { lookup as dnsLookup } from 'node:dns/promises';
 import { reconcileNode } from './reconcile.js';
 import { progressPrinter } from './progress.js';
 import { nodeAccel } from './accel.js';
+import { egressFromEnv, healthFromEnv, intFromEnv } from './env.js';
 
 /** The one node of `sandglass up`. */
 const LOCAL_NODE_ID = 'local';
@@ -42,63 +33,6 @@ export interface Running {
   gatewayUrl: string;
   adminKeyFile: string;
   stop(): Promise<void>;
-}
-
-/** An integer setting from the environment, within [min, max]; a bad value stops start-up with the rule it broke. */
-function intFromEnv(name: string, dflt: number, min: number, max: number): number {
-  const v = process.env[name];
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
-  return n;
-}
-
-/** SANDGLASS_HEALTH_INTERVAL_MS / SANDGLASS_HEALTH_TIMEOUT_MS tune hang detection (tests shorten it). */
-function healthFromEnv(): HealthPolicy {
-  return {
-    intervalMs: intFromEnv('SANDGLASS_HEALTH_INTERVAL_MS', DEFAULT_HEALTH.intervalMs, 1, 3_600_000),
-    timeoutMs: intFromEnv('SANDGLASS_HEALTH_TIMEOUT_MS', DEFAULT_HEALTH.timeoutMs, 1, 3_600_000),
-    misses: DEFAULT_HEALTH.misses,
-  };
-}
-
-/**
- * Egress settings from the environment: SANDGLASS_EGRESS_HOSTS ("name=ip,…", a static resolver override consulted
- * before DNS, for on-prem names and tests; its answers are vetted like DNS's), SANDGLASS_EGRESS_PRIVATE_ALLOW
- * ("ip:port,…": the only internal destinations sandboxes may reach; no API can add one), SANDGLASS_EGRESS_CA_FILES
- * (PEM files of extra CAs trusted for upstreams),
- * SANDGLASS_APPROVAL_TIMEOUT_MS, SANDGLASS_EGRESS_RECORD=1 (record each exchange, secrets redacted).
- */
-function egressFromEnv(): {
-  lookup: (host: string) => Promise<string[]>;
-  privateAllow: string[];
-  upstreamCAs?: string[];
-  approvalTimeoutMs?: number;
-  recordExchanges: boolean;
-} {
-  const hosts = new Map<string, string[]>();
-  for (const entry of (process.env.SANDGLASS_EGRESS_HOSTS ?? '')
-    .split(',')
-    .map((e) => e.trim())
-    .filter(Boolean)) {
-    const [name, ip] = entry.split('=');
-    if (!name || !ip) throw new Error(`SANDGLASS_EGRESS_HOSTS: ${JSON.stringify(entry)} is not name=ip`);
-    hosts.set(name.toLowerCase(), [...(hosts.get(name.toLowerCase()) ?? []), ip]);
-  }
-  const caFiles = (process.env.SANDGLASS_EGRESS_CA_FILES ?? '')
-    .split(',')
-    .map((f) => f.trim())
-    .filter(Boolean);
-  return {
-    lookup: async (host) => hosts.get(host.toLowerCase()) ?? (await dnsLookup(host, { all: true })).map((a) => a.address),
-    privateAllow: (process.env.SANDGLASS_EGRESS_PRIVATE_ALLOW ?? '')
-      .split(',')
-      .map((e) => e.trim())
-      .filter(Boolean),
-    upstreamCAs: caFiles.length ? caFiles.map((f) => readFileSync(f, 'utf8')) : undefined,
-    approvalTimeoutMs: process.env.SANDGLASS_APPROVAL_TIMEOUT_MS ? intFromEnv('SANDGLASS_APPROVAL_TIMEOUT_MS', 300_000, 100, 86_400_000) : undefined,
-    recordExchanges: process.env.SANDGLASS_EGRESS_RECORD === '1',
-  };
 }
 
 export async function start(opts: UpOptions = {}): Promise<Running> {

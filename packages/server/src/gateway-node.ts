@@ -1,0 +1,219 @@
+// `sandglass gateway`: one node of a cluster — VMs, data plane and internal API — reaching the control plane only through its node API.
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
+import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
+import {
+  Gateway,
+  DEFAULT_WARM_POOL,
+  Membership,
+  NodeApiClient,
+  Outbox,
+  RemoteKeys,
+  RemoteSecrets,
+  RemoteTemplateRegistry,
+  createDataPlaneServer,
+  createInternalServer,
+  type MemberNode,
+} from '@sandglass/gateway';
+import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
+import { DEFAULT_RETENTION } from '@sandglass/snapshots';
+import { progressPrinter } from './progress.js';
+import { nodeAccel } from './accel.js';
+import { egressFromEnv, healthFromEnv, intFromEnv } from './env.js';
+
+export interface GatewayNodeOptions {
+  /** The node's home (artifacts, run directories, outbox); default SANDGLASS_HOME. */
+  home?: string;
+  /** The control plane's API base URL (http:// or https://); the node API is under /node/v1 on it. */
+  controlPlaneUrl: string;
+  /** Stable across restarts of this host: the control plane knows the node by it. */
+  nodeId: string;
+  /** The cluster's node secret (64 hex digits), the one the control plane has; never created here. */
+  nodeSecretFile: string;
+  /** The chunk store every node and the control plane share: s3://bucket/prefix, file:/abs/path or /abs/path. */
+  store: string;
+  /** host:port of the data plane (SDKs connect to it). */
+  listen: string;
+  /** host:port of the internal API (the control plane calls it with the internal bearer). */
+  internalListen: string;
+  /** What the control plane hands clients and calls; default http:// on the listen addresses. */
+  advertiseUrl?: string;
+  advertiseInternalUrl?: string;
+  /** PEM files of CAs trusted for an https:// control plane. */
+  controlPlaneCaFiles?: string[];
+  warmPoolSize?: number;
+}
+
+export interface RunningGatewayNode {
+  nodeId: string;
+  url: string;
+  internalUrl: string;
+  /** Stops every VM without ending its sandbox (the control plane moves them), then delivers what the outbox holds. */
+  stop(): Promise<void>;
+}
+
+const NODE_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+/** A clean stop waits this long for the outbox to reach the control plane; what is left is delivered by the next run. */
+const STOP_DRAIN_MS = 5000;
+
+/** `host:port` or `[v6]:port` → the parts; anything else stops start-up naming the flag. */
+export function parseListen(flag: string, value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(value);
+  const port = Number(m?.[3]);
+  if (!m || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`${flag} must be host:port (or [v6]:port), got ${JSON.stringify(value)}`);
+  return { host: m[1] ?? m[2]!, port };
+}
+
+function httpUrl(addr: { host: string; port: number }): string {
+  return `http://${addr.host.includes(':') ? `[${addr.host}]` : addr.host}:${addr.port}`;
+}
+
+/** The cluster's secret or nothing: a node that made its own would fail every call with the control plane. */
+function clusterNodeSecret(file: string): Buffer {
+  if (!existsSync(file)) {
+    throw new Error(
+      `the node secret file ${file} does not exist: copy the control plane's node-secret to this host (mode 0600) and pass it as --node-secret-file`,
+    );
+  }
+  if ((statSync(file).mode & 0o077) !== 0) throw new Error(`the node secret file ${file} is readable by other users: chmod 600 it`);
+  return loadNodeSecret(file);
+}
+
+/** Template keys cached on this node (`artifacts/template-<key>/`), for placement. */
+function cachedTemplateKeys(artifactsDir: string): string[] {
+  try {
+    return readdirSync(artifactsDir)
+      .map((n) => /^template-([0-9a-f]{16})$/.exec(n)?.[1])
+      .filter((k): k is string => k !== undefined)
+      .slice(0, 1000);
+  } catch {
+    return [];
+  }
+}
+
+export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGatewayNode> {
+  if (!NODE_ID.test(opts.nodeId))
+    throw new Error(`--node-id must be 1-63 lowercase letters, digits or "-", starting with a letter or digit; got ${JSON.stringify(opts.nodeId)}`);
+  const listen = parseListen('--listen', opts.listen);
+  const internalListen = parseListen('--internal-listen', opts.internalListen);
+  const url = opts.advertiseUrl ?? httpUrl(listen);
+  const internalUrl = opts.advertiseInternalUrl ?? httpUrl(internalListen);
+  const layout = homeLayout(opts.home);
+  const log = createLogger('sandglass-gateway');
+  const clock = systemClock;
+
+  mkdirSync(layout.root, { recursive: true, mode: 0o700 });
+  const homeLock = lockHome(layout.root);
+  for (const d of [layout.root, layout.artifacts, layout.run]) mkdirSync(d, { recursive: true, mode: 0o700 });
+  // Everything that can be wrong in the settings fails here, before minutes of image building.
+  const secret = clusterNodeSecret(opts.nodeSecretFile);
+  const backend = openChunkBackend(opts.store);
+  const client = new NodeApiClient({
+    baseUrl: opts.controlPlaneUrl,
+    nodeId: opts.nodeId,
+    nodeSecret: secret,
+    ca: opts.controlPlaneCaFiles?.map((f) => readFileSync(f, 'utf8')),
+  });
+
+  const progress = progressPrinter();
+  const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
+  progress.finish();
+  const kernelArgs = defaultKernelArgs().join(' ');
+  progress.update({ step: 'accelerator', message: 'checking which accelerator boots a guest' });
+  const accel = await nodeAccel(layout, image, kernelArgs);
+  progress.finish();
+  log.info({ accel: accel.accel, cpu: accel.cpu }, accel.reason);
+
+  // Events from a previous run that never reached the control plane go first.
+  const outbox = new Outbox({ dir: join(layout.root, 'outbox'), sink: client, clock, logger: log });
+  await outbox.start();
+  const store = new ChunkStore({ backend, keys: new RemoteKeys({ client, nodeSecret: secret, clock }), clock });
+  // Leftover VMs of a dead predecessor are killed by the Gateway itself (its jailers' records); their sandboxes are
+  // the control plane's to move: this node does not know which ones it still owns until the first heartbeat.
+  const gateway = new Gateway({
+    home: layout,
+    image,
+    kernelArgs,
+    accel,
+    events: outbox,
+    nodeSecret: secret,
+    clock,
+    logger: log,
+    health: healthFromEnv(),
+    warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
+    store,
+    templateRegistry: { registry: new RemoteTemplateRegistry(client), nodeId: opts.nodeId },
+    retention: DEFAULT_RETENTION,
+    secrets: new RemoteSecrets({ client, nodeSecret: secret }),
+    egress: egressFromEnv(),
+    captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
+  });
+  await gateway.ensureBaseTemplate((p) => progress.update(p));
+  progress.finish();
+
+  const internalApp = await createInternalServer(gateway);
+  await internalApp.listen(internalListen);
+  const node: MemberNode = {
+    sandboxIds: () => [...gateway.sandboxes.keys()],
+    memory: () => gateway.memory(),
+    templateKeys: () => cachedTemplateKeys(layout.artifacts),
+    evict: (id) => gateway.killSandbox(id),
+    evictAll: () => gateway.evictAll(),
+    revokeKeys: (keyIds, untilMs) => gateway.revokedKeys.add(keyIds, untilMs),
+  };
+  const membership = new Membership({ client, node, url, internalUrl, logger: log });
+  // Registered before the data plane serves: the keys revoked while their tokens may live arrive with registration.
+  await membership.start();
+  const dataApp = await createDataPlaneServer(gateway);
+  await dataApp.listen(listen);
+  writeFileSync(
+    layout.serverFile,
+    `${JSON.stringify({ nodeId: opts.nodeId, gatewayUrl: url, internalUrl, controlPlaneUrl: opts.controlPlaneUrl, pid: process.pid }, null, 2)}\n`,
+    { mode: 0o600 },
+  );
+
+  let stopping: Promise<void> | undefined;
+  return {
+    nodeId: opts.nodeId,
+    url,
+    internalUrl,
+    stop: () =>
+      (stopping ??= (async () => {
+        rmSync(layout.serverFile, { force: true });
+        await membership.stop();
+        await gateway.shutdown({ end: false });
+        await dataApp.close();
+        await internalApp.close();
+        if (!(await outbox.drain(STOP_DRAIN_MS)))
+          log.warn({ bytes: outbox.undeliveredBytes() }, 'stopping with events not yet delivered; the next start delivers them');
+        await outbox.close();
+        client.close();
+        homeLock.release();
+      })()),
+  };
+}
+
+/** Runs until SIGINT/SIGTERM, then stops every VM (the control plane moves their sandboxes) and exits. */
+export async function gatewayNode(opts: GatewayNodeOptions): Promise<void> {
+  const t0 = performance.now();
+  const running = await startGateway(opts);
+  process.stdout.write(
+    `Sandglass gateway ${running.nodeId} is up in ${((performance.now() - t0) / 1000).toFixed(1)} s\n` +
+      `  data plane:   ${running.url}\n` +
+      `  internal API: ${running.internalUrl}\n` +
+      `  control plane: ${opts.controlPlaneUrl}\n` +
+      `Stop with Ctrl-C.\n`,
+  );
+  await new Promise<void>((resolve) => {
+    const onSignal = (sig: NodeJS.Signals) => {
+      process.stdout.write(`\n${sig}: stopping VMs (their sandboxes stay for the control plane to move)…\n`);
+      running.stop().then(resolve, (err: unknown) => {
+        process.stderr.write(`error while stopping: ${(err as Error).message}\n`);
+        resolve();
+      });
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+  });
+}
