@@ -1,7 +1,7 @@
 // Placement and the node gateway's internal API as seen from the control plane: it only ever talks to gateways over HTTP.
 import { request } from 'node:http';
-import { deriveNodeKeys, errorFromBody, SandglassError } from '@sandglass/core';
-import type { ApprovalRequest, NetworkPolicy, Snapshot } from './api.js';
+import { deriveNodeKeys, errorFromBody, SandglassError, type GatewayApi, type RequestBody, type SuccessBody } from '@sandglass/core';
+import type { ApprovalRequest, NetworkPolicy } from './api.js';
 
 export interface GatewayEndpoint {
   id: string;
@@ -37,59 +37,22 @@ export function singleGateway(gateway: GatewayEndpoint): GatewayDirectory {
   };
 }
 
-export interface GatewayCreateRequest {
-  id: string;
-  tenantId: string;
-  template: string;
-  memoryMib: number;
-  vcpus: number;
-  timeoutS: number;
-  snapshotIntervalS: number;
-  /** The egress policy, already checked by parsePolicy; absent: no network at all. */
-  network?: NetworkPolicy;
-  /** Names of tenant secrets to bind (each exists); the gateway resolves them through its SecretStore. */
-  secrets?: string[];
-}
+// The internal API's requests and replies, from spec/gateway.yaml: a field the gateway renames or adds fails this
+// client's type check rather than a call at run time.
+type GatewaySchemas = GatewayApi.components['schemas'];
+type InternalBody<Op extends keyof GatewayApi.operations> = NonNullable<RequestBody<GatewayApi.operations[Op]>>;
 
-export interface GatewayCreateReply {
-  id: string;
-  state: string;
-  startedAt: string;
-  pid: number;
-}
-
-export interface GatewaySnapshotReply {
-  snapshot: Snapshot;
-}
-
-export interface GatewayResumeRequest {
-  snapshotId: string;
-  tenantId: string;
-  timeoutS: number;
-  snapshotIntervalS: number;
-  /** The policy and secrets the sandbox had when paused, so its new VM gets the same egress. */
-  network?: NetworkPolicy;
-  secrets?: string[];
-}
-
-export interface GatewayApprovalDecision {
-  decision: 'approve' | 'deny';
-  /** A time-boxed grant; absent: this request only. */
-  ttlS?: number;
-}
-
-export interface GatewayForkRequest {
-  snapshotId: string;
-  tenantId: string;
-  sandboxes: { id: string; timeoutS: number; snapshotIntervalS: number }[];
-}
-
+/** The egress policy is already checked by parsePolicy; the secrets named exist, and the gateway resolves them. */
+export type GatewayCreateRequest = InternalBody<'nodeCreateSandbox'>;
+export type GatewayCreateReply = GatewaySchemas['NodeSandbox'];
+export type GatewaySnapshotReply = GatewaySchemas['SnapshotReply'];
+/** The policy and secrets the sandbox had when paused, so its new VM gets the same egress. */
+export type GatewayResumeRequest = InternalBody<'nodeResumeSandbox'>;
+export type GatewayApprovalDecision = InternalBody<'nodeDecideApproval'>;
+export type GatewayForkRequest = InternalBody<'nodeForkSandboxes'>;
 /** Per requested fork, in request order: it runs, or why it did not start. */
-export type GatewayForkResult = GatewayCreateReply | { id: string; error: { code: string; message: string; details?: Record<string, unknown> } };
-
-export interface GatewayForkReply {
-  sandboxes: GatewayForkResult[];
-}
+export type GatewayForkResult = GatewayForkReply['sandboxes'][number];
+export type GatewayForkReply = SuccessBody<GatewayApi.operations['nodeForkSandboxes']>;
 
 export interface GatewayClientOptions {
   /** For calls that restore or snapshot a VM (create, resume, fork, snapshot, pause): seconds under TCG; the default leaves ample room. */
