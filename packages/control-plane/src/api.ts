@@ -1,154 +1,29 @@
-// Wire shapes of spec/control-plane.yaml as TypeScript, and the mapping from database rows to them.
-import type { ApiKeyRole, EndReason, SandboxRow, SandboxState, SnapshotReason, SnapshotRow, TemplateRow, TemplateStatus, TenantRow } from '@sandglass/db';
+// Wire shapes of spec/control-plane.yaml, generated from it (`npm run gen`), and the mapping from database rows to them.
+import type { ControlPlaneApi } from '@sandglass/core';
+import type { SandboxRow, SnapshotRow, TemplateRow, TenantRow } from '@sandglass/db';
 
-export interface Access {
-  gatewayUrl: string;
-  token: string;
-  expiresAt: string;
-}
+type Schemas = ControlPlaneApi.components['schemas'];
 
-export interface Sandbox {
-  id: string;
-  tenantId: string;
-  template: string;
-  state: SandboxState;
-  endReason?: EndReason;
-  failureReason?: string;
-  memoryMib: number;
-  vcpus: number;
-  timeoutS: number;
-  metadata: Record<string, string>;
-  createdAt: string;
-  startedAt?: string;
-  endedAt?: string;
-  expiresAt: string;
-  snapshotIntervalS: number;
-  /** The snapshot a fork started from; null for a sandbox created from a template. */
-  sourceSnapshotId: string | null;
-  pausedAt: string | null;
-  /** The egress policy; null: no network at all. */
-  network: NetworkPolicy | null;
-  /** Names of the tenant secrets bound to it. */
-  secrets: string[];
-  access?: Access;
-}
-
+export type Access = Schemas['Access'];
+export type Sandbox = Schemas['Sandbox'];
 /** Egress rules in the grammar of @sandglass/egress; deny wins, nothing allowed means denied. */
-export interface NetworkPolicy {
-  allow: string[];
-  deny: string[];
-}
-
+export type NetworkPolicy = Schemas['NetworkPolicy'];
 /** A request the egress gateway holds until someone approves or denies using a secret in it. */
-export interface ApprovalRequest {
-  requestId: string;
-  sandboxId: string;
-  /** The secret's name. */
-  secret: string;
-  host: string;
-  port: number;
-  method: string;
-  path: string;
-  requestedAt: string;
-  /** When it is denied unless decided. */
-  expiresAt: string;
-}
-
-export interface ApprovalDecision {
-  sandboxId: string;
-  decision: 'approve' | 'deny';
-  /** Approve for this long (later uses of the secret by the sandbox pass); absent: this request only. */
-  ttlS?: number;
-}
-
-export interface Snapshot {
-  id: string;
-  sandboxId: string;
-  parentId: string | null;
-  takenAt: string;
-  reason: SnapshotReason;
-  name: string | null;
-  pinned: boolean;
-  sizeAddedBytes: number;
-  memoryMib: number;
-  vcpus: number;
-  template: string;
-}
-
-export interface Template {
-  id: string;
-  name: string;
-  status: TemplateStatus;
-  memoryMib: number;
-  createdAt: string;
-}
-
-export interface Tenant {
-  id: string;
-  name: string;
-  createdAt: string;
-}
-
+export type ApprovalRequest = Schemas['ApprovalRequest'];
+export type ApprovalDecision = Schemas['ApprovalDecisionRequest'];
+export type Snapshot = Schemas['Snapshot'];
+export type Template = Schemas['Template'];
+export type Tenant = Schemas['Tenant'];
 /** An API key as listed: metadata only, never the key or its hash. */
-export interface ApiKeyInfo {
-  id: string;
-  tenantId: string;
-  name?: string;
-  role: ApiKeyRole;
-  /** The key's first characters, to tell keys apart. */
-  prefix: string;
-  createdAt: string;
-  createdByKeyId: string | null;
-  expiresAt: string | null;
-  /** To the minute. */
-  lastUsedAt: string | null;
-  revokedAt: string | null;
-}
-
+export type ApiKeyInfo = Schemas['ApiKeyInfo'];
 /** A key just created: the only answer that ever carries the key itself. */
-export interface ApiKey extends ApiKeyInfo {
-  key: string;
-}
-
-/** The body after validation: the spec's defaults are filled in. */
-export interface CreateSandboxRequest {
-  template: string;
-  memoryMib: number;
-  vcpus: number;
-  timeoutS: number;
-  metadata?: Record<string, string>;
-  snapshotIntervalS: number;
-  /** Absent: no network at all. */
-  network?: { allow?: string[]; deny?: string[] };
-  /** Names of tenant secrets to bind. */
-  secrets?: string[];
-}
-
-export interface ResumeSandboxRequest {
-  at?: string;
-  snapshotId?: string;
-}
-
-/** The body after validation: count and timeoutS are filled in. */
-export interface ForkRequest {
-  snapshotId?: string;
-  sandboxId?: string;
-  at?: string;
-  count: number;
-  timeoutS: number;
-  metadata?: Record<string, string>;
-}
-
-export interface ForkResponse {
-  snapshotId: string;
-  /** The forks that started, each with access. */
-  sandboxes: Sandbox[];
-}
-
-export interface PauseResponse {
-  sandbox: Sandbox;
-  snapshot: Snapshot;
-}
+export type ApiKey = Schemas['ApiKey'];
+// Request schemas as a handler sees them: validation filled in the spec's defaults, so those fields are present.
+export type CreateSandboxRequest = Schemas['CreateSandboxRequest'];
+export type ResumeSandboxRequest = Schemas['ResumeSandboxRequest'];
+export type ForkRequest = Schemas['ForkRequest'];
+export type ForkResponse = Schemas['ForkResponse'];
+export type PauseResponse = Schemas['PauseResponse'];
 
 export function toSandbox(row: SandboxRow): Sandbox {
   return {
