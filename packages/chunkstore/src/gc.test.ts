@@ -1,38 +1,40 @@
-// GC: orphans past the grace period go; referenced, leased and young chunks stay; an undecidable tenant loses nothing.
-import { mkdtemp, rm, utimes, writeFile } from 'node:fs/promises';
+// GC: orphans past the grace period go; referenced, leased and young chunks stay; an undecidable tenant loses nothing. On every backend.
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '@sandglass/core';
 import { LocalKeyring } from '@sandglass/kms';
-import { ChunkStore, LocalDiskBackend, type TenantStore } from './index.js';
+import { ChunkStore, type ChunkBackend, type TenantStore } from './index.js';
+import { BACKEND_KINDS, backendFixtures, type BackendFixture } from './store-fixtures.js';
 
 const HOUR_MS = 60 * 60 * 1000;
+const fixture = backendFixtures();
 
-let dir: string;
-let root: string;
-let keys: LocalKeyring;
-let store: ChunkStore;
-let a: TenantStore;
+describe.each(BACKEND_KINDS)('gc on %s', (kind) => {
+  let dir: string;
+  let keys: LocalKeyring;
+  let backend: ChunkBackend;
+  let backdate: BackendFixture['backdate'];
+  let store: ChunkStore;
+  let a: TenantStore;
 
-beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'sg-gc-'));
-  root = join(dir, 'store');
-  keys = new LocalKeyring({ dir: join(dir, 'keys') });
-  store = new ChunkStore({ backend: new LocalDiskBackend(root), keys });
-  a = await store.tenant('ten_a');
-});
-afterEach(() => rm(dir, { recursive: true, force: true }));
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sg-gc-'));
+    keys = new LocalKeyring({ dir: join(dir, 'keys') });
+    ({ backend, backdate } = await fixture(kind, dir));
+    store = new ChunkStore({ backend, keys });
+    a = await store.tenant('ten_a');
+  });
+  afterEach(() => rm(dir, { recursive: true, force: true }));
 
-/** Puts a chunk and backdates its file, as if written long ago. */
-async function oldChunk(tenant: TenantStore, text: string, ageMs = 2 * HOUR_MS): Promise<string> {
-  const { id } = await tenant.put(Buffer.from(text));
-  const then = new Date(Date.now() - ageMs);
-  await utimes(join(root, 'chunks', tenant.tenantId, id.slice(0, 2), id), then, then);
-  return id;
-}
+  /** Puts a chunk and backdates it, as if written long ago. */
+  async function oldChunk(tenant: TenantStore, text: string, ageMs = 2 * HOUR_MS): Promise<string> {
+    const { id } = await tenant.put(Buffer.from(text));
+    await backdate(`chunks/${tenant.tenantId}/${id.slice(0, 2)}/${id}`, ageMs);
+    return id;
+  }
 
-describe('gc', () => {
   it('deletes old orphans and keeps referenced, leased and young chunks', async () => {
     const referenced = await oldChunk(a, 'referenced');
     const orphan = await oldChunk(a, 'orphan');
@@ -96,7 +98,7 @@ describe('gc', () => {
     const orphan = await oldChunk(a, 'orphan');
     const referenced = await oldChunk(a, 'referenced');
     await a.putManifest('snap_1', { refs: [referenced], body: {} });
-    await writeFile(join(root, 'manifests', 'ten_a', 'snap_1'), 'garbage');
+    await backend.put('manifests/ten_a/snap_1', Buffer.from('garbage'));
     expect(await store.gc({ graceMs: HOUR_MS })).toMatchObject({ deletedChunks: 0, undecidedTenants: ['ten_a'] });
     expect(await a.has(orphan)).toBe(true);
     expect(await a.has(referenced)).toBe(true);
@@ -104,11 +106,11 @@ describe('gc', () => {
 
   it('leaves files it did not write alone', async () => {
     const { id } = await a.put(Buffer.from('x'));
-    await writeFile(join(root, 'chunks', 'ten_a', id.slice(0, 2), 'README'), 'not a chunk');
-    const then = new Date(Date.now() - 2 * HOUR_MS);
-    await utimes(join(root, 'chunks', 'ten_a', id.slice(0, 2), 'README'), then, then);
+    const readme = `chunks/ten_a/${id.slice(0, 2)}/README`;
+    await backend.put(readme, Buffer.from('not a chunk'));
+    await backdate(readme, 2 * HOUR_MS);
     expect(await store.gc({ graceMs: 0 })).toMatchObject({ deletedChunks: 1 });
-    expect(await new LocalDiskBackend(root).has(`chunks/ten_a/${id.slice(0, 2)}/README`)).toBe(true);
+    expect(await backend.has(readme)).toBe(true);
   });
 
   it('a capture deduplicating against an orphan while GC runs keeps its chunk', async () => {
@@ -135,7 +137,7 @@ describe('gc', () => {
 
   it('reports its duration on the given clock', async () => {
     const clock = new ManualClock(Date.now());
-    const timed = new ChunkStore({ backend: new LocalDiskBackend(root), keys, clock });
+    const timed = new ChunkStore({ backend, keys, clock });
     expect((await timed.gc({ graceMs: HOUR_MS })).durationMs).toBe(0);
   });
 });
