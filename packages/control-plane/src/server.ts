@@ -1,31 +1,45 @@
 // The control plane's HTTP edge: auth, spec-driven validation and routes that turn requests into service calls.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type RouteHandlerMethod } from 'fastify';
 import type { Kysely } from 'kysely';
-import { genRequestId, installErrorHandling, installValidation, loadOpenApi, routeSchema, SandglassError, type Clock, type Logger } from '@sandglass/core';
-import type { SandboxState, Schema } from '@sandglass/db';
+import {
+  genRequestId,
+  installErrorHandling,
+  installValidation,
+  loadOpenApi,
+  routeSchema,
+  SandglassError,
+  type Clock,
+  type ControlPlaneApi,
+  type Logger,
+  type MethodsAt,
+  type OperationAt,
+  type OperationHandler,
+  type OperationRoute,
+  type RequestBody,
+} from '@sandglass/core';
+import type { Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
-import {
-  toTemplate,
-  toTenant,
-  type ApprovalDecision,
-  type CreateSandboxRequest,
-  type ForkRequest,
-  type NetworkPolicy,
-  type ResumeSandboxRequest,
-} from './api.js';
+import { toTemplate, toTenant } from './api.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
-import { ApiKeyService, authenticate, createTenant, type CreateApiKeyInput, type Principal } from './keys.js';
-import { ACCESS_TOKEN_TTL_MS, SandboxService, type EventsQuery } from './sandboxes.js';
-import { SecretStore, type SecretInput } from './secrets.js';
+import { ApiKeyService, authenticate, createTenant, type Principal } from './keys.js';
+import { ACCESS_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
+import { SecretStore } from './secrets.js';
 import { listTemplates } from './templates.js';
 
 export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 const BODY_LIMIT_BYTES = 1024 * 1024;
 const PUBLIC_ROUTES = new Set(['/v1/health']);
+
+type Paths = ControlPlaneApi.paths;
+type Operation<P extends keyof Paths, M extends MethodsAt<Paths, P>> = OperationAt<Paths, P, M>;
+/** The route generic of one operation; the preValidation hook gives a request without a body `{}`, so there always is one. */
+type Route<P extends keyof Paths, M extends MethodsAt<Paths, P>> = Omit<OperationRoute<Operation<P, M>>, 'Body'> & {
+  Body: NonNullable<RequestBody<Operation<P, M>>>;
+};
 
 export interface ControlPlaneOptions {
   db: Kysely<Schema>;
@@ -112,68 +126,67 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     return p;
   };
 
-  type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-  const route = (method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, handler: Handler) =>
-    app.route({ method, url: path.replace(/\{(\w+)\}/g, ':$1'), schema: routeSchema(spec, method, path), handler });
-  const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
+  // Each route is one operation of the spec, by its path there: the request and what the handler answers are the spec's types.
+  const route = <P extends keyof Paths, M extends MethodsAt<Paths, P>>(method: M, path: P, handler: OperationHandler<Operation<P, M>, Route<P, M>>) =>
+    app.route({
+      method,
+      url: path.replace(/\{(\w+)\}/g, ':$1'),
+      schema: routeSchema(spec, method, path),
+      // Fastify's handler type admits no returned reply once replies are typed per status; the handler's type is the check.
+      handler: handler as unknown as RouteHandlerMethod,
+    });
+  const idOf = (req: { params: { id: string } }) => req.params.id;
 
-  route('GET', '/v1/health', async () => ({ status: 'ok', version: VERSION }));
+  route('GET', '/v1/health', async () => ({ status: 'ok' as const, version: VERSION }));
 
   route('GET', '/v1/templates', async () => ({ templates: (await listTemplates(db)).map(toTemplate) }));
 
-  route('POST', '/v1/sandboxes', async (req, reply) => reply.code(201).send(await sandboxes.create(who(req), req.body as CreateSandboxRequest)));
-  route('GET', '/v1/sandboxes', async (req) => ({ sandboxes: await sandboxes.list(who(req), (req.query as { state?: SandboxState }).state) }));
+  route('POST', '/v1/sandboxes', async (req, reply) => reply.code(201).send(await sandboxes.create(who(req), req.body)));
+  route('GET', '/v1/sandboxes', async (req) => ({ sandboxes: await sandboxes.list(who(req), req.query.state) }));
   route('GET', '/v1/sandboxes/{id}', async (req) => sandboxes.get(who(req), idOf(req)));
   route('DELETE', '/v1/sandboxes/{id}', async (req, reply) => {
     await sandboxes.kill(who(req), idOf(req));
     return reply.code(204).send();
   });
-  route('POST', '/v1/sandboxes/{id}/timeout', async (req) => sandboxes.setTimeout(who(req), idOf(req), (req.body as { timeoutS: number }).timeoutS));
+  route('POST', '/v1/sandboxes/{id}/timeout', async (req) => sandboxes.setTimeout(who(req), idOf(req), req.body.timeoutS));
   route('POST', '/v1/sandboxes/{id}/access', async (req) => sandboxes.access(who(req), idOf(req)));
-  route('GET', '/v1/sandboxes/{id}/events', async (req) => ({ events: await sandboxes.events(who(req), idOf(req), req.query as EventsQuery) }));
-  route('PUT', '/v1/sandboxes/{id}/network', async (req) => sandboxes.setNetwork(who(req), idOf(req), req.body as Partial<NetworkPolicy>));
+  route('GET', '/v1/sandboxes/{id}/events', async (req) => ({ events: await sandboxes.events(who(req), idOf(req), req.query) }));
+  route('PUT', '/v1/sandboxes/{id}/network', async (req) => sandboxes.setNetwork(who(req), idOf(req), req.body));
   route('GET', '/v1/sandboxes/{id}/approvals', async (req) => ({ approvals: await sandboxes.approvals(who(req), idOf(req)) }));
   route('POST', '/v1/approvals/{requestId}', async (req, reply) => {
-    await sandboxes.decideApproval(who(req), (req.params as { requestId: string }).requestId, req.body as ApprovalDecision);
+    await sandboxes.decideApproval(who(req), req.params.requestId, req.body);
     return reply.code(204).send();
   });
 
   route('GET', '/v1/secrets', async (req) => ({ secrets: await secrets.list(who(req).tenantId) }));
   route('PUT', '/v1/secrets/{name}', async (req, reply) => {
-    const name = (req.params as { name: string }).name;
-    const { secret, created } = await secrets.set(who(req).tenantId, { ...(req.body as Omit<SecretInput, 'name'>), name });
+    const { secret, created } = await secrets.set(who(req).tenantId, { ...req.body, name: req.params.name });
     return reply.code(created ? 201 : 200).send(secret);
   });
   route('DELETE', '/v1/secrets/{name}', async (req, reply) => {
-    await secrets.remove(who(req).tenantId, (req.params as { name: string }).name);
+    await secrets.remove(who(req).tenantId, req.params.name);
     return reply.code(204).send();
   });
-  route('POST', '/v1/sandboxes/{id}/snapshot-interval', async (req) =>
-    sandboxes.setSnapshotInterval(who(req), idOf(req), (req.body as { snapshotIntervalS: number }).snapshotIntervalS),
-  );
+  route('POST', '/v1/sandboxes/{id}/snapshot-interval', async (req) => sandboxes.setSnapshotInterval(who(req), idOf(req), req.body.snapshotIntervalS));
   route('GET', '/v1/sandboxes/{id}/snapshots', async (req) => ({ snapshots: await sandboxes.snapshots(who(req), idOf(req)) }));
-  route('POST', '/v1/sandboxes/{id}/snapshots', async (req, reply) =>
-    reply.code(201).send(await sandboxes.takeSnapshot(who(req), idOf(req), (req.body as { name?: string }).name)),
-  );
+  route('POST', '/v1/sandboxes/{id}/snapshots', async (req, reply) => reply.code(201).send(await sandboxes.takeSnapshot(who(req), idOf(req), req.body.name)));
   route('POST', '/v1/sandboxes/{id}/pause', async (req) => sandboxes.pause(who(req), idOf(req)));
-  route('POST', '/v1/sandboxes/{id}/resume', async (req) => sandboxes.resume(who(req), idOf(req), req.body as ResumeSandboxRequest));
+  route('POST', '/v1/sandboxes/{id}/resume', async (req) => sandboxes.resume(who(req), idOf(req), req.body));
   route('GET', '/v1/snapshots/{id}', async (req) => sandboxes.getSnapshot(who(req), idOf(req)));
   route('DELETE', '/v1/snapshots/{id}', async (req, reply) => {
     await sandboxes.deleteSnapshot(who(req), idOf(req));
     return reply.code(204).send();
   });
-  route('POST', '/v1/forks', async (req, reply) => reply.code(201).send(await sandboxes.fork(who(req), req.body as ForkRequest)));
+  route('POST', '/v1/forks', async (req, reply) => reply.code(201).send(await sandboxes.fork(who(req), req.body)));
 
   route('POST', '/v1/tenants', async (req, reply) => {
     const by = operator(req);
-    const tenant = await createTenant(db, events, (req.body as { name: string }).name, { clock, createdByKeyId: by.keyId });
+    const tenant = await createTenant(db, events, req.body.name, { clock, createdByKeyId: by.keyId });
     return reply.code(201).send(toTenant(tenant));
   });
-  route('POST', '/v1/tenants/{id}/api-keys', async (req, reply) =>
-    reply.code(201).send(await apiKeys.create(who(req), { ...(req.body as Omit<CreateApiKeyInput, 'tenantId'>), tenantId: idOf(req) })),
-  );
-  route('POST', '/v1/api-keys', async (req, reply) => reply.code(201).send(await apiKeys.create(who(req), req.body as CreateApiKeyInput)));
-  route('GET', '/v1/api-keys', async (req) => ({ apiKeys: await apiKeys.list(who(req), (req.query as { tenantId?: string }).tenantId) }));
+  route('POST', '/v1/tenants/{id}/api-keys', async (req, reply) => reply.code(201).send(await apiKeys.create(who(req), { ...req.body, tenantId: idOf(req) })));
+  route('POST', '/v1/api-keys', async (req, reply) => reply.code(201).send(await apiKeys.create(who(req), req.body)));
+  route('GET', '/v1/api-keys', async (req) => ({ apiKeys: await apiKeys.list(who(req), req.query.tenantId) }));
   route('DELETE', '/v1/api-keys/{id}', async (req) => apiKeys.revoke(who(req), idOf(req)));
 
   return {

@@ -1,7 +1,7 @@
 // Routes of spec/gateway.yaml: each is written once, in the spec's form, and the spec is its validator and its types.
 import { fileURLToPath } from 'node:url';
-import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, RouteHandlerMethod } from 'fastify';
-import { loadOpenApi, routeSchema, type GatewayApi, type MethodsAt, type OperationAt, type OperationRoute, type SuccessBody } from '@sandglass/core';
+import type { FastifyInstance, FastifySchema, RouteHandlerMethod } from 'fastify';
+import { loadOpenApi, routeSchema, type GatewayApi, type MethodsAt, type OperationAt, type OperationHandler } from '@sandglass/core';
 
 const spec = loadOpenApi(fileURLToPath(new URL('../../../spec/gateway.yaml', import.meta.url)));
 
@@ -15,18 +15,9 @@ export function operation(method: Method, path: string): { url: string; schema: 
   return { url: path.replace(/\{(\w+)\}/g, ':$1'), schema: routeSchema(spec, method, path) };
 }
 
-/** Fastify's route generic of one operation: the request's body, params and query, and the replies, from the spec. */
-export type GatewayRoute<P extends Path, M extends MethodsAt<Paths, P>> = OperationRoute<OperationAt<Paths, P, M>>;
-
-/** A handler answers a 2xx body of its operation, or the reply it sent itself (another status, a stream). */
-export type GatewayHandler<P extends Path, M extends MethodsAt<Paths, P>> = (
-  req: FastifyRequest<GatewayRoute<P, M>>,
-  reply: FastifyReply<GatewayRoute<P, M>>,
-) => Promise<SuccessBody<OperationAt<Paths, P, M>> | FastifyReply<GatewayRoute<P, M>>>;
-
 /** `route(method, path, handler)` for a scope: the path must be one of the spec's, and the handler is typed by it. */
 export function specRoutes(scope: FastifyInstance) {
-  return <P extends Path, M extends MethodsAt<Paths, P>>(method: M, path: P, handler: GatewayHandler<P, M>) =>
+  return <P extends Path, M extends MethodsAt<Paths, P>>(method: M, path: P, handler: OperationHandler<OperationAt<Paths, P, M>>) =>
     // Fastify's handler type admits no returned reply once replies are typed per status; the handler's own type above
     // is the check, this only hands it over.
     scope.route({ method, ...operation(method, path), handler: handler as unknown as RouteHandlerMethod });

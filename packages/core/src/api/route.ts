@@ -1,5 +1,6 @@
 // Fastify route generics from the generated OpenAPI operation types, so a handler's req.body, req.params, req.query and
 // replies are the spec's types rather than casts: a field renamed in a spec fails the type check of every handler using it.
+import type { FastifyReply, FastifyRequest, RouteGenericInterface } from 'fastify';
 
 type Defined<T, Else> = [NonNullable<T>] extends [never] ? Else : NonNullable<T>;
 
@@ -50,3 +51,9 @@ export type OperationAt<Paths, P extends keyof Paths, M extends HttpMethod> =
 
 /** The methods the spec defines at a path. */
 export type MethodsAt<Paths, P extends keyof Paths> = { [M in HttpMethod]: [OperationAt<Paths, P, M>] extends [never] ? never : M }[HttpMethod];
+
+/** A handler answers a 2xx body of its operation, or the reply it sent itself (another status, a stream). */
+export type OperationHandler<Op extends Operation, G extends RouteGenericInterface = OperationRoute<Op>> = (
+  req: FastifyRequest<G>,
+  reply: FastifyReply<G>,
+) => Promise<SuccessBody<Op> | FastifyReply<G>>;
