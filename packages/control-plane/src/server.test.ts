@@ -4,13 +4,14 @@ import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { Writable } from 'node:stream';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { pino } from 'pino';
 import addFormats from 'ajv-formats';
 import { createLogger, derefSchema, deriveNodeKeys, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
 import { openDatabase, toIso, type Database } from '@sandglass/db';
+import { createTestDatabase, resetTestDatabase } from '@sandglass/db/test-postgres';
 import { EventLog } from '@sandglass/events';
 import { LocalKeyring } from '@sandglass/kms';
 import {
@@ -26,6 +27,15 @@ import {
   type Snapshot,
   SecretStore,
 } from './index.js';
+
+/** SQLite here; server.postgres.test.ts runs this suite again on PostgreSQL, one database emptied before each test. */
+let postgresUrl: string | undefined;
+async function databaseUrl(): Promise<string> {
+  if (process.env.SANDGLASS_TEST_DIALECT !== 'postgres') return 'sqlite::memory:';
+  if (postgresUrl) await resetTestDatabase(postgresUrl);
+  else postgresUrl = await createTestDatabase(inject('postgresUrl'), `cp_test_${process.pid}`, { template: inject('postgresMigrated') });
+  return postgresUrl;
+}
 
 const SECRET = Buffer.alloc(32, 7);
 const NODE_KEYS = deriveNodeKeys(SECRET);
@@ -191,7 +201,7 @@ beforeEach(async () => {
   bodies = [];
   violations = [];
   clock = new ManualClock(Date.UTC(2025, 5, 1, 12));
-  database = await openDatabase({ url: 'sqlite::memory:' });
+  database = await openDatabase({ url: await databaseUrl() });
   events = new EventLog(database.db);
   home = mkdtempSync(join(tmpdir(), 'sg-cp-'));
   keys = new LocalKeyring({ dir: join(home, 'keys') });

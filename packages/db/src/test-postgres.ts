@@ -5,6 +5,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { GENESIS_HASH } from './migrations.js';
 
 const run = promisify(execFile);
 
@@ -60,22 +61,44 @@ export async function startPostgres(opts: { dir: string; port?: number }): Promi
 }
 
 /**
- * A new, empty database on the server at `url` (dropped first if a previous run left it), with C collation like the
- * server's; returns its URL. `name`: lowercase letters, digits and underscores.
+ * A new database on the server at `url` (dropped first if a previous run left it), with C collation like the server's;
+ * returns its URL. Empty, or a copy of `template` (a database nobody is connected to, such as one already migrated:
+ * copying it is much quicker than migrating each test's database). Names: lowercase letters, digits and underscores.
  */
-export async function createTestDatabase(url: string, name: string): Promise<string> {
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new Error(`test database name ${JSON.stringify(name)}: use [a-z_][a-z0-9_]*, at most 63`);
+export async function createTestDatabase(url: string, name: string, opts: { template?: string } = {}): Promise<string> {
+  for (const n of [name, opts.template ?? 'template0']) {
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(n)) throw new Error(`test database name ${JSON.stringify(n)}: use [a-z_][a-z0-9_]*, at most 63`);
+  }
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
     await client.query(`drop database if exists ${name} with (force)`);
-    await client.query(`create database ${name} template template0 encoding 'UTF8' lc_collate 'C' lc_ctype 'C'`);
+    await client.query(`create database ${name} template ${opts.template ?? 'template0'} encoding 'UTF8' lc_collate 'C' lc_ctype 'C'`);
   } finally {
     await client.end();
   }
   const u = new URL(url);
   u.pathname = `/${name}`;
   return u.toString();
+}
+
+/**
+ * Empties every table of a test database made by createTestDatabase from a migrated template, and puts the chain head
+ * back at the genesis: the state a fresh copy would have, in one statement rather than a new database (much quicker
+ * when every test of a suite wants an empty database).
+ */
+export async function resetTestDatabase(url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ name: string }>(
+      "select quote_ident(tablename) as name from pg_tables where schemaname = 'public' and tablename not like 'kysely\\_%'",
+    );
+    await client.query(`truncate ${rows.map((r) => r.name).join(', ')} restart identity`);
+    await client.query('insert into event_chain_head (id, seq, hash) values ($1, 0, $2)', ['main', GENESIS_HASH]);
+  } finally {
+    await client.end();
+  }
 }
 
 /** The newest PostgreSQL under /usr/lib/postgresql/<version>/bin (Debian's layout; not on PATH). */

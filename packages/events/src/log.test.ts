@@ -11,7 +11,10 @@ let databases = 0;
 /** A new, empty database of each dialect: in memory for SQLite, a database of its own on the unit run's PostgreSQL. */
 const dialects = [
   { dialect: 'sqlite', fresh: async () => 'sqlite::memory:' },
-  { dialect: 'postgres', fresh: () => createTestDatabase(inject('postgresUrl'), `log_test_${process.pid}_${++databases}`) },
+  {
+    dialect: 'postgres',
+    fresh: () => createTestDatabase(inject('postgresUrl'), `log_test_${process.pid}_${++databases}`, { template: inject('postgresMigrated') }),
+  },
 ];
 
 let database: Database;
