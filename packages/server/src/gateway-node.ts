@@ -1,7 +1,7 @@
 // `sandglass gateway`: one node of a cluster — VMs, data plane and internal API — reaching the control plane only through its node API.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
+import { createLogger, homeLayout, invalidArgument, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
 import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import {
   Gateway,
@@ -61,7 +61,7 @@ const STOP_DRAIN_MS = 5000;
 export function parseListen(flag: string, value: string): { host: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(value);
   const port = Number(m?.[3]);
-  if (!m || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`${flag} must be host:port (or [v6]:port), got ${JSON.stringify(value)}`);
+  if (!m || !Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument(flag, `must be host:port (or [v6]:port), got ${JSON.stringify(value)}`);
   return { host: m[1] ?? m[2]!, port };
 }
 
@@ -72,11 +72,9 @@ function httpUrl(addr: { host: string; port: number }): string {
 /** The cluster's secret or nothing: a node that made its own would fail every call with the control plane. */
 function clusterNodeSecret(file: string): Buffer {
   if (!existsSync(file)) {
-    throw new Error(
-      `the node secret file ${file} does not exist: copy the control plane's node-secret to this host (mode 0600) and pass it as --node-secret-file`,
-    );
+    throw invalidArgument('--node-secret-file', `${file} does not exist: copy the control plane's node-secret to this host (mode 0600)`);
   }
-  if ((statSync(file).mode & 0o077) !== 0) throw new Error(`the node secret file ${file} is readable by other users: chmod 600 it`);
+  if ((statSync(file).mode & 0o077) !== 0) throw invalidArgument('--node-secret-file', `${file} is open to other users: chmod 600 it`);
   return loadNodeSecret(file);
 }
 
@@ -94,7 +92,7 @@ function cachedTemplateKeys(artifactsDir: string): string[] {
 
 export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGatewayNode> {
   if (!NODE_ID.test(opts.nodeId))
-    throw new Error(`--node-id must be 1-63 lowercase letters, digits or "-", starting with a letter or digit; got ${JSON.stringify(opts.nodeId)}`);
+    throw invalidArgument('--node-id', `must be 1-63 lowercase letters, digits or "-", starting with a letter or digit; got ${JSON.stringify(opts.nodeId)}`);
   const listen = parseListen('--listen', opts.listen);
   const internalListen = parseListen('--internal-listen', opts.internalListen);
   const url = opts.advertiseUrl ?? httpUrl(listen);
