@@ -2,7 +2,7 @@
 // Prepares a machine to run Sandglass: system packages, npm dependencies, the guest agent and the jailer; idempotent and quick when all is in place.
 // Plain Node ESM without dependencies: it runs on a fresh clone, before `npm ci`.
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, readdirSync, statSync } from 'node:fs';
+import { accessSync, constants, existsSync, readdirSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -11,6 +11,7 @@ const args = process.argv.slice(2);
 for (const a of args) {
   if (a !== '--test') fail(`unknown option ${a} (usage: node scripts/setup.mjs [--test])`);
 }
+const testing = args.includes('--test');
 
 /** Command that must be on the machine → Debian package that provides it. */
 const REQUIRED = [
@@ -23,6 +24,15 @@ const REQUIRED = [
   ['zstd', 'zstd'],
   // The gateway's sparse-copy helper (packages/vmm/helpers): copies guest RAM without a fork per copy.
   ['python3', 'python3'],
+];
+/**
+ * Needed to run the tests (`--test`) only: the unit run's throwaway PostgreSQL (packages/db/src/test-postgres.ts) and the
+ * multi-node test's load balancer. Each: what is looked for → its Debian package → whether it is there.
+ */
+const TEST_REQUIRED = [
+  // Not a command on PATH: Debian keeps a server version's programs in a directory of their own.
+  ['/usr/lib/postgresql/15/bin/initdb', 'postgresql-15', () => existsSync('/usr/lib/postgresql/15/bin/initdb')],
+  ['haproxy', 'haproxy', () => hasCommand('haproxy')],
 ];
 const isRoot = process.getuid?.() === 0;
 
@@ -56,9 +66,10 @@ function hasCommand(name) {
 }
 
 function ensureSystemPackages() {
-  const missing = REQUIRED.filter(([cmd]) => !hasCommand(cmd));
+  const required = [...REQUIRED.map(([cmd, pkg]) => [cmd, pkg, () => hasCommand(cmd)]), ...(testing ? TEST_REQUIRED : [])];
+  const missing = required.filter(([, , present]) => !present());
   if (missing.length === 0) {
-    log(`system tools present (${REQUIRED.map(([c]) => c).join(', ')})`);
+    log(`system tools present (${required.map(([c]) => c).join(', ')})`);
     return;
   }
   const packages = [...new Set(missing.map(([, pkg]) => pkg))];
@@ -73,7 +84,7 @@ function ensureSystemPackages() {
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   run('apt-get', ['update'], { env });
   run(install[0], install.slice(1), { env });
-  const still = REQUIRED.filter(([cmd]) => !hasCommand(cmd));
+  const still = required.filter(([, , present]) => !present());
   if (still.length > 0) fail(`still missing after apt-get install: ${still.map(([c]) => c).join(', ')}`);
 }
 
