@@ -1,5 +1,5 @@
 // The gateway's durable event outbox against a node API double: order, durability across a crash, idempotent resends, outages, trimming, the bound.
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -87,6 +87,14 @@ describe('Outbox', () => {
     await vi.waitFor(() => expect(cp.duplicates).toBe(5));
     await second.append(event(5));
     expect(delivered()).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
+  it('delivers new events when its cursor points past every segment on disk (segments removed by hand)', async () => {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'cursor.json'), JSON.stringify({ seq: 50, offset: 0 }));
+    const o = await outbox();
+    await o.append(event(0));
+    await vi.waitFor(() => expect(delivered()).toEqual([0]));
   });
 
   it('resolves appends while the control plane is unreachable and delivers everything once it is back', async () => {

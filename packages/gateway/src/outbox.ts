@@ -113,7 +113,8 @@ export class Outbox implements GatewayEvents {
     }
     const seqs = [...this.segments.keys()].sort((a, b) => a - b);
     this.cursor = (await this.readCursor()) ?? { seq: seqs[0] ?? 1, offset: 0 };
-    await this.openSegment((seqs.at(-1) ?? 0) + 1);
+    // Past the cursor too: a segment numbered below it would count as delivered (segments removed by hand).
+    await this.openSegment(Math.max(seqs.at(-1) ?? 0, this.cursor.seq) + 1);
     if (seqs.length > 0) {
       const undelivered = this.undeliveredBytes();
       if (undelivered > 0) this.opts.logger.info({ bytes: undelivered, segments: seqs.length }, 'outbox: delivering events left by the previous run first');
@@ -283,13 +284,21 @@ export class Outbox implements GatewayEvents {
   private async run(): Promise<void> {
     let backoffMs = this.backoffMinMs;
     while (!this.closed) {
-      const batch = await this.nextBatch();
-      if (!batch) {
-        await this.sleep();
+      let batch: Awaited<ReturnType<Outbox['nextBatch']>>;
+      try {
+        batch = await this.nextBatch();
+        if (batch?.events.length === 0) {
+          await this.advance(batch.end);
+          continue;
+        }
+      } catch (err) {
+        // The log could not be read or the cursor not moved (a disk fault): nothing is lost, try again later.
+        this.opts.logger.error({ err: (err as Error).message }, 'outbox: reading the log failed');
+        await this.sleep(this.backoffMaxMs);
         continue;
       }
-      if (batch.events.length === 0) {
-        await this.advance(batch.end);
+      if (!batch) {
+        await this.sleep();
         continue;
       }
       try {
