@@ -1,7 +1,7 @@
 // The append-only, hash-chained event log; each append updates the projections in the same transaction.
 import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemRandom, type Clock, type Random } from '@sandglass/core';
-import { GENESIS_HASH, isPostgres, toIso, type EventRow, type Schema, type SandboxRow } from '@sandglass/db';
+import { GENESIS_HASH, fromIso, isPostgres, toIso, type EventRow, type Schema, type SandboxRow } from '@sandglass/db';
 import { canonicalJson, eventHash } from './hash.js';
 import { project, projectSnapshot } from './project.js';
 import { EVENT_TYPE_PATTERN, type AppendInput, type StoredEvent } from './types.js';
