@@ -254,9 +254,9 @@ export class TemplateStore {
       rmSync(tmp, { recursive: true, force: true });
       throw err;
     }
-    const replaced = existsSync(dir);
+    // What was derived from the old files goes first: a crash before the rename leaves the old template, consistent.
+    if (existsSync(dir)) sharing.onReplaced?.(key);
     const t = this.install(key, tmp, name ?? m.template!.name);
-    if (replaced) sharing.onReplaced?.(key);
     this.log.info({ key, snapshotId: ref.snapshotId, materializeMs: Math.round(t.materializeMs!) }, 'template materialized from the store');
     return t;
   }
