@@ -1,7 +1,7 @@
 // Tenant secrets: sealed at rest under the tenant's 'secret' key, listed as metadata only, opened at the moment of use.
 import type { Kysely } from 'kysely';
 import { invalidArgument, Redacted, SandglassError, systemClock, type Clock } from '@sandglass/core';
-import { toIso, type SecretApproval, type SecretRow, type Schema } from '@sandglass/db';
+import { isUniqueViolation, toIso, type SecretApproval, type SecretRow, type Schema } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import type { EventLog } from '@sandglass/events';
 import { seal, unseal, type KeyProvider } from '@sandglass/kms';
@@ -177,38 +177,45 @@ export class SecretStore {
       allow_upgrade: input.allowUpgrade === true ? 1 : 0,
     };
     let created = false;
-    await this.#db.transaction().execute(async (trx) => {
-      const existing = await trx.selectFrom('secrets').select('created_at').where('tenant_id', '=', tenantId).where('name', '=', name).executeTakeFirst();
-      created = existing === undefined;
-      if (existing) {
-        await trx
-          .updateTable('secrets')
-          .set({ ...config, value_sealed: sealed, updated_at: now })
-          .where('tenant_id', '=', tenantId)
-          .where('name', '=', name)
-          .execute();
-      } else {
-        await trx
-          .insertInto('secrets')
-          .values({ tenant_id: tenantId, name, ...config, value_sealed: sealed, created_at: now, updated_at: now })
-          .execute();
-      }
-      await this.#events.append(
-        {
-          type: 'secret.set',
-          tenantId,
-          data: {
-            name,
-            hosts: input.hosts,
-            header,
-            approval: config.approval,
-            ...(input.allowPlaintext ? { allowPlaintext: true } : {}),
-            ...(input.allowUpgrade ? { allowUpgrade: true } : {}),
+    try {
+      await this.#db.transaction().execute(async (trx) => {
+        const existing = await trx.selectFrom('secrets').select('created_at').where('tenant_id', '=', tenantId).where('name', '=', name).executeTakeFirst();
+        created = existing === undefined;
+        if (existing) {
+          await trx
+            .updateTable('secrets')
+            .set({ ...config, value_sealed: sealed, updated_at: now })
+            .where('tenant_id', '=', tenantId)
+            .where('name', '=', name)
+            .execute();
+        } else {
+          await trx
+            .insertInto('secrets')
+            .values({ tenant_id: tenantId, name, ...config, value_sealed: sealed, created_at: now, updated_at: now })
+            .execute();
+        }
+        await this.#events.append(
+          {
+            type: 'secret.set',
+            tenantId,
+            data: {
+              name,
+              hosts: input.hosts,
+              header,
+              approval: config.approval,
+              ...(input.allowPlaintext ? { allowPlaintext: true } : {}),
+              ...(input.allowUpgrade ? { allowUpgrade: true } : {}),
+            },
           },
-        },
-        { clock: this.#clock, trx },
-      );
-    });
+          { clock: this.#clock, trx },
+        );
+      });
+    } catch (err) {
+      // Another control plane created the same secret between our look and our insert: it exists now, so this is a
+      // replacement, made again as one.
+      if (created && isUniqueViolation(err)) return this.set(tenantId, input);
+      throw err;
+    }
     return { secret: toInfo(await this.#row(tenantId, name)), created };
   }
 

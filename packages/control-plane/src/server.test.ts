@@ -1231,6 +1231,23 @@ describe('secrets', () => {
     expect((await (await store.resolve(b.tenantId, 'GITHUB_TOKEN')).value()).reveal()).toBe('tenant-b-value');
   });
 
+  // Only PostgreSQL has two writers to race: two SQLite handles in one process would be two databases.
+  it.runIf(process.env.SANDGLASS_TEST_DIALECT === 'postgres')(
+    'lets two control planes set the same new secret at once: one creates it, the other replaces it',
+    async () => {
+      const tenantId = (await database.db.selectFrom('tenants').select('id').executeTakeFirstOrThrow()).id;
+      const other = await openDatabase({ url: postgresUrl! });
+      try {
+        const stores = [database.db, other.db].map((db) => new SecretStore({ db, keys, events: new EventLog(db), clock }));
+        const results = await Promise.all(stores.map((store, i) => store.set(tenantId, { ...githubToken, name: 'GITHUB_TOKEN', value: `value-${i}` })));
+        expect(results.map((r) => r.created).sort()).toEqual([false, true]);
+        expect(await events.list({ types: ['secret.set'] })).toHaveLength(2);
+      } finally {
+        await other.close();
+      }
+    },
+  );
+
   it('resolves the configuration, and the value only when value() is called, as a Redacted', async () => {
     await call('PUT', '/v1/secrets/GITHUB_TOKEN', { json: { ...githubToken, bodyContentTypes: ['text/*'], approval: 'required' } });
     const tenantId = (await database.db.selectFrom('tenants').select('id').executeTakeFirstOrThrow()).id;

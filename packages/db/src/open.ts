@@ -48,6 +48,12 @@ function ownerOnly(path: string): void {
   for (const f of [path, `${path}-wal`, `${path}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
 }
 
+/** Whether `err` is the database refusing a second row with the same UNIQUE or PRIMARY KEY value, on either dialect. */
+export function isUniqueViolation(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}
+
 /** Whether the database is PostgreSQL, for the few statements the dialects spell differently (row locks, isolation). */
 export function isPostgres(db: Kysely<Schema>): boolean {
   return db.getExecutor().adapter instanceof PostgresAdapter;
