@@ -1,6 +1,7 @@
 // The `sandglass` command line: the program and its command groups, one module each under commands/.
 import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
+import { registerControlPlaneCommand } from './commands/control-plane.js';
 import { registerApprovalCommands, registerNetworkCommands, registerSecretCommands } from './commands/egress.js';
 import { registerEventCommands } from './commands/events.js';
 import { registerGatewayCommand } from './commands/gateway.js';
@@ -21,6 +22,7 @@ export function buildProgram(state: RunState): Command {
   const act = actFor(state);
   // In this order in --help.
   registerServerCommands(program, act);
+  registerControlPlaneCommand(program, act);
   registerGatewayCommand(program, act);
   registerSandboxCommands(program, act);
   registerGuestCommands(program, act);

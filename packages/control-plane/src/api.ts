@@ -21,6 +21,7 @@ export type ApiKey = Schemas['ApiKey'];
 // Request schemas as a handler sees them: validation filled in the spec's defaults, so those fields are present.
 export type CreateSandboxRequest = Schemas['CreateSandboxRequest'];
 export type ResumeSandboxRequest = Schemas['ResumeSandboxRequest'];
+export type CreateApiKeyInTenantRequest = Schemas['CreateApiKeyInTenantRequest'];
 export type ForkRequest = Schemas['ForkRequest'];
 export type ForkResponse = Schemas['ForkResponse'];
 export type PauseResponse = Schemas['PauseResponse'];
@@ -44,6 +45,7 @@ export function toSandbox(row: SandboxRow): Sandbox {
     snapshotIntervalS: row.snapshot_interval_s,
     sourceSnapshotId: row.source_snapshot_id,
     pausedAt: row.paused_at,
+    gatewayId: row.gateway_id,
     network: row.network === null ? null : (JSON.parse(row.network) as NetworkPolicy),
     secrets: JSON.parse(row.secrets) as string[],
   };

@@ -18,9 +18,13 @@ export interface PlacementRequest {
   tenantId: string;
   memoryMib: number;
   vcpus: number;
+  /** Nodes not to use (the one a sandbox is moving away from). */
+  exclude?: string[];
+  /** The template's artifact key: a node that has it cached is preferred. */
+  templateKey?: string;
 }
 
-/** Where sandboxes can run. Today one gateway; later a nodes-table-backed directory with capacity-aware placement. */
+/** Where sandboxes can run: one gateway in `sandglass up`, the nodes table (nodes.ts) in a cluster. */
 export interface GatewayDirectory {
   /** The gateway a new sandbox goes to; throws `capacity_exhausted` when none has room. */
   pick(req: PlacementRequest): Promise<GatewayEndpoint>;
@@ -31,7 +35,10 @@ export interface GatewayDirectory {
 
 export function singleGateway(gateway: GatewayEndpoint): GatewayDirectory {
   return {
-    pick: async () => gateway,
+    pick: async (req) => {
+      if (req.exclude?.includes(gateway.id)) throw new SandglassError('capacity_exhausted', 'This deployment has one gateway, and it cannot be used.');
+      return gateway;
+    },
     get: async (id) => (id === gateway.id ? gateway : undefined),
     all: async () => [gateway],
   };

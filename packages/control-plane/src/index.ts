@@ -42,4 +42,7 @@ export {
   type Principal,
 } from './keys.js';
 export { upsertTemplate, findTemplate, listTemplates, dbTemplateRegistry, type TemplateSnapshotRef, type TemplateUpsert } from './templates.js';
+export { NodeDirectory, claimLease, releaseLease, type Heartbeat, type HeartbeatResult, type MembershipOptions } from './nodes.js';
+export { Failover, type FailoverOptions } from './failover.js';
+export { nodeApi, NODE_SPEC, type NodeApiOptions } from './node-api.js';
 export * from './api.js';

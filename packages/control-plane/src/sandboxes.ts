@@ -97,7 +97,12 @@ export class SandboxService {
     // Secrets without a network policy are allowed: the placeholders exist, but nothing can be reached to use them on.
     await this.deps.secrets.checkExist(who.tenantId, secrets);
 
-    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: req.memoryMib, vcpus: req.vcpus });
+    const gateway = await gateways.pick({
+      tenantId: who.tenantId,
+      memoryMib: req.memoryMib,
+      vcpus: req.vcpus,
+      ...(template.artifact_key === null ? {} : { templateKey: template.artifact_key }),
+    });
     const id = newId('sbx');
     const spec = { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS };
     const egress = { ...(network === undefined ? {} : { network }), ...(secrets.length === 0 ? {} : { secrets }) };
@@ -133,8 +138,11 @@ export class SandboxService {
   async kill(who: Principal, id: string): Promise<void> {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) return;
+    // A node that is dead (or was never heard of) runs nothing the log still needs to stop: should it come back, its
+    // heartbeat learns the sandbox ended and it stops the VM (nodes.ts).
+    const gateway = row.gateway_id === null ? undefined : await this.deps.gateways.get(row.gateway_id);
     try {
-      await this.deps.gatewayClient.killSandbox(await this.#gatewayOf(row), id);
+      if (gateway && row.state !== 'paused') await this.deps.gatewayClient.killSandbox(gateway, id);
     } catch (err) {
       // The gateway no longer runs it (it restarted, or the VM just ended): the kill has nothing left to do there.
       if (!(err instanceof SandglassError && (err.code === 'sandbox_not_found' || err.code === 'sandbox_not_running'))) throw err;
@@ -260,17 +268,96 @@ export class SandboxService {
     }
     const snap = await this.#choose(who, row, req);
     const gateway = await this.#gatewayFor(row);
+    // Any node can resume any snapshot (the store and the templates are shared): if it is not the last one, say so first.
+    if (gateway.id !== row.gateway_id) await this.#recordMove(row, gateway, snap, 'resume');
+    await this.#resumeOn(gateway, row, snap);
+    const resumed = await this.#row(id);
+    return { ...toSandbox(resumed), access: this.#access(who, resumed, gateway) };
+  }
+
+  /**
+   * Brings back a sandbox whose node was lost, on another node, from its latest committed snapshot, keeping its id and
+   * its command records; one with no snapshot yet fails with the reason. The caller holds the sandbox's move lease.
+   * Answers what happened; `capacity_exhausted` is thrown for the caller to retry later.
+   */
+  async move(id: string, reason: 'node_dead' | 'node_restarted'): Promise<'moved' | 'failed' | 'skipped'> {
+    const { events, clock, gateways } = this.deps;
+    const row = await this.#row(id);
+    if (row.state !== 'running' && row.state !== 'starting') return 'skipped';
+    const from = row.gateway_id ?? 'unknown';
+    const why = reason === 'node_dead' ? `node ${from} stopped answering` : `node ${from} restarted and its VMs died with it`;
+    const snap = await this.deps.db
+      .selectFrom('snapshots')
+      .selectAll()
+      .where('sandbox_id', '=', id)
+      .where('tenant_id', '=', row.tenant_id)
+      .orderBy('taken_at', 'desc')
+      .orderBy('id', 'desc')
+      .executeTakeFirst();
+    if (!snap) {
+      await events.append(
+        {
+          type: 'sandbox.failed',
+          tenantId: row.tenant_id,
+          sandboxId: id,
+          data: { reason: `${why} before the sandbox's first snapshot, so there is nothing to bring back.`, code: 'gateway_unavailable' },
+        },
+        { clock },
+      );
+      return 'failed';
+    }
+    const template = await findTemplate(this.deps.db, snap.template);
+    const gateway = await gateways.pick({
+      tenantId: row.tenant_id,
+      memoryMib: snap.memory_mib,
+      vcpus: snap.vcpus,
+      ...(reason === 'node_dead' && row.gateway_id !== null ? { exclude: [row.gateway_id] } : {}),
+      ...(template?.artifact_key ? { templateKey: template.artifact_key } : {}),
+    });
+    await this.#recordMove(row, gateway, snap, reason);
+    try {
+      await this.#resumeOn(gateway, await this.#row(id), snap);
+    } catch (err) {
+      const cause = err instanceof SandglassError ? err : new SandglassError('internal', undefined, { cause: err });
+      if (!isFinal((await this.#row(id)).state)) {
+        await events.append(
+          {
+            type: 'sandbox.failed',
+            tenantId: row.tenant_id,
+            sandboxId: id,
+            data: { reason: `${why}; resuming on ${gateway.id} failed: ${cause.message}`, code: cause.code },
+          },
+          { clock },
+        );
+      }
+      return 'failed';
+    }
+    return 'moved';
+  }
+
+  async #recordMove(row: SandboxRow, to: GatewayEndpoint, snap: SnapshotRow, reason: 'node_dead' | 'node_restarted' | 'resume'): Promise<void> {
+    await this.deps.events.append(
+      {
+        type: 'sandbox.moved',
+        tenantId: row.tenant_id,
+        sandboxId: row.id,
+        data: { fromGatewayId: row.gateway_id, gatewayId: to.id, gatewayUrl: to.url, reason, snapshotId: snap.id, snapshotTakenAt: snap.taken_at },
+      },
+      { clock: this.deps.clock },
+    );
+  }
+
+  /** The gateway restores the snapshot under the sandbox's id, with the policy and secrets it had, and records sandbox.resumed. */
+  async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow): Promise<void> {
     const secrets = JSON.parse(row.secrets) as string[];
-    await this.deps.gatewayClient.resumeSandbox(gateway, id, {
+    await this.deps.gatewayClient.resumeSandbox(gateway, row.id, {
       snapshotId: snap.id,
-      tenantId: who.tenantId,
+      tenantId: row.tenant_id,
       timeoutS: row.timeout_s,
       snapshotIntervalS: row.snapshot_interval_s,
       ...(row.network === null ? {} : { network: JSON.parse(row.network) as NetworkPolicy }),
       ...(secrets.length === 0 ? {} : { secrets }),
     });
-    const resumed = await this.#row(id);
-    return { ...toSandbox(resumed), access: this.#access(who, resumed, gateway) };
   }
 
   /**

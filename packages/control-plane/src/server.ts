@@ -23,7 +23,10 @@ import type { Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
 import { toTemplate, toTenant } from './api.js';
+import { Failover } from './failover.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
+import { nodeApi } from './node-api.js';
+import type { NodeDirectory } from './nodes.js';
 import { ApiKeyService, authenticate, createTenant, type Principal } from './keys.js';
 import { ACCESS_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
 import { SecretStore } from './secrets.js';
@@ -54,6 +57,11 @@ export interface ControlPlaneOptions {
   gatewayClient?: GatewayClient;
   /** Seals tenant secrets (purpose 'secret'). Without one, storing a secret answers key_unavailable. */
   keys?: KeyProvider;
+  /**
+   * Gateways as separate processes (`sandglass control-plane`): `gateways` is this directory, the node API
+   * (spec/node.yaml) is served under /node/v1, and silent nodes' sandboxes move. Absent in `sandglass up`.
+   */
+  cluster?: { nodes: NodeDirectory; failoverIntervalMs: number };
 }
 
 /** Stands in for a deployment without a key provider: secrets can be named but never stored or read. */
@@ -113,6 +121,8 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   const principals = new WeakMap<FastifyRequest, Principal>();
   app.addHook('onRequest', async (req) => {
     if (req.routeOptions.url !== undefined && PUBLIC_ROUTES.has(req.routeOptions.url)) return;
+    // Node API routes want the node bearer instead, checked by their own plugin's hook.
+    if (opts.cluster && req.routeOptions.url?.startsWith('/node/v1/')) return;
     principals.set(req, await authenticate(db, req.headers.authorization, clock));
   });
   // A POST without a body means "all defaults"; validation then names any field that is required.
@@ -189,13 +199,41 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('GET', '/v1/api-keys', async (req) => ({ apiKeys: await apiKeys.list(who(req), req.query.tenantId) }));
   route('DELETE', '/v1/api-keys/{id}', async (req) => apiKeys.revoke(who(req), idOf(req)));
 
+  let failover: Failover | undefined;
+  if (opts.cluster) {
+    const { nodes, failoverIntervalMs } = opts.cluster;
+    failover = new Failover({ db, nodes, sandboxes, clock, logger: opts.logger, intervalMs: failoverIntervalMs });
+    const mover = failover;
+    app.register(
+      nodeApi({
+        db,
+        events,
+        nodes,
+        secrets,
+        keys: opts.keys ?? NO_KEYS,
+        nodeSecret: opts.nodeSecret,
+        clock,
+        logger: opts.logger,
+        revokedKeyIds: () => apiKeys.revokedSince(clock.nowMs() - ACCESS_TOKEN_TTL_MS),
+        onOrphaned: (_nodeId, ids) => {
+          for (const id of ids) void mover.move(id, 'node_restarted');
+        },
+      }),
+    );
+  }
+
   return {
     app,
     listen: async (port, host = '127.0.0.1') => {
       // Gateways started afresh forget what they were told: keys revoked while their tokens may live are told again.
       await tellGateways(await apiKeys.revokedSince(clock.nowMs() - ACCESS_TOKEN_TTL_MS));
-      return app.listen({ port, host });
+      const url = await app.listen({ port, host });
+      failover?.start();
+      return url;
     },
-    close: () => app.close(),
+    close: async () => {
+      await failover?.stop();
+      await app.close();
+    },
   };
 }

@@ -675,6 +675,8 @@ export interface components {
              * @description When the sandbox was paused; null unless the state is paused.
              */
             pausedAt: string | null;
+            /** @description The node (gateway) the sandbox is placed on; it changes when the sandbox moves to another node. */
+            gatewayId?: string | null;
             /** @description The egress policy in force; null when the sandbox has no network at all. */
             network: components["schemas"]["NetworkPolicy"] | null;
             /** @description Names of the tenant secrets bound to it. */

@@ -1,0 +1,200 @@
+// The node API (spec/node.yaml): what gateways running as separate processes ask of the control plane.
+import { timingSafeEqual } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Kysely } from 'kysely';
+import { deriveNodeKeys, loadOpenApi, routeSchema, SandglassError, type Clock, type Logger } from '@sandglass/core';
+import type { Schema } from '@sandglass/db';
+import type { EventLog } from '@sandglass/events';
+import { checkPurpose, seal, type KeyProvider } from '@sandglass/kms';
+import type { NodeDirectory, Heartbeat } from './nodes.js';
+import type { SecretStore } from './secrets.js';
+import { dbTemplateRegistry, type TemplateSnapshotRef } from './templates.js';
+import { ACCESS_TOKEN_TTL_MS } from './sandboxes.js';
+
+export const NODE_SPEC = fileURLToPath(new URL('../../../spec/node.yaml', import.meta.url));
+
+/** Templates are snapshots of this tenant (the gateway's TEMPLATE_TENANT): every node may read them. */
+const TEMPLATE_TENANT = 'system';
+const NODE_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+const LIVE_STATES = ['starting', 'running', 'paused'] as const;
+
+export interface NodeApiOptions {
+  db: Kysely<Schema>;
+  events: EventLog;
+  nodes: NodeDirectory;
+  secrets: SecretStore;
+  keys: KeyProvider;
+  nodeSecret: Buffer;
+  clock: Clock;
+  logger: Logger;
+  /** Keys revoked while their tokens may live, for a node that registers. */
+  revokedKeyIds(): Promise<string[]>;
+  /** A node registered again: the sandboxes its previous process ran must move (their VMs died with it). */
+  onOrphaned(nodeId: string, sandboxIds: string[]): void;
+}
+
+interface NodeEvent {
+  id: string;
+  type: string;
+  tenantId: string;
+  sandboxId?: string;
+  at: string;
+  data: Record<string, unknown>;
+}
+
+/**
+ * The routes as one encapsulated plugin whose onRequest hook wants the node-api bearer and a well-formed node id.
+ * The node id is the caller's claim, bounded by what it may touch: a node is handed keys and secrets only of
+ * tenants with a sandbox placed on it, and its events count only for sandboxes placed on it.
+ */
+export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
+  const spec = loadOpenApi(NODE_SPEC);
+  const keys = deriveNodeKeys(opts.nodeSecret);
+  const expected = Buffer.from(keys.nodeApiBearer.toString('hex'));
+  const templates = dbTemplateRegistry(opts.db, { clock: opts.clock });
+  const { db, events, clock } = opts;
+
+  return async (scope) => {
+    const nodeIds = new WeakMap<FastifyRequest, string>();
+    scope.addHook('onRequest', async (req) => {
+      const auth = req.headers.authorization ?? '';
+      const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice('Bearer '.length) : '');
+      if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+        throw new SandglassError('unauthenticated', 'The node API wants the bearer key derived from the cluster node secret.');
+      }
+      const node = req.headers['x-sandglass-node'];
+      if (typeof node !== 'string' || !NODE_ID.test(node)) {
+        throw new SandglassError('invalid_argument', 'X-Sandglass-Node must name the node: lowercase letters, digits and -, at most 63.', {
+          details: { field: 'x-sandglass-node' },
+        });
+      }
+      nodeIds.set(req, node);
+    });
+    const nodeOf = (req: FastifyRequest) => nodeIds.get(req)!;
+
+    type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+    const route = (method: 'GET' | 'POST' | 'PUT', path: string, handler: Handler) => {
+      const schema = routeSchema(spec, method, path);
+      // The node header is checked by the hook above; the validator would only repeat it.
+      delete (schema as { headers?: unknown }).headers;
+      scope.route({ method, url: path.replace(/\{(\w+)\}/g, ':$1'), schema, handler });
+    };
+
+    /** A tenant the node may hold keys of: one with a sandbox placed on it, or the template tenant. */
+    const mayServe = async (nodeId: string, tenantId: string, secret?: string): Promise<void> => {
+      if (tenantId === TEMPLATE_TENANT && secret === undefined) return;
+      const rows = await db
+        .selectFrom('sandboxes')
+        .select('secrets')
+        .where('tenant_id', '=', tenantId)
+        .where('gateway_id', '=', nodeId)
+        .where('state', 'in', LIVE_STATES)
+        .execute();
+      const ok = secret === undefined ? rows.length > 0 : rows.some((r) => (JSON.parse(r.secrets) as string[]).includes(secret));
+      if (!ok) {
+        throw new SandglassError(
+          'permission_denied',
+          secret === undefined
+            ? `Node ${nodeId} runs no sandbox of tenant ${tenantId}.`
+            : `Node ${nodeId} runs no sandbox of tenant ${tenantId} that binds secret ${secret}.`,
+        );
+      }
+    };
+
+    route('POST', '/node/v1/heartbeat', async (req) => {
+      const nodeId = nodeOf(req);
+      const hb = req.body as Heartbeat;
+      const result = await opts.nodes.heartbeat(nodeId, hb);
+      if (result.orphaned.length > 0) opts.onOrphaned(nodeId, result.orphaned);
+      if (hb.epoch === null) opts.logger.info({ nodeId, epoch: result.epoch, url: hb.url }, 'node registered');
+      return {
+        epoch: result.epoch,
+        heartbeatIntervalS: opts.nodes.heartbeatIntervalMs / 1000,
+        deadAfterS: opts.nodes.deadAfterMs / 1000,
+        stop: result.stop,
+        revokedKeys: hb.epoch === null ? { keyIds: await opts.revokedKeyIds(), untilMs: clock.nowMs() + ACCESS_TOKEN_TTL_MS } : { keyIds: [], untilMs: 0 },
+      };
+    });
+
+    route('POST', '/node/v1/events', async (req) => {
+      const nodeId = nodeOf(req);
+      let appended = 0;
+      let duplicates = 0;
+      const dropped: Array<{ id: string; reason: string }> = [];
+      for (const e of (req.body as { events: NodeEvent[] }).events) {
+        const why = await refusal(db, nodeId, e);
+        if (why) {
+          dropped.push({ id: e.id, reason: why });
+          continue;
+        }
+        const before = await db.selectFrom('events').select('id').where('id', '=', e.id).executeTakeFirst();
+        if (before) {
+          duplicates++;
+          continue;
+        }
+        await events.append({ id: e.id, at: e.at, type: e.type, tenantId: e.tenantId, sandboxId: e.sandboxId, data: e.data }, { clock });
+        appended++;
+      }
+      if (dropped.length > 0) opts.logger.warn({ nodeId, dropped }, 'node events dropped');
+      return { appended, duplicates, dropped };
+    });
+
+    route('POST', '/node/v1/tenants/{tenantId}/data-keys/{purpose}', async (req) => {
+      const nodeId = nodeOf(req);
+      const { tenantId, purpose } = req.params as { tenantId: string; purpose: string };
+      checkPurpose(purpose);
+      await mayServe(nodeId, tenantId);
+      // Our own copy, so wiping it after sealing cannot touch a provider's cache.
+      const key = Buffer.from(await opts.keys.dataKey(tenantId, purpose));
+      try {
+        return { sealed: seal(keys.transport, key, Buffer.from(`${nodeId}/${tenantId}/${purpose}`)).toString('base64') };
+      } finally {
+        key.fill(0);
+      }
+    });
+
+    route('GET', '/node/v1/tenants/{tenantId}/secrets/{name}', async (req) => {
+      const { tenantId, name } = req.params as { tenantId: string; name: string };
+      await mayServe(nodeOf(req), tenantId, name);
+      const { value: _value, ...rules } = await opts.secrets.resolve(tenantId, name);
+      return rules;
+    });
+
+    route('POST', '/node/v1/tenants/{tenantId}/secrets/{name}/value', async (req) => {
+      const nodeId = nodeOf(req);
+      const { tenantId, name } = req.params as { tenantId: string; name: string };
+      await mayServe(nodeId, tenantId, name);
+      const value = await (await opts.secrets.resolve(tenantId, name)).value();
+      return { sealed: seal(keys.transport, Buffer.from(value.reveal(), 'utf8'), Buffer.from(`${nodeId}/${tenantId}/${name}`)).toString('base64') };
+    });
+
+    route('GET', '/node/v1/templates/{key}', async (req) => {
+      const found = await templates.lookup((req.params as { key: string }).key);
+      if (!found) throw new SandglassError('template_not_found', 'No node has published this template yet.');
+      return found;
+    });
+
+    route('PUT', '/node/v1/templates/{key}', async (req) => {
+      const rec = req.body as TemplateSnapshotRef;
+      if (rec.tenantId !== TEMPLATE_TENANT) {
+        throw new SandglassError('invalid_argument', `Templates are snapshots of tenant ${TEMPLATE_TENANT}.`, { details: { field: 'tenantId' } });
+      }
+      return templates.publish((req.params as { key: string }).key, { ...rec, nodeId: nodeOf(req) });
+    });
+  };
+}
+
+/**
+ * Why an event from this node is not appended, or undefined: an event about a sandbox counts only while the sandbox
+ * is placed on the node (so a node that comes back cannot end or alter one that moved), and one about no sandbox
+ * only for the platform's own tenant.
+ */
+async function refusal(db: Kysely<Schema>, nodeId: string, e: NodeEvent): Promise<string | undefined> {
+  if (e.sandboxId === undefined) return e.tenantId === TEMPLATE_TENANT ? undefined : 'an event about no sandbox must be of the system tenant';
+  const row = await db.selectFrom('sandboxes').select(['tenant_id', 'gateway_id']).where('id', '=', e.sandboxId).executeTakeFirst();
+  if (!row) return 'no such sandbox';
+  if (row.tenant_id !== e.tenantId) return 'the sandbox belongs to another tenant';
+  if (row.gateway_id !== nodeId) return `the sandbox is placed on ${row.gateway_id ?? 'no node'}`;
+  return undefined;
+}

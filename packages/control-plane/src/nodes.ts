@@ -1,0 +1,242 @@
+// Gateways as members of a cluster: registration and heartbeats, placement by capacity, and death decided once.
+import { sql, type Kysely } from 'kysely';
+import { SandglassError, type Clock } from '@sandglass/core';
+import { isPostgres, toIso, type NodeRow, type Schema } from '@sandglass/db';
+import type { GatewayDirectory, GatewayEndpoint, PlacementRequest } from './gateways.js';
+
+/** What a gateway reports in each heartbeat (spec/node.yaml `Heartbeat`). */
+export interface Heartbeat {
+  /** null registers (a new process, or after being fenced); else the epoch the last reply gave. */
+  epoch: number | null;
+  url: string;
+  internalUrl: string;
+  capacityMemoryMib: number;
+  freeMemoryMib: number;
+  /** Sandboxes whose VMs run on the node now. */
+  sandboxes: string[];
+  templates: string[];
+}
+
+export interface HeartbeatResult {
+  epoch: number;
+  /** Sandboxes of the heartbeat that are not placed on this node any more: it must stop them. */
+  stop: string[];
+  /** Set on registration: sandboxes the node's previous process ran, whose VMs died with it. */
+  orphaned: string[];
+}
+
+export interface MembershipOptions {
+  db: Kysely<Schema>;
+  clock: Clock;
+  /** A node that has not sent a heartbeat for this long is declared dead and its sandboxes move. */
+  deadAfterMs: number;
+  heartbeatIntervalMs: number;
+}
+
+const LIVE_STATES = ['starting', 'running'] as const;
+
+/**
+ * The nodes table as a gateway directory. Every decision is one conditional UPDATE, so several control-plane replicas
+ * on one database agree: a node is declared dead by exactly one of them, and a heartbeat carrying an epoch from before
+ * that (or from before a newer registration) matches no row and is fenced.
+ */
+export class NodeDirectory implements GatewayDirectory {
+  constructor(private readonly opts: MembershipOptions) {}
+
+  get deadAfterMs(): number {
+    return this.opts.deadAfterMs;
+  }
+
+  get heartbeatIntervalMs(): number {
+    return this.opts.heartbeatIntervalMs;
+  }
+
+  async heartbeat(nodeId: string, hb: Heartbeat): Promise<HeartbeatResult> {
+    checkUrl(hb.url, 'url');
+    checkUrl(hb.internalUrl, 'internalUrl');
+    const { db, clock } = this.opts;
+    const now = toIso(clock.nowMs());
+    const report = {
+      url: hb.url,
+      internal_url: hb.internalUrl,
+      capacity_memory_mib: hb.capacityMemoryMib,
+      free_memory_mib: hb.freeMemoryMib,
+      sandboxes: hb.sandboxes.length,
+      templates: JSON.stringify(hb.templates),
+      last_seen_at: now,
+    };
+    let epoch: number;
+    let orphaned: string[] = [];
+    if (hb.epoch === null) {
+      epoch = await db.transaction().execute(async (trx) => {
+        // Two registrations of one node id at once (a misconfiguration) still get distinct epochs: the row is locked on
+        // PostgreSQL, and SQLite has one writer at a time.
+        const q = trx.selectFrom('nodes').select('epoch').where('id', '=', nodeId);
+        const row = await (isPostgres(trx) ? q.forUpdate() : q).executeTakeFirst();
+        const next = (row?.epoch ?? 0) + 1;
+        if (row) {
+          await trx
+            .updateTable('nodes')
+            .set({ ...report, state: 'alive', epoch: next, registered_at: now, dead_at: null })
+            .where('id', '=', nodeId)
+            .execute();
+        } else {
+          await trx
+            .insertInto('nodes')
+            .values({ id: nodeId, ...report, state: 'alive', epoch: next, registered_at: now, dead_at: null })
+            .execute();
+        }
+        return next;
+      });
+      // What this node ran before it registered again died with its previous process (or was never started).
+      const running = new Set(hb.sandboxes);
+      orphaned = (await this.#placedOn(nodeId)).filter((id) => !running.has(id));
+    } else {
+      const moved = await db
+        .updateTable('nodes')
+        .set(report)
+        .where('id', '=', nodeId)
+        .where('epoch', '=', hb.epoch)
+        .where('state', '=', 'alive')
+        .executeTakeFirst();
+      if (moved.numUpdatedRows !== 1n) {
+        throw new SandglassError(
+          'node_fenced',
+          `Node ${nodeId} at epoch ${hb.epoch} was declared dead or registered again; stop every VM and register afresh.`,
+        );
+      }
+      epoch = hb.epoch;
+    }
+    return { epoch, stop: await this.#notPlacedOn(nodeId, hb.sandboxes), orphaned };
+  }
+
+  /**
+   * Declares dead every alive node silent for longer than deadAfterMs, and returns those this call decided (each
+   * node is decided by exactly one caller, whichever replica's UPDATE matched it first).
+   */
+  async declareDead(): Promise<string[]> {
+    const { db, clock, deadAfterMs } = this.opts;
+    const nowMs = clock.nowMs();
+    const rows = await db
+      .updateTable('nodes')
+      .set({ state: 'dead', epoch: sql<number>`epoch + 1`, dead_at: toIso(nowMs) })
+      .where('state', '=', 'alive')
+      .where('last_seen_at', '<', toIso(nowMs - deadAfterMs))
+      .returning('id')
+      .execute();
+    return rows.map((r) => r.id);
+  }
+
+  /** The alive node with the most uncommitted memory that fits the sandbox, preferring one with its template cached. */
+  async pick(req: PlacementRequest): Promise<GatewayEndpoint> {
+    const alive = await this.#alive();
+    const committed = await this.#committedMemory();
+    const candidates = alive
+      .filter((n) => !req.exclude?.includes(n.id))
+      .map((n) => ({
+        node: n,
+        room: Math.min(n.capacity_memory_mib - (committed.get(n.id) ?? 0), n.free_memory_mib),
+        cached: req.templateKey !== undefined && (JSON.parse(n.templates) as string[]).includes(req.templateKey),
+      }))
+      .filter((c) => c.room >= req.memoryMib);
+    candidates.sort((a, b) => Number(b.cached) - Number(a.cached) || b.room - a.room || a.node.id.localeCompare(b.node.id));
+    const best = candidates[0];
+    if (!best) {
+      throw new SandglassError(
+        'capacity_exhausted',
+        alive.length === 0
+          ? 'No gateway is alive to run the sandbox; retry once a node has registered.'
+          : `No gateway has ${req.memoryMib} MiB of guest memory free; retry later or ask for less memory.`,
+      );
+    }
+    return endpoint(best.node);
+  }
+
+  /** An alive node; a dead or unknown one is undefined, so nothing is sent to a node whose sandboxes may have moved. */
+  async get(id: string): Promise<GatewayEndpoint | undefined> {
+    const row = (await this.#alive()).find((n) => n.id === id);
+    return row && endpoint(row);
+  }
+
+  async all(): Promise<GatewayEndpoint[]> {
+    return (await this.#alive()).map(endpoint);
+  }
+
+  async list(): Promise<NodeRow[]> {
+    return this.opts.db.selectFrom('nodes').selectAll().orderBy('id').execute();
+  }
+
+  /** Alive and heard from within deadAfterMs: a silent node gets no new work even before it is declared dead. */
+  async #alive(): Promise<NodeRow[]> {
+    const since = toIso(this.opts.clock.nowMs() - this.opts.deadAfterMs);
+    return this.opts.db.selectFrom('nodes').selectAll().where('state', '=', 'alive').where('last_seen_at', '>=', since).orderBy('id').execute();
+  }
+
+  async #committedMemory(): Promise<Map<string, number>> {
+    const rows = await this.opts.db
+      .selectFrom('sandboxes')
+      .select(['gateway_id', (eb) => eb.fn.sum<number | string>('memory_mib').as('mib')])
+      .where('state', 'in', LIVE_STATES)
+      .groupBy('gateway_id')
+      .execute();
+    return new Map(rows.filter((r) => r.gateway_id !== null).map((r) => [r.gateway_id!, Number(r.mib)]));
+  }
+
+  async #placedOn(nodeId: string): Promise<string[]> {
+    const rows = await this.opts.db.selectFrom('sandboxes').select('id').where('gateway_id', '=', nodeId).where('state', 'in', LIVE_STATES).execute();
+    return rows.map((r) => r.id);
+  }
+
+  /** Of the sandboxes a node runs, those the log places elsewhere or has ended (or never heard of). */
+  async #notPlacedOn(nodeId: string, running: string[]): Promise<string[]> {
+    if (running.length === 0) return [];
+    const mine = new Set<string>();
+    for (let i = 0; i < running.length; i += 500) {
+      const rows = await this.opts.db
+        .selectFrom('sandboxes')
+        .select('id')
+        .where('id', 'in', running.slice(i, i + 500))
+        .where('gateway_id', '=', nodeId)
+        .where('state', 'in', LIVE_STATES)
+        .execute();
+      for (const r of rows) mine.add(r.id);
+    }
+    return running.filter((id) => !mine.has(id));
+  }
+}
+
+function endpoint(row: NodeRow): GatewayEndpoint {
+  return { id: row.id, url: row.url, internalUrl: row.internal_url };
+}
+
+/** Only http(s) URLs: the control plane calls internalUrl and hands url to clients. */
+function checkUrl(value: string, field: string): void {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new SandglassError('invalid_argument', `${field} is not a URL.`, { details: { field } });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new SandglassError('invalid_argument', `${field} must be an http:// or https:// URL.`, { details: { field } });
+  }
+}
+
+/**
+ * Takes the named lease for ttlMs unless another holder has it unexpired; true when this holder now has it. One
+ * statement, so two replicas racing for it cannot both win.
+ */
+export async function claimLease(db: Kysely<Schema>, name: string, holder: string, ttlMs: number, clock: Clock): Promise<boolean> {
+  const nowMs = clock.nowMs();
+  const expires = toIso(nowMs + ttlMs);
+  const r = await db
+    .insertInto('leases')
+    .values({ name, holder, expires_at: expires })
+    .onConflict((oc) => oc.column('name').doUpdateSet({ holder, expires_at: expires }).where('leases.expires_at', '<=', toIso(nowMs)))
+    .executeTakeFirst();
+  return Number(r.numInsertedOrUpdatedRows ?? 0n) === 1;
+}
+
+export async function releaseLease(db: Kysely<Schema>, name: string, holder: string): Promise<void> {
+  await db.deleteFrom('leases').where('name', '=', name).where('holder', '=', holder).execute();
+}

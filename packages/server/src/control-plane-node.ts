@@ -1,0 +1,91 @@
+// `sandglass control-plane`: one stateless replica of the control plane of a cluster (PostgreSQL, gateways as nodes).
+import { mkdirSync } from 'node:fs';
+import { createLogger, loadNodeSecret, systemClock } from '@sandglass/core';
+import { openDatabase } from '@sandglass/db';
+import { EventLog } from '@sandglass/events';
+import { LocalKeyring } from '@sandglass/kms';
+import { bootstrapLocal, createControlPlane, NodeDirectory, upsertTemplate } from '@sandglass/control-plane';
+import { parseListen } from './gateway-node.js';
+
+export interface ControlPlaneNodeOptions {
+  /** `postgres://…` for a cluster (several replicas share it); `sqlite:` works for one replica. */
+  db: string;
+  /** host:port of the public API, which also serves the node API (/node/v1) to gateways. */
+  listen: string;
+  /** The cluster's node secret: created here (0600) when absent, then copied to every gateway and replica. */
+  nodeSecretFile: string;
+  /** The local keyring (master key and wrapped tenant data keys): every replica must see the same one. */
+  keysDir: string;
+  /** Where the operator API key is written on first start (default tenant); every replica may name the same file. */
+  adminKeyFile?: string;
+  /** A gateway silent for this long is declared dead and its sandboxes move (default 30). */
+  deadAfterS?: number;
+  /** How often gateways heartbeat (default 2). */
+  heartbeatIntervalS?: number;
+}
+
+export interface RunningControlPlaneNode {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** The base template every node builds or restores from the store; placement only needs its name and shape here. */
+const BASE_TEMPLATE = { name: 'base', memoryMib: 256 } as const;
+
+export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Promise<RunningControlPlaneNode> {
+  const log = createLogger('sandglass-control-plane');
+  const clock = systemClock;
+  const { host, port } = parseListen('--listen', opts.listen);
+  const deadAfterS = opts.deadAfterS ?? 30;
+  const heartbeatIntervalS = opts.heartbeatIntervalS ?? 2;
+  if (!(heartbeatIntervalS > 0 && deadAfterS >= 2 * heartbeatIntervalS)) {
+    throw new Error(`--dead-after-s (${deadAfterS}) must be at least twice --heartbeat-interval-s (${heartbeatIntervalS}), which must be positive`);
+  }
+  const secret = loadNodeSecret(opts.nodeSecretFile);
+  mkdirSync(opts.keysDir, { recursive: true, mode: 0o700 });
+
+  const { db, close: closeDb } = await openDatabase({ url: opts.db });
+  const events = new EventLog(db);
+  const keys = new LocalKeyring({ dir: opts.keysDir });
+  const nodes = new NodeDirectory({ db, clock, deadAfterMs: deadAfterS * 1000, heartbeatIntervalMs: heartbeatIntervalS * 1000 });
+  if (opts.adminKeyFile) await bootstrapLocal({ db, events, keyFile: opts.adminKeyFile, clock });
+  // Nodes build (or restore from the store) the base template themselves; the control plane only names it.
+  await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'ready', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });
+  const cp = createControlPlane({
+    db,
+    events,
+    gateways: nodes,
+    nodeSecret: secret,
+    clock,
+    logger: log,
+    keys,
+    cluster: { nodes, failoverIntervalMs: Math.max(500, (heartbeatIntervalS * 1000) / 2) },
+  });
+  const url = await cp.listen(port, host);
+  log.info({ url, deadAfterS, heartbeatIntervalS }, 'control plane replica up');
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    stop: () =>
+      (stopping ??= (async () => {
+        await cp.close();
+        await closeDb();
+      })()),
+  };
+}
+
+/** Runs until SIGINT/SIGTERM. */
+export async function controlPlaneNode(opts: ControlPlaneNodeOptions): Promise<void> {
+  const running = await startControlPlaneNode(opts);
+  process.stdout.write(`Sandglass control plane listening on ${running.url} (node API under /node/v1)\n`);
+  await new Promise<void>((resolve) => {
+    const onSignal = () => {
+      running.stop().then(resolve, (err: unknown) => {
+        process.stderr.write(`error while stopping: ${(err as Error).message}\n`);
+        resolve();
+      });
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+  });
+}
