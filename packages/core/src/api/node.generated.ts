@@ -127,7 +127,7 @@ export interface components {
         Heartbeat: {
             /** @description null to register (at start, and after being fenced); else the epoch the last reply gave. */
             epoch: number | null;
-            /** @description Base URL of the node's data plane */
+            /** @description Base URL of the node's data plane, which clients are handed. */
             url: string;
             /** @description Base URL (http:// or https://) of its internal API, for the control plane only. */
             internalUrl: string;

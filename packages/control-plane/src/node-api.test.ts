@@ -1,0 +1,165 @@
+// The node API as a compromised or confused node would use it: who may call, what a node may read, what counts.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createLogger, deriveNodeKeys, ManualClock, newId } from '@sandglass/core';
+import { openDatabase, type Database } from '@sandglass/db';
+import { EventLog } from '@sandglass/events';
+import { LocalKeyring, unseal } from '@sandglass/kms';
+import { createTenant } from './keys.js';
+import { NodeDirectory } from './nodes.js';
+import { SecretStore } from './secrets.js';
+import { createControlPlane, type ControlPlane } from './server.js';
+
+const SECRET = Buffer.alloc(32, 9);
+const KEYS = deriveNodeKeys(SECRET);
+const BEARER = `Bearer ${KEYS.nodeApiBearer.toString('hex')}`;
+
+describe('node API', () => {
+  let database: Database;
+  let events: EventLog;
+  let clock: ManualClock;
+  let cp: ControlPlane;
+  let dir: string;
+  let tenant: string;
+  let other: string;
+  let onN1: string;
+
+  const call = (method: 'GET' | 'POST' | 'PUT', url: string, opts: { node?: string | null; auth?: string; body?: unknown } = {}) =>
+    cp.app.inject({
+      method,
+      url,
+      headers: {
+        authorization: opts.auth ?? BEARER,
+        ...(opts.node === null ? {} : { 'x-sandglass-node': opts.node ?? 'n1' }),
+        ...(opts.body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(opts.body === undefined ? {} : { payload: JSON.stringify(opts.body) }),
+    });
+
+  const heartbeat = (node: string, epoch: number | null = null) =>
+    call('POST', '/node/v1/heartbeat', {
+      node,
+      body: {
+        epoch,
+        url: `http://${node}.test:1`,
+        internalUrl: `http://${node}.test:2`,
+        capacityMemoryMib: 1024,
+        freeMemoryMib: 1024,
+        sandboxes: [],
+        templates: [],
+      },
+    });
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sg-node-api-'));
+    clock = new ManualClock(Date.UTC(2026, 10, 30, 12));
+    database = await openDatabase({ url: 'sqlite::memory:' });
+    events = new EventLog(database.db);
+    const keys = new LocalKeyring({ dir });
+    const nodes = new NodeDirectory({ db: database.db, clock, deadAfterMs: 10_000, heartbeatIntervalMs: 1000 });
+    cp = createControlPlane({
+      db: database.db,
+      events,
+      gateways: nodes,
+      nodeSecret: SECRET,
+      clock,
+      logger: createLogger('test', 'silent'),
+      keys,
+      cluster: { nodes, failoverIntervalMs: 60_000 },
+    });
+    await cp.app.ready();
+    tenant = (await createTenant(database.db, events, 'acme', { clock })).id;
+    other = (await createTenant(database.db, events, 'globex', { clock })).id;
+    await new SecretStore({ db: database.db, keys, events, clock }).set(tenant, { name: 'GH_TOKEN', value: 'ghp_the-real-value', hosts: ['api.github.com'] });
+    await new SecretStore({ db: database.db, keys, events, clock }).set(tenant, { name: 'UNBOUND', value: 'not-for-you', hosts: ['x.test'] });
+    for (const n of ['n1', 'n2']) expect((await heartbeat(n)).statusCode).toBe(200);
+    onN1 = newId('sbx');
+    const data = {
+      template: 'base',
+      memoryMib: 256,
+      vcpus: 1,
+      timeoutS: 600,
+      snapshotIntervalS: 60,
+      metadata: {},
+      gatewayId: 'n1',
+      gatewayUrl: 'http://n1.test:1',
+      secrets: ['GH_TOKEN'],
+    };
+    await events.append({ type: 'sandbox.created', tenantId: tenant, sandboxId: onN1, data }, { clock });
+  });
+  afterEach(async () => {
+    await cp.close();
+    await database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('wants the node bearer and a node id, and is not reachable with an API key scheme', async () => {
+    expect((await call('POST', '/node/v1/heartbeat', { auth: 'Bearer sg_nope', body: {} })).statusCode).toBe(401);
+    expect((await call('POST', '/node/v1/heartbeat', { auth: `Bearer ${KEYS.internalBearer.toString('hex')}`, body: {} })).statusCode).toBe(401);
+    const noNode = await call('POST', '/node/v1/heartbeat', { node: null, body: {} });
+    expect(noNode.statusCode).toBe(400);
+    expect(noNode.json().error.details.field).toBe('x-sandglass-node');
+    expect((await call('POST', '/node/v1/heartbeat', { node: '../n1', body: {} })).statusCode).toBe(400);
+  });
+
+  it('fences a heartbeat from an old epoch', async () => {
+    const again = await heartbeat('n1');
+    expect(again.json().epoch).toBe(2);
+    const stale = await heartbeat('n1', 1);
+    expect(stale.statusCode).toBe(409);
+    expect(stale.json().error.code).toBe('node_fenced');
+  });
+
+  it("appends a node's events once, and only about sandboxes placed on it", async () => {
+    const mine = { id: newId('evt'), type: 'command.started', tenantId: tenant, sandboxId: onN1, at: '2026-11-30T11:59:00.000Z', data: { commandId: 'c1' } };
+    const first = await call('POST', '/node/v1/events', { body: { events: [mine] } });
+    expect(first.json()).toEqual({ appended: 1, duplicates: 0, dropped: [] });
+    // Redelivered after a lost answer: in the log once.
+    expect((await call('POST', '/node/v1/events', { body: { events: [mine] } })).json()).toEqual({ appended: 0, duplicates: 1, dropped: [] });
+    const stored = await events.list({ sandboxId: onN1, types: ['command'] });
+    expect(stored.map((e) => [e.id, e.at])).toEqual([[mine.id, mine.at]]);
+
+    // n2 cannot end or alter n1's sandbox, nor speak for a tenant about no sandbox.
+    const forged = { ...mine, id: newId('evt'), type: 'sandbox.killed', data: { reason: 'killed' } };
+    const tenantWide = { id: newId('evt'), type: 'secret.removed', tenantId: tenant, at: mine.at, data: { name: 'GH_TOKEN' } };
+    const fromN2 = await call('POST', '/node/v1/events', { node: 'n2', body: { events: [forged, tenantWide] } });
+    expect(fromN2.json().appended).toBe(0);
+    expect(fromN2.json().dropped.map((d: { id: string }) => d.id)).toEqual([forged.id, tenantWide.id]);
+    expect((await database.db.selectFrom('sandboxes').select('state').where('id', '=', onN1).executeTakeFirstOrThrow()).state).toBe('starting');
+  });
+
+  it('hands a node keys and secret values sealed for it alone, only for what it runs', async () => {
+    const res = await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data`);
+    expect(res.statusCode).toBe(200);
+    const sealed = Buffer.from(res.json().sealed, 'base64');
+    expect(unseal(KEYS.transport, sealed, Buffer.from(`n1/${tenant}/chunk-data`))).toHaveLength(32);
+    // Replayed to another node, or read as another tenant's: does not open.
+    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n2/${tenant}/chunk-data`))).toThrow();
+    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n1/${other}/chunk-data`))).toThrow();
+    // n2 runs nothing of the tenant; nobody runs anything of the other tenant.
+    expect((await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data`, { node: 'n2' })).json().error.code).toBe('permission_denied');
+    expect((await call('POST', `/node/v1/tenants/${other}/data-keys/chunk-data`)).json().error.code).toBe('permission_denied');
+    expect((await call('POST', `/node/v1/tenants/${tenant}/data-keys/no-such-purpose`)).statusCode).toBe(400);
+
+    const rules = await call('GET', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN`);
+    expect(rules.json()).toMatchObject({ name: 'GH_TOKEN', hosts: ['api.github.com'], approval: 'none' });
+    expect(rules.body).not.toContain('ghp_');
+    const value = await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`);
+    expect(value.body).not.toContain('ghp_the-real-value');
+    expect(unseal(KEYS.transport, Buffer.from(value.json().sealed, 'base64'), Buffer.from(`n1/${tenant}/GH_TOKEN`)).toString()).toBe('ghp_the-real-value');
+    // A secret the sandbox does not bind, or asked for by a node that does not run it: refused before any decryption.
+    expect((await call('POST', `/node/v1/tenants/${tenant}/secrets/UNBOUND/value`)).json().error.code).toBe('permission_denied');
+    expect((await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`, { node: 'n2' })).json().error.code).toBe('permission_denied');
+  });
+
+  it('publishes a template once, to the first publisher', async () => {
+    const key = '0123456789abcdef';
+    expect((await call('GET', `/node/v1/templates/${key}`)).json().error.code).toBe('template_not_found');
+    const a = { tenantId: 'system', snapshotId: newId('snap') };
+    expect((await call('PUT', `/node/v1/templates/${key}`, { body: a })).json()).toEqual(a);
+    expect((await call('PUT', `/node/v1/templates/${key}`, { node: 'n2', body: { tenantId: 'system', snapshotId: newId('snap') } })).json()).toEqual(a);
+    expect((await call('PUT', `/node/v1/templates/${key}`, { body: { tenantId: tenant, snapshotId: newId('snap') } })).statusCode).toBe(400);
+  });
+});
