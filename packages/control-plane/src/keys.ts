@@ -6,7 +6,7 @@ import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemClock, systemRandom, type Clock, type Random } from '@sandglass/core';
 import { fromIso, toIso, type ApiKeyRole, type ApiKeyRow, type Schema, type TenantRow } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
-import type { ApiKey, ApiKeyInfo } from './api.js';
+import type { ApiKey, ApiKeyInfo, CreateApiKeyInTenantRequest } from './api.js';
 
 export interface Principal {
   tenantId: string;
@@ -113,15 +113,8 @@ export function toApiKeyInfo(row: ApiKeyRow): ApiKeyInfo {
   };
 }
 
-/** The body of a key creation after validation (the spec fills in role). */
-export interface CreateApiKeyInput {
-  name?: string;
-  role: ApiKeyRole;
-  /** Absent: the caller's own tenant. */
-  tenantId?: string;
-  expiresInS?: number;
-  expiresAt?: string;
-}
+/** The body of a key creation after validation (the spec fills in role); tenantId absent: the caller's own tenant. */
+export type CreateApiKeyInput = CreateApiKeyInTenantRequest;
 
 /**
  * Who may manage which keys. member: none. admin: member and admin keys of its own tenant only; another tenant's id
