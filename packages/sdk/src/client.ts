@@ -1,6 +1,6 @@
 // The two HTTP endpoints a sandbox talks to: the control plane (API key) and its node's gateway (short-lived access token, refreshed before it expires).
 import { resolveConfig, type ConnectionConfig, type ResolvedConfig } from './config.js';
-import { AuthenticationError, SandglassError } from './errors.js';
+import { AuthenticationError, ConnectionError, NotFoundError, SandglassError } from './errors.js';
 import { buildUrl, readJson, send, type HttpRequest, type Query, type StreamBody } from './http.js';
 import type { ControlPlaneReply } from './replies.js';
 import type { Access } from './types.js';
@@ -81,13 +81,21 @@ export class DataPlane {
   async request(method: string, subpath: string, opts: RequestOptions = {}): Promise<Response> {
     const attempt = async (access: Access) =>
       send(buildUrl(access.gatewayUrl, this.path(subpath), opts.query), access.token, toRequest(method, opts, this.controlPlane.config.requestTimeoutMs));
+    const used = await this.access();
     try {
-      return await attempt(await this.access());
+      return await attempt(used);
     } catch (err) {
-      // A token the gateway no longer accepts (clock skew, gateway restart): get a new one and retry once,
-      // unless the body was a stream that is already consumed.
+      // Retried once, unless the body was a stream that is already consumed.
       const replayable = opts.body === undefined || opts.body instanceof Uint8Array;
-      if (err instanceof AuthenticationError && err.status === 401 && replayable) return attempt(await this.access({ force: true }));
+      if (!replayable) throw err;
+      // A token the gateway no longer accepts (clock skew, gateway restart): get a new one.
+      if (err instanceof AuthenticationError && err.status === 401) return attempt(await this.access({ force: true }));
+      // The sandbox moved to another node (its node died, or it was resumed elsewhere): the control plane says where.
+      // Only when the request cannot have run: the old node refused the connection or does not have the sandbox.
+      if (notDelivered(err, method)) {
+        const fresh = await this.access({ force: true });
+        if (fresh.gatewayUrl !== used.gatewayUrl) return attempt(fresh);
+      }
       throw err;
     }
   }
@@ -103,4 +111,12 @@ export class DataPlane {
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     return { url: url.toString(), headers: { authorization: `Bearer ${access.token}` } };
   }
+}
+
+/** A gateway that refused the connection, or answered that it has no such sandbox, did not run the request. */
+function notDelivered(err: unknown, method: string): boolean {
+  if (err instanceof NotFoundError) return err.code === 'sandbox_not_found';
+  if (!(err instanceof ConnectionError)) return false;
+  const code = (err.cause as { cause?: { code?: string } } | undefined)?.cause?.code;
+  return method === 'GET' || code === 'ECONNREFUSED' || code === 'EHOSTUNREACH';
 }

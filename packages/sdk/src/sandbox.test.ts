@@ -115,6 +115,32 @@ describe('Sandbox lifecycle', () => {
     server = await startTestServer();
   });
 
+  it('follows a sandbox that moved: a gone gateway or one without the sandbox sends it back to the control plane', async () => {
+    const other = await startTestServer();
+    try {
+      // The first node is dead (nothing listens); the control plane now places the sandbox on `other`.
+      const dead = await startTestServer();
+      const deadUrl = dead.url;
+      await dead.close();
+      const sbx = await create({ gatewayUrl: deadUrl, token: 'tok0', expiresAt: new Date(Date.now() + 600_000).toISOString() });
+      server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
+        sendJson(res, 200, { gatewayUrl: other.url, token: 'tok1', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
+      );
+      other.on(`GET /v1/sandboxes/${SBX}/files`, (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        res.end('moved along');
+      });
+      expect((await sbx.files.read('/f')).toString()).toBe('moved along');
+      expect(other.requests.at(-1)?.auth).toBe('Bearer tok1');
+      // A gateway that answers it has no such sandbox (it restarted): asked again, the control plane names the same one,
+      // so the error stands instead of looping.
+      other.on(`GET /v1/sandboxes/${SBX}/files`, (_req, res) => wireError(res, 404, 'sandbox_not_found'));
+      await expect(sbx.files.read('/f')).rejects.toMatchObject({ code: 'sandbox_not_found' });
+    } finally {
+      await other.close();
+    }
+  });
+
   it('sends list filters, timeout and events to the control plane', async () => {
     server.on('GET /v1/sandboxes', (_req, res) => sendJson(res, 200, { sandboxes: [info()] }));
     server.on(`POST /v1/sandboxes/${SBX}/timeout`, async (req, res) =>
