@@ -65,6 +65,11 @@ export function parseListen(flag: string, value: string): { host: string; port: 
   return { host: m[1] ?? m[2]!, port };
 }
 
+function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
 function httpUrl(addr: { host: string; port: number }): string {
   return `http://${addr.host.includes(':') ? `[${addr.host}]` : addr.host}:${addr.port}`;
 }
@@ -100,6 +105,18 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   const layout = homeLayout(opts.home);
   const log = createLogger('sandglass-gateway');
   const clock = systemClock;
+  // Bearers travel in these requests: in clear text they belong on loopback or a network only the cluster reaches.
+  const cpUrl = URL.canParse(opts.controlPlaneUrl) ? new URL(opts.controlPlaneUrl) : undefined;
+  if (cpUrl?.protocol !== 'http:' && cpUrl?.protocol !== 'https:') throw invalidArgument('--control-plane', 'must be an http:// or https:// URL');
+  if (cpUrl.protocol === 'http:' && !isLoopback(cpUrl.hostname)) {
+    log.warn({ controlPlaneUrl: opts.controlPlaneUrl }, 'the control plane is reached over plain http: the node-api bearer crosses the network in clear');
+  }
+  if (!isLoopback(internalListen.host)) {
+    log.warn(
+      { internalListen: opts.internalListen },
+      'the internal API listens beyond loopback over plain http: keep it on a network only the control plane reaches',
+    );
+  }
 
   mkdirSync(layout.root, { recursive: true, mode: 0o700 });
   const homeLock = lockHome(layout.root);
