@@ -17,6 +17,9 @@ export class NodeApiDouble {
   url = '';
   /** Unreachable: every connection is reset before an answer. */
   down = false;
+  /** The next this many requests answer `internal` (a replica failing), each counted in `requests`. */
+  failNext = 0;
+  requests = 0;
   readonly events: NodeEvent[] = [];
   readonly batches: number[] = [];
   duplicates = 0;
@@ -73,7 +76,12 @@ export class NodeApiDouble {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const body = chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : undefined;
+    this.requests++;
     try {
+      if (this.failNext > 0) {
+        this.failNext--;
+        throw new SandglassError('internal', 'failing as the test asked');
+      }
       if (req.headers.authorization !== this.bearer || req.headers['x-sandglass-node'] !== this.nodeId) throw new SandglassError('unauthenticated');
       send(res, 200, this.route(req.method ?? '', req.url ?? '', body));
     } catch (err) {
