@@ -1,6 +1,6 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
-import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock } from '@sandglass/core';
+import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock, type ControlPlaneApi } from '@sandglass/core';
 import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import type { EventLog, StoredEvent } from '@sandglass/events';
@@ -52,13 +52,8 @@ function checkNetwork(input: { allow?: string[]; deny?: string[] }, field: strin
   return { allow: input.allow ?? [], deny: input.deny ?? [] };
 }
 
-/** Paging and filtering of a sandbox's events. */
-export interface EventsQuery {
-  afterSeq?: number;
-  limit?: number;
-  /** Comma-separated types or families ('egress,secret' is every egress.* and secret.* event). */
-  type?: string;
-}
+/** Paging and filtering of a sandbox's events: `type` is comma-separated types or families ('egress,secret'). */
+export type EventsQuery = NonNullable<ControlPlaneApi.operations['listSandboxEvents']['parameters']['query']>;
 
 /** Which snapshot a resume or fork starts from: one by id, the latest at or before a time, or (neither) the latest. */
 interface SnapshotChoice {
