@@ -1,6 +1,6 @@
 // Tenant secrets: sealed at rest under the tenant's 'secret' key, listed as metadata only, opened at the moment of use.
 import type { Kysely } from 'kysely';
-import { invalidArgument, Redacted, SandglassError, systemClock, type Clock } from '@sandglass/core';
+import { invalidArgument, Redacted, SandglassError, systemClock, type Clock, type ControlPlaneApi } from '@sandglass/core';
 import { isUniqueViolation, toIso, type SecretApproval, type SecretRow, type Schema } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import type { EventLog } from '@sandglass/events';
@@ -37,18 +37,7 @@ export interface SecretInput {
 }
 
 /** A secret as the API shows it: everything but the value. */
-export interface SecretInfo {
-  name: string;
-  hosts: string[];
-  header: string | null;
-  format: string | null;
-  bodyContentTypes: string[];
-  approval: SecretApproval;
-  allowPlaintext: boolean;
-  allowUpgrade: boolean;
-  createdAt: string;
-  updatedAt: string;
-}
+export type SecretInfo = ControlPlaneApi.components['schemas']['SecretInfo'];
 
 /** What the gateway binds to a sandbox: the configuration, and the value only through value(), decrypted when called. */
 export interface ResolvedSecret {
