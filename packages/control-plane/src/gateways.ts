@@ -1,5 +1,6 @@
 // Placement and the node gateway's internal API as seen from the control plane: it only ever talks to gateways over HTTP.
-import { request } from 'node:http';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { deriveNodeKeys, errorFromBody, SandglassError, type GatewayApi, type RequestBody, type SuccessBody } from '@sandglass/core';
 import type { ApprovalRequest, NetworkPolicy } from './api.js';
 
@@ -173,7 +174,9 @@ function send(
   path: string,
   opts: { authorization: string; body?: string; timeoutMs: number },
 ): Promise<{ status: number; text: string }> {
-  const target = base.startsWith('unix:') ? { socketPath: base.slice('unix:'.length), path } : urlTarget(base, path);
+  const target = base.startsWith('unix:') ? { socketPath: base.slice('unix:'.length), path, tls: false } : urlTarget(base, path);
+  // A gateway's certificate is checked against the system's CAs (and NODE_EXTRA_CA_CERTS for a private CA).
+  const request = target.tls ? httpsRequest : httpRequest;
   const headers: Record<string, string> = { authorization: opts.authorization };
   if (opts.body !== undefined) {
     headers['content-type'] = 'application/json';
@@ -182,7 +185,8 @@ function send(
   const signal = AbortSignal.timeout(opts.timeoutMs);
   return new Promise((resolve, reject) => {
     const fail = (err: unknown) => reject(signal.aborted ? signal.reason : err);
-    const req = request({ ...target, method, headers, signal }, (res) => {
+    const { tls: _tls, ...where } = target;
+    const req = request({ ...where, method, headers, signal }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
@@ -193,8 +197,9 @@ function send(
   });
 }
 
-function urlTarget(base: string, path: string): { host: string; port: number; path: string } {
+function urlTarget(base: string, path: string): { host: string; port: number; path: string; tls: boolean } {
   const url = new URL(path, base);
-  if (url.protocol !== 'http:') throw new Error(`a gateway's internal URL must be unix:/path or http://, got ${base}`);
-  return { host: url.hostname, port: Number(url.port || 80), path: `${url.pathname}${url.search}` };
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`a gateway's internal URL must be unix:/path, http:// or https://, got ${base}`);
+  const tls = url.protocol === 'https:';
+  return { host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || (tls ? 443 : 80)), path: `${url.pathname}${url.search}`, tls };
 }
