@@ -146,7 +146,8 @@ export class TemplateStore {
     }
     // No node has published this key. A cached template (built before templates were shared) is published as it is.
     const dir = local ? local.dir : await this.build(name, key, config, onProgress);
-    if (!local) onProgress?.({ step: 'template', message: `publishing ${name} to the store` });
+    // Once per key and cluster, but tens of seconds: the whole root image is chunked, so say what start-up waits for.
+    onProgress?.({ step: 'template', message: `publishing ${name} to the store` });
     let winner: TemplateRef | undefined;
     try {
       winner = await this.publish(key, dir, sharing);
