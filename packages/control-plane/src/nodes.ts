@@ -1,21 +1,11 @@
 // Gateways as members of a cluster: registration and heartbeats, placement by capacity, and death decided once.
 import { sql, type Kysely } from 'kysely';
-import { SandglassError, type Clock } from '@sandglass/core';
+import { SandglassError, type Clock, type NodeApi } from '@sandglass/core';
 import { isPostgres, toIso, type NodeRow, type Schema } from '@sandglass/db';
 import type { GatewayDirectory, GatewayEndpoint, PlacementRequest } from './gateways.js';
 
-/** What a gateway reports in each heartbeat (spec/node.yaml `Heartbeat`). */
-export interface Heartbeat {
-  /** null registers (a new process, or after being fenced); else the epoch the last reply gave. */
-  epoch: number | null;
-  url: string;
-  internalUrl: string;
-  capacityMemoryMib: number;
-  freeMemoryMib: number;
-  /** Sandboxes whose VMs run on the node now. */
-  sandboxes: string[];
-  templates: string[];
-}
+/** What a gateway reports in each heartbeat: epoch null registers; sandboxes are those whose VMs run there now. */
+export type Heartbeat = NodeApi.components['schemas']['Heartbeat'];
 
 export interface HeartbeatResult {
   epoch: number;
