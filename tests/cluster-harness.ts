@@ -58,6 +58,8 @@ export class Cluster {
   readonly cpPorts: number[] = [];
   readonly #cps = new Map<number, Proc>();
   readonly #gateways = new Map<string, Proc>();
+  /** Every gateway process ever started, so a stop leaves none behind (one started again replaces its map entry). */
+  readonly #allGateways: Proc[] = [];
   readonly gatewayInfo = new Map<string, GatewayInfo>();
   #haproxy?: Proc;
   readonly #secretFile: string;
@@ -159,6 +161,7 @@ export class Cluster {
     // Its own process group: "the node dies" is the gateway and every VM it started, killed at once.
     const proc = this.#spawn(`gateway-${nodeId}`, bin, args, env, true);
     this.#gateways.set(nodeId, proc);
+    this.#allGateways.push(proc);
     await waitFor(async () => existsSync(join(home, 'server.json')), 600_000, `gateway ${nodeId} did not register`, proc);
     const info: GatewayInfo = { nodeId, home, url: `http://127.0.0.1:${port}`, internalUrl: `http://127.0.0.1:${port + 1}` };
     this.gatewayInfo.set(nodeId, info);
@@ -169,23 +172,20 @@ export class Cluster {
   async killGateway(nodeId: string): Promise<void> {
     const proc = this.#gateways.get(nodeId);
     if (!proc || proc.child.exitCode !== null) return;
-    try {
-      process.kill(-proc.child.pid!, 'SIGKILL');
-    } catch {
-      proc.child.kill('SIGKILL');
-    }
+    killGroup(proc);
     await proc.exited;
   }
 
   async stop(): Promise<void> {
-    for (const proc of this.#gateways.values()) {
-      if (proc.child.exitCode === null) {
+    await Promise.all(
+      this.#allGateways.map(async (proc) => {
+        if (proc.child.exitCode !== null || proc.child.signalCode !== null) return;
         proc.child.kill('SIGTERM');
-        const t = setTimeout(() => proc.child.kill('SIGKILL'), 30_000);
+        const t = setTimeout(() => killGroup(proc), 30_000);
         await proc.exited;
         clearTimeout(t);
-      }
-    }
+      }),
+    );
     for (const proc of [...this.#cps.values(), ...(this.#haproxy ? [this.#haproxy] : [])]) {
       if (proc.child.exitCode === null && proc.child.signalCode === null) {
         proc.child.kill('SIGTERM');
@@ -254,6 +254,15 @@ ${servers}
     child.stderr!.pipe(log);
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     return { child, exited };
+  }
+}
+
+/** SIGKILL to the process group a gateway leads (it, its jailers and their QEMUs). */
+function killGroup(proc: Proc): void {
+  try {
+    process.kill(-proc.child.pid!, 'SIGKILL');
+  } catch {
+    proc.child.kill('SIGKILL');
   }
 }
 

@@ -52,6 +52,8 @@ async function runningOn(nodeId: string): Promise<string[]> {
 describe('a cluster of two control planes and three gateways', () => {
   const sandboxes: Sandbox[] = [];
   const counters = new Map<string, { commandId: string; offset: number; atSnapshot: number }>();
+  /** The snapshot taken on the victim node before it died, per sandbox. */
+  const snapshots = new Map<string, string>();
 
   it('spreads nine sandboxes over the three gateways', async () => {
     for (let i = 0; i < 9; i++) sandboxes.push(await Sandbox.create({ ...config, timeoutS: 1800, snapshotIntervalS: 3600 }));
@@ -81,6 +83,7 @@ describe('a cluster of two control planes and three gateways', () => {
       await h.disconnect();
       counters.set(s.id, { commandId: h.id, offset: 0, atSnapshot: before });
       expect(snap.name).toBe('before-the-crash');
+      snapshots.set(s.id, snap.id);
     }
     // A sandbox with no snapshot at all is failed with the reason, not resumed from nothing.
     const bare = await Sandbox.create({ ...config, timeoutS: 1800, snapshotIntervalS: 3600 });
@@ -116,6 +119,12 @@ describe('a cluster of two control planes and three gateways', () => {
       expect(events[0]!.data).toMatchObject({ fromGatewayId: victim, reason: 'node_dead' });
       expect(typeof events[0]!.data.snapshotId).toBe('string');
     }
+    // A snapshot the dead node took forks on any other node: the store and the template are shared.
+    const [fork] = await Sandbox.fork(snapshots.get(onVictim[0]!.id)!, { ...config, timeoutS: 600 });
+    const forkNode = (await Sandbox.list(config)).find((x) => x.id === fork!.id)!.gatewayId;
+    expect(forkNode).not.toBe(victim);
+    expect((await fork!.files.read('/root/proof.txt')).toString()).toBe(`file of ${onVictim[0]!.id}\n`);
+    await fork!.kill();
     if (bareNode === victim) {
       await waitFor(async () => (await Sandbox.list(config)).find((x) => x.id === bare.id)?.state === 'failed', 60_000, 'the bare sandbox was not failed');
       const info = (await Sandbox.list(config)).find((x) => x.id === bare.id)!;
