@@ -127,9 +127,10 @@ export class ChunkStore {
   /**
    * Mark: the refs of every committed manifest of every tenant, plus leased chunks. Sweep: unmarked chunks older than
    * graceMs, which covers captures in other processes and writes left behind by a crash. GC writes nothing, so one
-   * killed half-way has only deleted chunks that nothing referenced.
+   * killed half-way has only deleted chunks that nothing referenced. An aborted `signal` stops it before its next
+   * delete: a caller whose exclusion of other processes' captures has lapsed (a cluster's gc lease) must not go on.
    */
-  async gc(opts: { graceMs: number }): Promise<GcResult> {
+  async gc(opts: { graceMs: number; signal?: AbortSignal }): Promise<GcResult> {
     if (!Number.isFinite(opts.graceMs) || opts.graceMs < 0) throw invalidArgument('graceMs', 'must be a non-negative number of milliseconds');
     const shared = this.#shared;
     if (shared.gcProtected) throw new SandglassError('conflict', 'A chunk store GC is already running in this process; wait for it to finish.');
@@ -154,6 +155,7 @@ export class ChunkStore {
           keptYoung++;
           continue;
         }
+        opts.signal?.throwIfAborted();
         // Registered in the same synchronous step as the check above, so a put of this chunk either protected it
         // first or waits for this delete.
         const deleting = shared.backend.delete(entry.key);
@@ -166,6 +168,7 @@ export class ChunkStore {
         deletedChunks++;
         freedBytes += entry.sizeBytes;
       }
+      opts.signal?.throwIfAborted();
       const abandoned = await shared.backend.sweepAbandoned(opts.graceMs);
       return {
         manifests,

@@ -44,5 +44,7 @@ export {
 export { upsertTemplate, findTemplate, listTemplates, dbTemplateRegistry, type TemplateSnapshotRef, type TemplateUpsert } from './templates.js';
 export { NodeDirectory, claimLease, releaseLease, type Heartbeat, type HeartbeatResult, type MembershipOptions } from './nodes.js';
 export { Failover, type FailoverOptions } from './failover.js';
+export { GcGate, GC_LEASE, DEFAULT_CAPTURE_LEASE_MS, type CaptureLeaseGrant } from './gc-gate.js';
+export { Maintenance, MAINTENANCE_LEASE, type MaintenanceOptions, type MaintenanceResult } from './maintenance.js';
 export { nodeApi, NODE_SPEC, type NodeApiOptions } from './node-api.js';
 export * from './api.js';

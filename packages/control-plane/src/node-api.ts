@@ -3,13 +3,14 @@ import { timingSafeEqual } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
-import { deriveNodeKeys, loadOpenApi, routeSchema, SandglassError, type Clock, type Logger } from '@sandglass/core';
+import { deriveNodeKeys, loadOpenApi, routeSchema, SandglassError, type Clock, type Logger, type NodeApi } from '@sandglass/core';
 import type { Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import { checkPurpose, seal, type KeyProvider } from '@sandglass/kms';
 import type { NodeDirectory, Heartbeat } from './nodes.js';
 import type { SecretStore } from './secrets.js';
 import { dbTemplateRegistry, type TemplateSnapshotRef } from './templates.js';
+import { GcGate } from './gc-gate.js';
 import { ACCESS_TOKEN_TTL_MS } from './sandboxes.js';
 
 export const NODE_SPEC = fileURLToPath(new URL('../../../spec/node.yaml', import.meta.url));
@@ -34,14 +35,7 @@ export interface NodeApiOptions {
   onOrphaned(nodeId: string, sandboxIds: string[]): void;
 }
 
-interface NodeEvent {
-  id: string;
-  type: string;
-  tenantId: string;
-  sandboxId?: string;
-  at: string;
-  data: Record<string, unknown>;
-}
+type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
 
 /**
  * The routes as one encapsulated plugin whose onRequest hook wants the node-api bearer and a well-formed node id.
@@ -53,6 +47,7 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
   const keys = deriveNodeKeys(opts.nodeSecret);
   const expected = Buffer.from(keys.nodeApiBearer.toString('hex'));
   const templates = dbTemplateRegistry(opts.db, { clock: opts.clock });
+  const gate = new GcGate(opts.db, opts.clock);
   const { db, events, clock } = opts;
 
   return async (scope) => {
@@ -74,7 +69,7 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
     const nodeOf = (req: FastifyRequest) => nodeIds.get(req)!;
 
     type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-    const route = (method: 'GET' | 'POST' | 'PUT', path: string, handler: Handler) => {
+    const route = (method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, handler: Handler) => {
       const schema = routeSchema(spec, method, path);
       // The node header is checked by the hook above; the validator would only repeat it.
       delete (schema as { headers?: unknown }).headers;
@@ -181,6 +176,17 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
         throw new SandglassError('invalid_argument', `Templates are snapshots of tenant ${TEMPLATE_TENANT}.`, { details: { field: 'tenantId' } });
       }
       return templates.publish((req.params as { key: string }).key, { ...rec, nodeId: nodeOf(req) });
+    });
+
+    // The lease is the node's: only it can release it, and a node that dies holding one blocks the sweep until it expires.
+    route('POST', '/node/v1/capture-leases', async (req) => {
+      const { expiresAt, ttlMs } = await gate.enterCapture((req.body as { snapshotId: string }).snapshotId, nodeOf(req));
+      return { expiresAt, ttlMs };
+    });
+
+    route('DELETE', '/node/v1/capture-leases/{snapshotId}', async (req, reply) => {
+      await gate.leaveCapture((req.params as { snapshotId: string }).snapshotId, nodeOf(req));
+      return reply.code(204).send();
     });
   };
 }

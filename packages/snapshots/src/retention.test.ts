@@ -1,7 +1,7 @@
 // Retention thinning: a simulated week ends with the counts the policy implies, thinning is idempotent and stable, pins and the newest survive.
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '@sandglass/core';
-import { DEFAULT_RETENTION, parseRetention, retainedSinceMs, thin, type RetentionCandidate, type RetentionPolicy } from './index.js';
+import { DEFAULT_RETENTION, parseRetention, planRetention, retainedSinceMs, thin, type RetentionCandidate, type RetentionPolicy } from './index.js';
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
@@ -173,5 +173,27 @@ describe('parseRetention', () => {
 
   it('accepts a window of exactly 366 days', () => {
     expect(parseRetention({ keepAllForMs: HOUR, tiers: [tier(366 * DAY, DAY)] }).tiers).toHaveLength(1);
+  });
+});
+
+describe('planRetention', () => {
+  const nowMs = START + 30 * DAY;
+  const entry = (id: string, sandboxId: string, ageMs: number, over: { pinned?: boolean; sandboxEnded?: boolean } = {}) => ({
+    id,
+    sandboxId,
+    takenAtMs: nowMs - ageMs,
+    pinned: over.pinned ?? false,
+    sandboxEnded: over.sandboxEnded ?? false,
+  });
+
+  it('thins each sandbox on its own: a live sandbox keeps its newest however old, an ended one lets it age out, pins stay', () => {
+    const list = [
+      entry('live-old', 'sbx_live', 20 * DAY),
+      entry('live-newest', 'sbx_live', 10 * DAY),
+      entry('ended-newest', 'sbx_ended', 10 * DAY, { sandboxEnded: true }),
+      entry('ended-pinned', 'sbx_ended', 20 * DAY, { sandboxEnded: true, pinned: true }),
+      entry('ended-recent', 'sbx_other', MINUTE, { sandboxEnded: true }),
+    ];
+    expect(planRetention(list, nowMs, DEFAULT_RETENTION).sort()).toEqual(['ended-newest', 'live-old']);
   });
 });

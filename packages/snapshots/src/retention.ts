@@ -107,3 +107,34 @@ export function thin(snapshots: RetentionCandidate[], nowMs: number, policy: Ret
   }
   return { keep, drop };
 }
+
+/** A committed snapshot as retention sees it across sandboxes. */
+export interface RetentionEntry extends RetentionCandidate {
+  sandboxId: string;
+  /** The sandbox ended or failed: there is nothing to resume, so its newest snapshot ages out like the others. */
+  sandboxEnded: boolean;
+}
+
+/**
+ * The snapshots to delete at `nowMs`: each sandbox's history thinned by `thin` (pinned ones stay; a sandbox that still
+ * exists keeps its newest whatever its age, so it can always be resumed), and an ended sandbox's snapshots older than
+ * the policy's last window dropped even when newest. One plan for every deployment: the one-process gateway and the
+ * cluster's control plane thin alike.
+ */
+export function planRetention(list: readonly RetentionEntry[], nowMs: number, policy: RetentionPolicy): string[] {
+  const bySandbox = new Map<string, RetentionEntry[]>();
+  for (const s of list) {
+    const group = bySandbox.get(s.sandboxId);
+    if (group) group.push(s);
+    else bySandbox.set(s.sandboxId, [s]);
+  }
+  const since = retainedSinceMs(nowMs, policy);
+  const drop: string[] = [];
+  for (const group of bySandbox.values()) {
+    const gone = new Set(thin(group, nowMs, policy).drop);
+    for (const s of group) {
+      if (gone.has(s.id) || (s.sandboxEnded && !s.pinned && s.takenAtMs < since)) drop.push(s.id);
+    }
+  }
+  return drop;
+}

@@ -108,6 +108,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/node/v1/capture-leases": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Takes the lease of one capture, held by the calling node until released or `ttlMs` after this call. Refused with `conflict` while a GC sweep holds the gate (retry after a wait: a sweep takes minutes at most). The node must not commit the capture's manifest once the lease may have expired (`ttlMs` after it sent this request). */
+        post: operations["nodeCaptureLeaseTake"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/capture-leases/{snapshotId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** @description Releases the calling node's lease of the capture (committed or failed); releasing one not held is a no-op. */
+        delete: operations["nodeCaptureLeaseRelease"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -392,6 +426,62 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["TemplateRecord"];
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeCaptureLeaseTake: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    snapshotId: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The lease is held */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: date-time */
+                        expiresAt: string;
+                        ttlMs: number;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeCaptureLeaseRelease: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                snapshotId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Released */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };
