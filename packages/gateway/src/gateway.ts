@@ -11,6 +11,7 @@ import { Sandbox, sandboxDir, type HealthPolicy } from './sandbox.js';
 import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateRegistry, type TemplateSnapshot } from './templates.js';
 import { WarmPool } from './pool.js';
 import { RamFiles } from './ram.js';
+import type { CaptureGate } from './capture-gate.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
 import { EventQuota, type GatewayEvents } from './events.js';
 import { NetworkManager, type NetworkSpec, type SecretResolver } from './network.js';
@@ -47,6 +48,8 @@ export interface GatewayOptions {
   templateRegistry?: { registry: TemplateRegistry; nodeId: string };
   /** Absent in a cluster, where retention and GC run in the control plane: maintain() then refuses. */
   snapshotIndex?: SnapshotIndex;
+  /** In a cluster, the control plane's gate between captures (and template publications) and its GC sweep. */
+  captureGate?: CaptureGate;
   retention: RetentionPolicy;
   /** Captures running at once on this node. */
   captureConcurrency?: number;
@@ -122,7 +125,12 @@ export class Gateway {
       opts.image,
       opts.kernelArgs,
       opts.logger,
-      opts.templateRegistry && { store: opts.store, ...opts.templateRegistry, onReplaced: (key) => this.ram.removeTemplateImage(key) },
+      opts.templateRegistry && {
+        store: opts.store,
+        ...opts.templateRegistry,
+        gate: opts.captureGate,
+        onReplaced: (key) => this.ram.removeTemplateImage(key),
+      },
     );
     this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
@@ -145,6 +153,7 @@ export class Gateway {
       logger: opts.logger,
       concurrency: opts.captureConcurrency,
       retention: opts.retention,
+      gate: opts.captureGate,
     });
   }
 

@@ -28,3 +28,4 @@ export {
 export { Outbox, type OutboxOptions, type OutboxSink } from './outbox.js';
 export { RemoteKeys, RemoteSecrets, RemoteTemplateRegistry, type RemoteKeysOptions } from './remote.js';
 export { Membership, type MemberNode, type MembershipOptions } from './membership.js';
+export { inProcessGate, RemoteCaptureGate, type CaptureGate, type CapturePass, type RemoteCaptureGateOptions } from './capture-gate.js';

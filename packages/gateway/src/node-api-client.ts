@@ -10,6 +10,7 @@ export type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
 export type AppendEventsReply = SuccessBody<Ops['nodeAppendEvents']>;
 export type SecretInfo = SuccessBody<Ops['nodeSecretInfo']>;
 export type NodeTemplateRecord = NodeApi.components['schemas']['TemplateRecord'];
+export type CaptureLeaseGrant = SuccessBody<Ops['nodeCaptureLeaseTake']>;
 
 /** The spec's cap on one delivery. */
 export const MAX_EVENTS_PER_BATCH = 500;
@@ -104,6 +105,15 @@ export class NodeApiClient {
   /** First publisher wins; every caller gets the winner. Idempotent: publishing the same record twice yields the same winner. */
   templatePublish(key: string, rec: NodeTemplateRecord): Promise<NodeTemplateRecord> {
     return this.#call('PUT', templatePath(key), { body: rec, idempotent: true }) as Promise<NodeTemplateRecord>;
+  }
+
+  /** Refused with `conflict` while a GC sweep runs (not retried here: the caller decides how long to wait). Taking it twice is harmless. */
+  captureLeaseTake(snapshotId: string): Promise<CaptureLeaseGrant> {
+    return this.#call('POST', '/node/v1/capture-leases', { body: { snapshotId }, idempotent: true }) as Promise<CaptureLeaseGrant>;
+  }
+
+  async captureLeaseRelease(snapshotId: string): Promise<void> {
+    await this.#call('DELETE', `/node/v1/capture-leases/${encodeURIComponent(snapshotId)}`, { idempotent: true });
   }
 
   close(): void {

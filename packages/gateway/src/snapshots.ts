@@ -13,14 +13,14 @@ import {
   materializeMemory,
   materializeState,
   parseManifestBody,
-  retainedSinceMs,
-  thin,
+  planRetention,
   MEMORY_CHUNK_BYTES,
   type ManifestBody,
   type RetentionPolicy,
   type SnapshotReason,
 } from '@sandglass/snapshots';
 import { chownToVm, prepareVmDir, type Accel } from '@sandglass/vmm';
+import { inProcessGate, type CaptureGate } from './capture-gate.js';
 import type { GatewayEvents } from './events.js';
 import { failpoint } from './failpoints.js';
 import type { RamFiles } from './ram.js';
@@ -72,6 +72,10 @@ export interface SnapshotManagerOptions {
   imageCacheBytes?: number;
   /** Unreferenced chunks younger than this survive GC (a capture in another process may be about to commit them). */
   gcGraceMs?: number;
+  /** Excludes captures and a cluster's GC sweep; default in-process (the store's own leases suffice in one process). */
+  gate?: CaptureGate;
+  /** How long a pause or manual snapshot waits for a running sweep; a rolling capture never waits (the next run retries). */
+  gateWaitMs?: number;
 }
 
 interface Pending {
@@ -158,6 +162,9 @@ export class SnapshotManager {
     const statePath = join(sbx.dir, `${id}.state`);
     const newLayer = join(sbx.dir, `layer-${id}.qcow2`);
     const tenant = await this.opts.store.tenant(sbx.tenantId);
+    // Before the guest stops and before any chunk is staged: a chunk found already stored (deduplicated) must not be
+    // swept by a GC elsewhere before this manifest references it.
+    const pass = await (this.opts.gate ?? inProcessGate).enter(id, { waitMs: reason === 'rolling' ? 0 : (this.opts.gateWaitMs ?? 5 * 60_000) });
     const lease = tenant.lease();
     const takenAt = new Date(clock.nowMs()).toISOString();
     try {
@@ -206,8 +213,11 @@ export class SnapshotManager {
           diskClusters: disk.clusters.size,
         },
       };
+      await tenant.flush();
+      pass.check();
       const committed = await tenant.putManifest(id, { refs: manifestRefs(body), body });
       lease.release();
+      await pass.leave();
       failpoint('capture.after_manifest');
       const info: SnapshotInfo = {
         id,
@@ -251,6 +261,7 @@ export class SnapshotManager {
       return info;
     } catch (err) {
       lease.release();
+      await pass.leave();
       rmSync(memCopy, { force: true });
       const e =
         err instanceof SandglassError ? err : new SandglassError('snapshot_failed', `snapshot of ${sbx.id} failed: ${(err as Error).message}`, { cause: err });
@@ -348,33 +359,28 @@ export class SnapshotManager {
    * references. A sandbox that still exists keeps its newest snapshot whatever its age, so it can always be resumed.
    */
   async maintain(opts: { graceMs?: number } = {}): Promise<{ deleted: number; gc: Awaited<ReturnType<ChunkStore['gc']>> }> {
-    const now = this.opts.clock.nowMs();
-    const bySandbox = new Map<string, Awaited<ReturnType<SnapshotIndex['all']>>>();
     if (!this.opts.index) {
       throw new SandglassError('conflict', 'This gateway runs in a cluster: snapshot retention and GC run in the control plane, not on the node.');
     }
-    for (const s of await this.opts.index.all()) {
-      const list = bySandbox.get(s.sandboxId) ?? [];
-      list.push(s);
-      bySandbox.set(s.sandboxId, list);
-    }
-    let deleted = 0;
-    const since = retainedSinceMs(now, this.opts.retention);
-    for (const list of bySandbox.values()) {
-      const { drop, keep } = thin(
-        list.map((s) => ({ id: s.id, takenAtMs: Date.parse(s.takenAt), pinned: s.pinned })),
-        now,
+    const all = await this.opts.index.all();
+    const drop = new Set(
+      planRetention(
+        all.map((s) => ({
+          id: s.id,
+          sandboxId: s.sandboxId,
+          takenAtMs: Date.parse(s.takenAt),
+          pinned: s.pinned,
+          sandboxEnded: s.sandboxState === 'ended' || s.sandboxState === 'failed',
+        })),
+        this.opts.clock.nowMs(),
         this.opts.retention,
-      );
-      const gone = new Set(drop);
-      // An ended sandbox has nothing to resume: its last snapshot ages out like the others.
-      const ended = list[0]!.sandboxState === 'ended' || list[0]!.sandboxState === 'failed';
-      if (ended) for (const s of list) if (keep.includes(s.id) && !s.pinned && Date.parse(s.takenAt) < since) gone.add(s.id);
-      for (const s of list) {
-        if (!gone.has(s.id)) continue;
-        await this.delete(s.tenantId, s.sandboxId, s.id, 'retention');
-        deleted++;
-      }
+      ),
+    );
+    let deleted = 0;
+    for (const s of all) {
+      if (!drop.has(s.id)) continue;
+      await this.delete(s.tenantId, s.sandboxId, s.id, 'retention');
+      deleted++;
     }
     const gc = await this.opts.store.gc({ graceMs: opts.graceMs ?? this.opts.gcGraceMs ?? 15 * 60_000 });
     await this.opts.events.append({ type: 'gc.completed', tenantId: 'system', data: { thinned: deleted, ...gc } });

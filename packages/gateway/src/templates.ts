@@ -10,6 +10,10 @@ import { connectAgent, runToExit } from './agent-link.js';
 import type { GuestImage } from '@sandglass/images';
 import type { RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
+import { inProcessGate, type CaptureGate } from './capture-gate.js';
+
+/** A node starting while a GC sweep runs waits for it rather than failing its start. */
+const TEMPLATE_GATE_WAIT_MS = 10 * 60_000;
 
 // Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
 const TEMPLATE_RECIPE = 3;
@@ -55,6 +59,8 @@ export interface TemplateSharing {
   store: ChunkStore;
   registry: TemplateRegistry;
   nodeId: string;
+  /** Held while the template's chunks are stored, as a capture's are: against a GC sweep elsewhere. */
+  gate?: CaptureGate;
   /** A cached template was replaced by the registry's: anything derived from the old files (its tmpfs RAM image) is stale. */
   onReplaced?: (key: string) => void;
 }
@@ -196,7 +202,13 @@ export class TemplateStore {
     const tenant = await sharing.store.tenant(TEMPLATE_TENANT);
     const snapshotId = newId('snap');
     const t0 = performance.now();
-    const stored = await storeTemplate(tenant, dir, record, { snapshotId, takenAt: new Date().toISOString() });
+    const pass = await (sharing.gate ?? inProcessGate).enter(snapshotId, { waitMs: TEMPLATE_GATE_WAIT_MS });
+    let stored: Awaited<ReturnType<typeof storeTemplate>>;
+    try {
+      stored = await storeTemplate(tenant, dir, record, { snapshotId, takenAt: new Date().toISOString() }, { beforeCommit: () => pass.check() });
+    } finally {
+      await pass.leave();
+    }
     const winner = await sharing.registry.publish(key, { tenantId: TEMPLATE_TENANT, snapshotId, nodeId: sharing.nodeId });
     const won = winner.tenantId === TEMPLATE_TENANT && winner.snapshotId === snapshotId;
     this.log.info(

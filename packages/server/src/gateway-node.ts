@@ -12,6 +12,7 @@ import {
   RemoteKeys,
   RemoteSecrets,
   RemoteTemplateRegistry,
+  RemoteCaptureGate,
   createDataPlaneServer,
   createInternalServer,
   type MemberNode,
@@ -159,6 +160,8 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
     warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
     store,
     templateRegistry: { registry: new RemoteTemplateRegistry(client), nodeId: opts.nodeId },
+    // Retention and GC run in the control plane (no snapshotIndex here); captures take its gate against the sweep.
+    captureGate: new RemoteCaptureGate({ client, logger: log }),
     retention: DEFAULT_RETENTION,
     secrets: new RemoteSecrets({ client, nodeSecret: secret }),
     egress: egressFromEnv(),

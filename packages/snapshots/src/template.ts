@@ -27,6 +27,7 @@ export async function storeTemplate(
   dir: string,
   record: TemplateRecord,
   ids: { snapshotId: string; takenAt: string },
+  opts: { beforeCommit?: () => void } = {},
 ): Promise<StoredTemplate> {
   const lease = tenant.lease();
   try {
@@ -59,6 +60,9 @@ export async function storeTemplate(
       },
       template: record,
     };
+    await tenant.flush();
+    // The caller's last word (a lapsed lease against a GC sweep throws): nothing is committed after it says no.
+    opts.beforeCommit?.();
     const committed = await tenant.putManifest(ids.snapshotId, { refs: manifestRefs(body), body });
     return { body, storedBytes: body.stats.storedBytes + committed.storedBytes, newChunks: body.stats.newChunks };
   } finally {
