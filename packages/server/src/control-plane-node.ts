@@ -4,7 +4,10 @@ import { createLogger, loadNodeSecret, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { LocalKeyring } from '@sandglass/kms';
-import { bootstrapLocal, createControlPlane, NodeDirectory, upsertTemplate } from '@sandglass/control-plane';
+import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
+import { bootstrapLocal, createControlPlane, Maintenance, NodeDirectory, upsertTemplate } from '@sandglass/control-plane';
+import { DEFAULT_RETENTION } from '@sandglass/snapshots';
+import { intFromEnv } from './env.js';
 import { parseListen } from './gateway-node.js';
 
 export interface ControlPlaneNodeOptions {
@@ -22,6 +25,11 @@ export interface ControlPlaneNodeOptions {
   deadAfterS?: number;
   /** How often gateways heartbeat (default 2). */
   heartbeatIntervalS?: number;
+  /**
+   * The chunk store the gateways share (s3://bucket/prefix, file:/abs/path): snapshot retention and chunk GC run here,
+   * on one replica at a time. Without it nothing is thinned or collected.
+   */
+  store?: string;
 }
 
 export interface RunningControlPlaneNode {
@@ -44,6 +52,8 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
   const secret = loadNodeSecret(opts.nodeSecretFile);
   mkdirSync(opts.keysDir, { recursive: true, mode: 0o700 });
 
+  // Opened first: a malformed store URL stops start-up before anything else is touched.
+  const backend = opts.store === undefined ? undefined : openChunkBackend(opts.store);
   const { db, close: closeDb } = await openDatabase({ url: opts.db });
   const events = new EventLog(db);
   const keys = new LocalKeyring({ dir: opts.keysDir });
@@ -62,12 +72,27 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
     cluster: { nodes, failoverIntervalMs: Math.max(500, (heartbeatIntervalS * 1000) / 2) },
   });
   const url = await cp.listen(port, host);
+  // Every replica runs the loop; the maintenance lease lets one of them work each round.
+  const maintenance =
+    backend &&
+    new Maintenance({
+      db,
+      events,
+      store: new ChunkStore({ backend, keys, clock }),
+      retention: DEFAULT_RETENTION,
+      clock,
+      logger: log,
+      intervalMs: intFromEnv('SANDGLASS_MAINTENANCE_INTERVAL_S', 600, 1, 86_400) * 1000,
+    });
+  if (maintenance) maintenance.start();
+  else log.warn('no --store: snapshot retention and chunk-store GC do not run (snapshots are never thinned)');
   log.info({ url, deadAfterS, heartbeatIntervalS }, 'control plane replica up');
   let stopping: Promise<void> | undefined;
   return {
     url,
     stop: () =>
       (stopping ??= (async () => {
+        await maintenance?.stop();
         await cp.close();
         await closeDb();
       })()),

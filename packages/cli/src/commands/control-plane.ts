@@ -11,6 +11,7 @@ interface ControlPlaneFlags {
   adminKeyFile?: string;
   deadAfterS: number;
   heartbeatIntervalS: number;
+  store?: string;
 }
 
 const HELP = `
@@ -22,6 +23,9 @@ What each part needs:
   keys            --keys-dir: the local keyring (master key, wrapped tenant keys); every replica must see the same
                   directory (shared storage, or copied before the first tenant exists).
   operator key    --admin-key-file: written on the first start, read on later ones (SANDGLASS_API_KEY for the CLI).
+  chunk store     --store: the gateways' shared store (s3://bucket/prefix or file:/abs/path). Snapshot retention and
+                  chunk GC run here, one replica at a time, every SANDGLASS_MAINTENANCE_INTERVAL_S (default 600);
+                  without --store nothing is thinned or collected.
   failover        a gateway silent for --dead-after-s is declared dead (by exactly one replica) and each of its
                   sandboxes is resumed on another gateway from its newest snapshot.`;
 
@@ -46,6 +50,7 @@ export function registerControlPlaneCommand(program: Command, act: Act): void {
         .argParser(parsePositiveInt)
         .default(2),
     )
+    .addOption(new Option('--store <url>', 'shared chunk store (retention and GC run here): s3://bucket/prefix or file:/abs/path').env('SANDGLASS_STORE'))
     .addHelpText('after', HELP)
     .action(
       act(async (flags: ControlPlaneFlags) => {
@@ -59,6 +64,7 @@ export function registerControlPlaneCommand(program: Command, act: Act): void {
           adminKeyFile: flags.adminKeyFile,
           deadAfterS: flags.deadAfterS,
           heartbeatIntervalS: flags.heartbeatIntervalS,
+          store: flags.store,
         });
       }),
     );
