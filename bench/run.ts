@@ -1,9 +1,11 @@
-// `npm run bench`: cold boot vs create-from-template, exec round trip, file throughput, concurrent creates, host memory per sandbox.
-import { mkdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+// `npm run bench`: cold boot vs create-from-template, exec round trip, file throughput, concurrent creates, host memory per sandbox;
+// snapshots, egress, the jailer; a cluster (creates/s on one gateway vs three, failover time, PostgreSQL vs SQLite latency).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
-import { cpus } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { Readable } from 'node:stream';
 import Table from 'cli-table3';
 import { homeLayout } from '@sandglass/core';
@@ -77,10 +79,15 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
   return [performance.now() - t0, v];
 }
 
+/** The accelerator, QEMU and host the figures were measured on. */
+function hostLine(accelText = accel ? `${accel.accel} (-cpu ${accel.cpu})` : 'unknown'): string {
+  return `accel ${accelText}, ${qemuVersion()}, ${process.platform} ${cpus().length} cores`;
+}
+
 function printRows(): string {
   const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });
   for (const r of rows) table.push([r.what, r.n, r.p50, r.p95, r.other]);
-  const header = `accel ${accel ? `${accel.accel} (-cpu ${accel.cpu})` : 'unknown'}, ${qemuVersion()}, ${process.platform} ${cpus().length} cores`;
+  const header = hostLine();
   console.log(header);
   console.log(table.toString());
   return header;
@@ -233,7 +240,10 @@ async function egressPhase(): Promise<void> {
   rows.push({ what: 'added by the egress proxy per request (p50)', n: proxied!.n, p50: ms(proxied!.p50Ms - direct!.p50Ms), p95: '', other: 'target < 2 ms' });
 }
 
-/** BENCH_ONLY=snapshots|egress runs just that phase (its rows print, docs/benchmarks.md is left alone). */
+/**
+ * BENCH_ONLY=snapshots|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
+ * BENCH_ONLY=cluster also replaces its own section of docs/benchmarks.md.
+ */
 const only = process.env.BENCH_ONLY;
 
 /**
@@ -272,8 +282,327 @@ async function jailPhase(): Promise<void> {
   });
 }
 
+/** Host load, as the rows of the cluster phase are only comparable within one run on this shared machine. */
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+
+/** n calls of fn, at most `concurrency` at once; the results in call order. */
+async function inParallel<T>(n: number, concurrency: number, fn: (i: number) => Promise<T>): Promise<PromiseSettledResult<T>[]> {
+  const out: PromiseSettledResult<T>[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < n) {
+      const i = next++;
+      out[i] = await fn(i).then(
+        (value) => ({ status: 'fulfilled' as const, value }),
+        (reason: unknown) => ({ status: 'rejected' as const, reason }),
+      );
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return out;
+}
+
+/** Each request's latency, `concurrency` in flight over kept-alive connections; any answer but 2xx stops the run. */
+async function hammer(url: string, apiKey: string, method: 'GET' | 'POST', n: number, concurrency: number): Promise<number[]> {
+  const lat: number[] = [];
+  const results = await inParallel(n, concurrency, async () => {
+    const t0 = performance.now();
+    const res = await fetch(url, { method, headers: { authorization: `Bearer ${apiKey}` } });
+    await res.arrayBuffer();
+    if (!res.ok) throw new Error(`${method} ${url} answered ${res.status}`);
+    lat.push(performance.now() - t0);
+  });
+  const failed = results.find((r) => r.status === 'rejected');
+  if (failed) throw (failed as PromiseRejectedResult).reason;
+  return lat;
+}
+
+interface ClusterTable {
+  title: string;
+  rows: Row[];
+}
+
+/**
+ * Phase 6, scale-out (BENCH_ONLY=cluster): a cluster from tests/cluster-harness.ts (PostgreSQL, an s3rver process, two
+ * control-plane replicas behind haproxy, gateways in process groups of their own), all on this one machine. Creates
+ * per second with one gateway and then, adding two, with three; the time from a gateway's kill -9 to its sandboxes
+ * running elsewhere next to the restore time of the same run; control-plane request latency on PostgreSQL (through
+ * haproxy and directly) against `sandglass up` (SQLite) started as its own process.
+ */
+async function clusterPhase(): Promise<{ tables: ClusterTable[]; text: string; accel: string }> {
+  const { Cluster, waitFor } = await import('../tests/cluster-harness.js');
+  const creates = quick ? 6 : 12;
+  const concurrency = quick ? 3 : 4;
+  const perNode = quick ? 1 : 2;
+  const requests = quick ? 100 : 500;
+  const deadAfterS = 6;
+  const heartbeatIntervalS = 1;
+  const loadBefore = loadavg();
+  const dir = mkdtempSync(join(tmpdir(), 'sg-bench-cluster-'));
+  const cluster = new Cluster({ dir, artifactsFrom: home, basePort: port + 20, controlPlanes: 2, gateways: 1, deadAfterS, heartbeatIntervalS });
+  const tables: ClusterTable[] = [];
+  let accelText = 'unknown';
+  let up: ChildProcess | undefined;
+  const t0Phase = performance.now();
+  try {
+    await cluster.start();
+    const config = { apiUrl: cluster.apiUrl, apiKey: cluster.adminKey };
+    const placedOn = async (ids: string[]) => {
+      const all = await Sandbox.list({ ...config, state: 'running' });
+      return new Map(ids.map((id) => [id, all.find((x) => x.id === id)?.gatewayId ?? '?']));
+    };
+
+    // 1. The same batch of creates against one gateway, then (two more started, restoring the template from the store) three.
+    const throughput: Row[] = [];
+    const rate: Record<number, number> = {};
+    const p50: Record<number, number> = {};
+    for (const gateways of [1, 3]) {
+      if (gateways === 3) await Promise.all([cluster.startGateway('n2'), cluster.startGateway('n3')]);
+      const lat: number[] = [];
+      const t0 = performance.now();
+      const made = await inParallel(creates, concurrency, async () => {
+        const [t, s] = await timed(() => Sandbox.create({ ...config, timeoutS: 900, snapshotIntervalS: 86400 }));
+        lat.push(t);
+        return s;
+      });
+      const wallMs = performance.now() - t0;
+      const ok = made.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+      const started = ok.length ? (await ok[0]!.events({ types: ['sandbox.started'] }))[0] : undefined;
+      accelText = String((started?.data as { accel?: string } | undefined)?.accel ?? accelText);
+      const spread = new Map<string, number>();
+      for (const node of (await placedOn(ok.map((s) => s.id))).values()) spread.set(node, (spread.get(node) ?? 0) + 1);
+      rate[gateways] = ok.length / (wallMs / 1000);
+      p50[gateways] = pct(lat, 50);
+      addLatencyTo(throughput, `${creates} creates, ${concurrency} at a time, ${gateways} gateway${gateways > 1 ? 's' : ''}`, lat, [
+        `${rate[gateways]!.toFixed(2)} creates/s`,
+        `${ok.length}/${creates} ok in ${(wallMs / 1000).toFixed(1)} s`,
+        `placed ${[...spread]
+          .sort()
+          .map(([n, c]) => `${n}:${c}`)
+          .join(' ')}`,
+      ]);
+      await Promise.all(ok.map((s) => s.kill().catch(() => {})));
+    }
+    throughput.push({
+      what: 'three gateways against one',
+      n: creates,
+      p50: `${(p50[3]! / p50[1]!).toFixed(2)}× latency`,
+      p95: '',
+      other: `${(rate[3]! / rate[1]!).toFixed(2)}× creates/s`,
+    });
+    tables.push({ title: 'Creates per second, one gateway vs three', rows: throughput });
+
+    // 2. Failover. Sandboxes on every node; those off the victim are paused and resumed (a restore from the store, the
+    // same path a move takes) for the baseline, then killed; the victim's each get one snapshot; then kill -9.
+    const victim = 'n2';
+    const spreadOut: Sandbox[] = [];
+    for (let i = 0; i < 3 * perNode; i++) spreadOut.push(await Sandbox.create({ ...config, timeoutS: 900, snapshotIntervalS: 86400 }));
+    const resumes: number[] = [];
+    const resumeRestore: number[] = [];
+    for (const [id, node] of await placedOn(spreadOut.map((s) => s.id))) {
+      if (node === victim) continue;
+      const s = spreadOut.find((x) => x.id === id)!;
+      await s.pause();
+      const [t] = await timed(() => Sandbox.resume(id, config));
+      resumes.push(t);
+      const resumed = (await s.events({ types: ['sandbox.resumed'] })).at(-1)?.data as { prepareMs?: number; restoreMs?: number } | undefined;
+      if (resumed?.restoreMs !== undefined) resumeRestore.push((resumed.prepareMs ?? 0) + resumed.restoreMs);
+    }
+    const onVictim: Sandbox[] = [];
+    for (const [id, node] of await placedOn(spreadOut.map((s) => s.id))) {
+      const s = spreadOut.find((x) => x.id === id)!;
+      if (node === victim) onVictim.push(s);
+      else await s.kill();
+    }
+    for (const s of onVictim) await s.snapshot();
+    const killedAt = Date.now();
+    await cluster.killGateway(victim);
+    // Settled: running on another node, or failed (a lost sandbox is a result to report, not a reason to stop).
+    const backAt = new Map<string, number>();
+    const lost = new Map<string, string>();
+    await waitFor(
+      async () => {
+        const all = await Sandbox.list(config);
+        for (const s of onVictim) {
+          const info = all.find((x) => x.id === s.id);
+          if (backAt.has(s.id) || lost.has(s.id)) continue;
+          if (info?.state === 'running' && info.gatewayId !== victim) backAt.set(s.id, Date.now());
+          if (info?.state === 'failed') lost.set(s.id, info.failureReason ?? 'failed');
+        }
+        return backAt.size + lost.size === onVictim.length;
+      },
+      180_000,
+      `the sandboxes of ${victim} did not all come back or fail`,
+    );
+    const toMoved: number[] = [];
+    const movedToResumed: number[] = [];
+    const moveRestore: number[] = [];
+    const lessRestore: number[] = [];
+    for (const s of onVictim) {
+      const events = await s.events({ types: ['sandbox.moved', 'sandbox.resumed'] });
+      const moved = events.find((e) => e.type === 'sandbox.moved');
+      if (moved) toMoved.push(Date.parse(moved.at) - killedAt);
+      const resumed = events.filter((e) => e.type === 'sandbox.resumed').at(-1);
+      if (!moved || !resumed || !backAt.has(s.id)) continue;
+      const data = resumed.data as { prepareMs?: number; restoreMs?: number };
+      movedToResumed.push(Date.parse(resumed.at) - Date.parse(moved.at));
+      const restore = (data.prepareMs ?? 0) + (data.restoreMs ?? 0);
+      moveRestore.push(restore);
+      lessRestore.push(backAt.get(s.id)! - killedAt - restore);
+    }
+    for (const [id, reason] of lost) console.error(`[cluster] failover lost ${id}: ${reason}`);
+    const failover: Row[] = [];
+    failover.push({
+      what: `kill -9 of a gateway → ${backAt.size} of its ${onVictim.length} sandboxes running elsewhere`,
+      n: 1,
+      p50: backAt.size ? ms(Math.max(...backAt.values()) - killedAt) : '—',
+      p95: '',
+      other:
+        `--dead-after-s ${deadAfterS}, --heartbeat-interval-s ${heartbeatIntervalS}; seen by polling GET /v1/sandboxes` +
+        (lost.size ? `; ${lost.size} failed instead: ${[...new Set(lost.values())].join(' / ')}` : ''),
+    });
+    addLatencyTo(
+      failover,
+      '  per sandbox: kill → running elsewhere',
+      [...backAt.values()].map((t) => t - killedAt),
+    );
+    addLatencyTo(failover, '  per sandbox: kill → sandbox.moved (declared dead, placed)', toMoved, [`dead after ${deadAfterS * 1000} ms of silence`]);
+    addLatencyTo(failover, '  per sandbox: sandbox.moved → sandbox.resumed', movedToResumed, ['the restore on the new node, moves in parallel']);
+    addLatencyTo(failover, '  per sandbox: of which the restore (prepare + QEMU restore)', moveRestore, ['from the sandbox.resumed event']);
+    addLatencyTo(failover, '  per sandbox: kill → running elsewhere, less its own restore', lessRestore, ['target < 10 000 ms']);
+    addLatencyTo(failover, 'baseline: resume of a paused sandbox (restore from the store), same run', resumes, [
+      resumeRestore.length ? `restore ${ms(pct(resumeRestore, 50))} p50 per its event` : '',
+    ]);
+    tables.push({ title: 'Failover: a gateway killed outright', rows: failover });
+    await Promise.all(onVictim.map((s) => s.kill().catch(() => {})));
+
+    // 3. Control-plane requests: one running sandbox in the cluster and one in a separate `sandglass up` (SQLite).
+    const upPort = port;
+    up = spawn(join(root, 'bin/sandglass'), ['up', '--port', String(upPort)], {
+      env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_WARM_POOL: '0' },
+      stdio: ['ignore', openSync(join(dir, 'up.log'), 'a'), openSync(join(dir, 'up.log'), 'a')],
+      detached: true,
+    });
+    const upUrl = `http://127.0.0.1:${upPort}`;
+    await waitFor(async () => (await fetch(`${upUrl}/v1/health`).catch(() => undefined))?.ok === true, 300_000, 'sandglass up did not come up').catch(
+      (err: unknown) => {
+        console.error(`--- up.log ---\n${readFileSync(join(dir, 'up.log'), 'utf8').slice(-4000)}`);
+        throw err;
+      },
+    );
+    const upConfig = { apiUrl: upUrl, apiKey: readFileSync(homeLayout(home).adminKeyFile, 'utf8').trim() };
+    const targets = [
+      { label: 'PostgreSQL, through haproxy', config, sbx: await Sandbox.create({ ...config, timeoutS: 900, snapshotIntervalS: 86400 }) },
+      {
+        label: 'PostgreSQL, one replica directly',
+        config: { ...config, apiUrl: `http://127.0.0.1:${cluster.cpPorts[0]}` },
+        sbx: undefined as Sandbox | undefined,
+      },
+      { label: 'SQLite (sandglass up)', config: upConfig, sbx: await Sandbox.create({ ...upConfig, timeoutS: 900, snapshotIntervalS: 86400 }) },
+    ];
+    targets[1]!.sbx = targets[0]!.sbx;
+    const latency: Row[] = [];
+    const requestKinds = [
+      { name: 'GET /v1/sandboxes?state=running', method: 'GET' as const, path: () => '/v1/sandboxes?state=running' },
+      { name: 'GET /v1/sandboxes/{id}', method: 'GET' as const, path: (id: string) => `/v1/sandboxes/${id}` },
+      { name: 'POST /v1/sandboxes/{id}/access', method: 'POST' as const, path: (id: string) => `/v1/sandboxes/${id}/access` },
+      { name: 'GET /v1/sandboxes/{id}/events', method: 'GET' as const, path: (id: string) => `/v1/sandboxes/${id}/events` },
+    ];
+    for (const kind of requestKinds) {
+      const p50s: number[] = [];
+      for (const t of targets) {
+        const url = `${t.config.apiUrl}${kind.path(t.sbx!.id)}`;
+        await hammer(url, t.config.apiKey, kind.method, 20, 8);
+        const t0 = performance.now();
+        const lat = await hammer(url, t.config.apiKey, kind.method, requests, 8);
+        const rps = lat.length / ((performance.now() - t0) / 1000);
+        p50s.push(pct(lat, 50));
+        addLatencyTo(latency, `${kind.name}, ${t.label}`, lat, [`${rps.toFixed(0)} req/s`]);
+      }
+      latency.push({
+        what: `  ${kind.name}: PostgreSQL direct against SQLite`,
+        n: requests,
+        p50: `${(p50s[1]! / p50s[2]!).toFixed(2)}×`,
+        p95: '',
+        other: 'p50',
+      });
+    }
+    tables.push({ title: 'Control-plane request latency, PostgreSQL against SQLite', rows: latency });
+    await Promise.all(targets.map((t) => t.sbx?.kill().catch(() => {})));
+  } catch (err) {
+    for (const name of ['cp1', 'cp2', 'gateway-n1', 'gateway-n2', 'gateway-n3']) console.error(`--- ${name}.log ---\n${cluster.log(name).slice(-3000)}`);
+    throw err;
+  } finally {
+    if (up && up.exitCode === null) {
+      const exited = new Promise((r) => up!.once('exit', r));
+      up.kill('SIGTERM');
+      const hard = setTimeout(() => process.kill(-up!.pid!, 'SIGKILL'), 30_000);
+      await exited;
+      clearTimeout(hard);
+    }
+    await cluster.stop();
+    if (!process.env.SANDGLASS_KEEP_CLUSTER) rmSync(dir, { recursive: true, force: true });
+  }
+  const text =
+    `Phase 6 (\`BENCH_ONLY=cluster\`) runs a cluster on this one machine from tests/cluster-harness.ts: PostgreSQL, an ` +
+    `s3rver process as the chunk store, two control-plane replicas behind haproxy, gateways in process groups of their ` +
+    `own (warm pool off), under \`--dead-after-s ${deadAfterS}\` and \`--heartbeat-interval-s ${heartbeatIntervalS}\`. ` +
+    `The same ${creates} creates (${concurrency} at a time, each to the answer of POST /v1/sandboxes) run against one ` +
+    `gateway and then, two more started, three; every gateway shares the same ${cpus().length} cores, so three do not ` +
+    `add CPU here, and the ratio shows what placement and the control plane cost, not what more hosts would give. ` +
+    `For failover ${3 * perNode} sandboxes are spread over the three gateways; those off the victim are paused and ` +
+    `resumed (a restore from the store, the path a move takes: the baseline) and killed, the victim's each take one ` +
+    `snapshot, and the victim's process group (gateway, jailers, QEMUs) is killed with SIGKILL; "running elsewhere" is ` +
+    `the first poll of GET /v1/sandboxes that shows it running on another node, the event times are the log's. The ` +
+    `target is under 10 s plus one restore each. Control-plane requests (${requests} of each, 8 at a time, kept-alive) ` +
+    `go to the cluster through haproxy and to one replica directly, and to \`sandglass up\` started as its own ` +
+    `process, one running sandbox in each; the list is filtered to running sandboxes so both list one. ` +
+    `Load average ${loadBefore} before and ${loadavg()} after (other work shares this machine); the phase took ` +
+    `${((performance.now() - t0Phase) / 1000).toFixed(0)} s.`;
+  return { tables, text, accel: accelText };
+}
+
+function addLatencyTo(to: Row[], what: string, xs: number[], notes: string[] = []): void {
+  const [p50, p95] = xs.length ? [ms(pct(xs, 50)), ms(pct(xs, 95))] : ['—', '—'];
+  to.push({ what, n: xs.length, p50, p95, other: notes.filter(Boolean).join('; ') });
+}
+
+function printTable(title: string, rs: Row[]): void {
+  const table = new Table({ head: ['measure', 'n', 'p50', 'p95', 'note'], style: { head: [], border: [] } });
+  for (const r of rs) table.push([r.what, r.n, r.p50, r.p95, r.other]);
+  console.log(`${title}\n${table.toString()}`);
+}
+
+const mdRows = (rs: Row[]) =>
+  `| measure | n | p50 | p95 | note |\n|---|---|---|---|---|\n${rs.map((r) => `| ${r.what} | ${r.n} | ${r.p50} | ${r.p95} | ${r.other} |`).join('\n')}\n`;
+
+/** The cluster phase's section of docs/benchmarks.md, between markers, so a BENCH_ONLY=cluster run can replace it alone. */
+function clusterSection(header: string, result: { tables: ClusterTable[]; text: string }): string {
+  return (
+    `<!-- cluster phase -->\n## Cluster\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}. ${result.text}\n\n` +
+    result.tables.map((t) => `### ${t.title}\n\n${mdRows(t.rows)}`).join('\n') +
+    `<!-- /cluster phase -->\n`
+  );
+}
+
+function writeClusterSection(section: string): void {
+  const file = join(root, 'docs/benchmarks.md');
+  const doc = readFileSync(file, 'utf8');
+  const at = doc.indexOf('<!-- cluster phase -->');
+  const end = doc.indexOf('<!-- /cluster phase -->\n');
+  writeFileSync(file, at < 0 || end < 0 ? `${doc}\n${section}` : doc.slice(0, at) + section + doc.slice(end + '<!-- /cluster phase -->\n'.length));
+}
+
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
+  if (only === 'cluster') {
+    const result = await clusterPhase();
+    const header = hostLine(result.accel);
+    console.log(header);
+    for (const t of result.tables) printTable(t.title, t.rows);
+    if (!quick) writeClusterSection(clusterSection(header, result));
+    return;
+  }
   if (only === 'jail') {
     await jailPhase();
     printRows();
@@ -403,8 +732,10 @@ async function main(): Promise<void> {
   await snapshotPhase();
   await egressPhase();
   await jailPhase();
+  const cluster = await clusterPhase();
 
   const header = printRows();
+  for (const t of cluster.tables) printTable(t.title, t.rows);
   const md =
     `# Benchmarks\n\n<!-- Written by \`npm run bench\` (bench/run.ts); rerun it to refresh. -->\n\n` +
     `Measured ${new Date().toISOString().slice(0, 10)} on ${header}. Absolute times are noisy on these shared machines; ` +
@@ -415,9 +746,8 @@ async function main(): Promise<void> {
     `translation cache, so the first guest process after a restore costs ~0.3 s; the pool pays that before the create. ` +
     "The first exec result is `commands.run('true')` (`/bin/bash -c true`).\n\n" +
     `Phase 3 (time travel) runs four sandboxes side by side (256 MiB and 1 GiB guests, idle and writing 10 MiB of random data a minute) and snapshots each once a minute: "bytes stored" is what each later snapshot added to the store (new chunks, compressed and encrypted, plus the manifest); a writer's random data lands twice, in the page cache (memory) and on disk. The pause rows are the guest's stop→cont time of every snapshot of the idle sandboxes; fork and resume are measured to a first exec next to a create from the template (pool off). Phase 4 measures one kept-alive HTTPS connection directly and through the egress proxy (CONNECT, TLS interception with the sandbox CA, policy, a header substitution), all in one process. Phase 5 alternates creates (pool off) with every QEMU started through the jailer and started directly (\`SANDGLASS_JAIL=off\`), in one server, so both see the same load: the difference is what the jail (its own uid, cgroup joined before exec, five namespaces, a read-only root with the shared base bound in) adds to a create.\n\n` +
-    `| measure | n | p50 | p95 | note |\n|---|---|---|---|---|\n` +
-    rows.map((r) => `| ${r.what} | ${r.n} | ${r.p50} | ${r.p95} | ${r.other} |`).join('\n') +
-    '\n';
+    mdRows(rows) +
+    `\n${clusterSection(hostLine(cluster.accel), cluster)}`;
   if (!quick) writeFileSync(join(root, 'docs/benchmarks.md'), md);
 }
 
