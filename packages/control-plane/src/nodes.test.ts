@@ -118,7 +118,25 @@ describe.each(dialects)('NodeDirectory on $dialect', ({ url }) => {
     const mine = await placed('n1');
     const theirs = await placed('n2');
     const unknown = newId('sbx');
-    const reply = await nodes.heartbeat('n1', beat({ epoch: 1, sandboxes: [mine, theirs, unknown] }));
+    // Moved here and being resumed: paused in the log until the node's sandbox.resumed arrives, yet its VM runs here.
+    const resuming = await placed('n2');
+    await events.append(
+      {
+        type: 'sandbox.moved',
+        tenantId,
+        sandboxId: resuming,
+        data: {
+          fromGatewayId: 'n2',
+          gatewayId: 'n1',
+          gatewayUrl: 'http://x',
+          reason: 'node_dead',
+          snapshotId: 'snap_x',
+          snapshotTakenAt: '2026-11-30T12:00:00.000Z',
+        },
+      },
+      { clock },
+    );
+    const reply = await nodes.heartbeat('n1', beat({ epoch: 1, sandboxes: [mine, theirs, unknown, resuming] }));
     expect(reply.stop.sort()).toEqual([theirs, unknown].sort());
     // n1 restarts: its VM of `mine` died with it.
     const again = await nodes.heartbeat('n1', beat({ sandboxes: [] }));

@@ -177,7 +177,10 @@ export class NodeDirectory implements GatewayDirectory {
     return rows.map((r) => r.id);
   }
 
-  /** Of the sandboxes a node runs, those the log places elsewhere or has ended (or never heard of). */
+  /**
+   * Of the sandboxes a node runs, those the log places elsewhere or has ended (or never heard of). A paused one placed
+   * on the node is its own: a resume there runs its VM before the node's sandbox.resumed reaches the log.
+   */
   async #notPlacedOn(nodeId: string, running: string[]): Promise<string[]> {
     if (running.length === 0) return [];
     const mine = new Set<string>();
@@ -187,7 +190,7 @@ export class NodeDirectory implements GatewayDirectory {
         .select('id')
         .where('id', 'in', running.slice(i, i + 500))
         .where('gateway_id', '=', nodeId)
-        .where('state', 'in', LIVE_STATES)
+        .where('state', 'in', [...LIVE_STATES, 'paused'])
         .execute();
       for (const r of rows) mine.add(r.id);
     }
