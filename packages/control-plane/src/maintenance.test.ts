@@ -112,6 +112,23 @@ describe.each(dialects)('gc gate and maintenance on $dialect', ({ url }) => {
     expect(await gate.capturesInFlight()).toBe(1);
   });
 
+  it('a sweep that waited its bound for captures gives the round up and lets captures go on', async () => {
+    await gate.enterCapture(snap(0), 'node-stuck');
+    const m = new Maintenance({
+      db: database.db,
+      events,
+      store: new ChunkStore({ backend, keys, clock }),
+      retention: DEFAULT_RETENTION,
+      clock,
+      logger: createLogger('test', 'silent'),
+      intervalMs: 60 * MINUTE,
+      captureWaitMs: 0,
+    });
+    await expect(m.tick()).rejects.toEqual(conflict);
+    expect(await gcHolder()).toBe('');
+    await expect(gate.enterCapture(snap(1), 'node-b')).resolves.toBeDefined();
+  });
+
   it('a sweep waits for expired capture leases no longer', async () => {
     await gate.enterCapture(snap(0), 'node-dead');
     clock.advance(DEFAULT_CAPTURE_LEASE_MS + 1);

@@ -26,6 +26,11 @@ export interface MaintenanceOptions {
   leaseMs?: number;
   /** How often a sweep holding the gate looks whether the captures in flight have finished; default 1 s. */
   pollMs?: number;
+  /**
+   * How long a sweep holds the gate waiting for captures in flight before it gives the round up (default 2 min):
+   * every capture in the cluster waits meanwhile, and a lease left by a dead gateway would hold them all until it expires.
+   */
+  captureWaitMs?: number;
 }
 
 export interface MaintenanceResult {
@@ -35,6 +40,7 @@ export interface MaintenanceResult {
 
 const DEFAULT_GRACE_MS = 15 * 60_000;
 const DEFAULT_LEASE_MS = 2 * 60_000;
+const DEFAULT_CAPTURE_WAIT_MS = 2 * 60_000;
 
 /**
  * Every intervalMs, each replica tries the `maintenance` lease; the winner thins snapshots by the retention policy
@@ -145,9 +151,13 @@ export class Maintenance {
   /** No capture starts while `gc` is held; those in flight end by committing, failing, or their lease expiring. */
   async #waitForCaptures(signal: AbortSignal): Promise<void> {
     const pollMs = this.opts.pollMs ?? 1000;
+    const giveUpAtMs = performance.now() + (this.opts.captureWaitMs ?? DEFAULT_CAPTURE_WAIT_MS);
     for (let first = true, n: number; (n = await this.#gate.capturesInFlight()) > 0; first = false) {
       if (first) this.opts.logger.info({ captures: n }, 'gc sweep waiting for the captures in flight');
       signal.throwIfAborted();
+      if (performance.now() >= giveUpAtMs) {
+        throw new SandglassError('conflict', `${n} capture lease(s) still held; this round does not sweep, a later one will (leases expire).`);
+      }
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, pollMs);
         signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
