@@ -78,7 +78,10 @@ export class Failover {
       if (outcome !== 'skipped') this.opts.logger.info({ sandboxId, reason, outcome, ms: this.opts.clock.nowMs() - t0 }, 'sandbox moved off a lost node');
     } catch (err) {
       const capacity = err instanceof SandglassError && err.code === 'capacity_exhausted';
-      this.opts.logger.warn({ sandboxId, err: (err as Error).message }, capacity ? 'no node can take a lost sandbox yet' : 'moving a lost sandbox failed');
+      this.opts.logger.warn(
+        { sandboxId, err: (err as Error).message },
+        capacity ? 'no node can take a lost sandbox yet: retrying' : 'resuming a lost sandbox on its new node failed: it stays paused there',
+      );
     } finally {
       await releaseLease(this.opts.db, lease, this.#holder).catch(() => undefined);
     }

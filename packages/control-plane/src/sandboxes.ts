@@ -273,7 +273,7 @@ export class SandboxService {
   /**
    * Brings back a sandbox whose node was lost, on another node, from its latest committed snapshot, keeping its id and
    * its command records; one with no snapshot yet fails with the reason. The caller holds the sandbox's move lease.
-   * Answers what happened; `capacity_exhausted` is thrown for the caller to retry later.
+   * Throws `capacity_exhausted` (nothing recorded: retry later) or the resume's error (it is then paused on the new node).
    */
   async move(id: string, reason: 'node_dead' | 'node_restarted'): Promise<'moved' | 'failed' | 'skipped'> {
     const { events, clock, gateways } = this.deps;
@@ -310,23 +310,9 @@ export class SandboxService {
       ...(template?.artifact_key ? { templateKey: template.artifact_key } : {}),
     });
     await this.#recordMove(row, gateway, snap, reason);
-    try {
-      await this.#resumeOn(gateway, await this.#row(id), snap);
-    } catch (err) {
-      const cause = err instanceof SandglassError ? err : new SandglassError('internal', undefined, { cause: err });
-      if (!isFinal((await this.#row(id)).state)) {
-        await events.append(
-          {
-            type: 'sandbox.failed',
-            tenantId: row.tenant_id,
-            sandboxId: id,
-            data: { reason: `${why}; resuming on ${gateway.id} failed: ${cause.message}`, code: cause.code },
-          },
-          { clock },
-        );
-      }
-      return 'failed';
-    }
+    // Should the resume fail, the sandbox stays paused on the new node with its snapshot intact: a later resume (any
+    // node) brings it back, rather than a failure record ending it for good.
+    await this.#resumeOn(gateway, await this.#row(id), snap);
     return 'moved';
   }
 
