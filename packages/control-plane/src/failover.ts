@@ -4,6 +4,7 @@ import type { Kysely } from 'kysely';
 import { SandglassError, type Clock, type Logger } from '@sandglass/core';
 import type { Schema } from '@sandglass/db';
 import { claimLease, releaseLease, type NodeDirectory } from './nodes.js';
+import { Rounds } from './rounds.js';
 import type { SandboxService } from './sandboxes.js';
 
 export interface FailoverOptions {
@@ -28,29 +29,22 @@ const DEFAULT_MOVE_LEASE_MS = 5 * 60_000;
  */
 export class Failover {
   readonly #holder = `cp-${process.pid}-${randomBytes(4).toString('hex')}`;
-  #timer: NodeJS.Timeout | undefined;
-  #running: Promise<void> | undefined;
-  #stopped = false;
+  readonly #rounds: Rounds;
 
-  constructor(private readonly opts: FailoverOptions) {}
+  constructor(private readonly opts: FailoverOptions) {
+    this.#rounds = new Rounds(
+      () => this.tick(),
+      opts.intervalMs,
+      (err) => opts.logger.warn({ err: (err as Error).message }, 'failover round failed'),
+    );
+  }
 
   start(): void {
-    const loop = () => {
-      if (this.#stopped) return;
-      this.#running = this.tick()
-        .catch((err: unknown) => this.opts.logger.warn({ err: (err as Error).message }, 'failover round failed'))
-        .finally(() => {
-          this.#running = undefined;
-          if (!this.#stopped) this.#timer = setTimeout(loop, this.opts.intervalMs);
-        });
-    };
-    this.#timer = setTimeout(loop, this.opts.intervalMs);
+    this.#rounds.start();
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
-    clearTimeout(this.#timer);
-    await this.#running;
+    await this.#rounds.stop();
   }
 
   /** One round: decide deaths, then move what is stranded on dead nodes. */

@@ -8,6 +8,7 @@ import type { EventLog } from '@sandglass/events';
 import { planRetention, type RetentionPolicy } from '@sandglass/snapshots';
 import { GcGate } from './gc-gate.js';
 import { claimLease, releaseLease } from './nodes.js';
+import { Rounds } from './rounds.js';
 
 export const MAINTENANCE_LEASE = 'maintenance';
 
@@ -53,35 +54,27 @@ export class Maintenance {
   readonly #holder = `cp-${process.pid}-${randomBytes(4).toString('hex')}`;
   readonly #gate: GcGate;
   readonly #leaseMs: number;
-  #timer: NodeJS.Timeout | undefined;
-  #running: Promise<unknown> | undefined;
-  #stopped = false;
+  readonly #rounds: Rounds;
 
   constructor(private readonly opts: MaintenanceOptions) {
     this.#gate = new GcGate(opts.db, opts.clock);
     this.#leaseMs = opts.leaseMs ?? DEFAULT_LEASE_MS;
+    this.#rounds = new Rounds(
+      async () => {
+        const r = await this.tick();
+        if (r) opts.logger.info({ deleted: r.deleted, deletedChunks: r.gc.deletedChunks, freedBytes: r.gc.freedBytes }, 'snapshot maintenance done');
+      },
+      opts.intervalMs,
+      (err) => opts.logger.warn({ err: (err as Error).message }, 'snapshot maintenance failed'),
+    );
   }
 
   start(): void {
-    const loop = () => {
-      if (this.#stopped) return;
-      this.#running = this.tick()
-        .then((r) => {
-          if (r) this.opts.logger.info({ deleted: r.deleted, deletedChunks: r.gc.deletedChunks, freedBytes: r.gc.freedBytes }, 'snapshot maintenance done');
-        })
-        .catch((err: unknown) => this.opts.logger.warn({ err: (err as Error).message }, 'snapshot maintenance failed'))
-        .finally(() => {
-          this.#running = undefined;
-          if (!this.#stopped) this.#timer = setTimeout(loop, this.opts.intervalMs);
-        });
-    };
-    this.#timer = setTimeout(loop, this.opts.intervalMs);
+    this.#rounds.start();
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
-    clearTimeout(this.#timer);
-    await this.#running;
+    await this.#rounds.stop();
   }
 
   /** One round; undefined when another replica holds the maintenance lease. */
