@@ -2,7 +2,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createLogger, homeLayout, invalidArgument, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
-import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import {
   Gateway,
   DEFAULT_WARM_POOL,
@@ -20,7 +19,7 @@ import {
 import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
 import { progressPrinter } from './progress.js';
-import { nodeAccel } from './accel.js';
+import { prepareNode } from './accel.js';
 import { egressFromEnv, healthFromEnv, intFromEnv } from './env.js';
 
 export interface GatewayNodeOptions {
@@ -133,13 +132,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   });
 
   const progress = progressPrinter();
-  const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
-  progress.finish();
-  const kernelArgs = defaultKernelArgs().join(' ');
-  progress.update({ step: 'accelerator', message: 'checking which accelerator boots a guest' });
-  const accel = await nodeAccel(layout, image, kernelArgs);
-  progress.finish();
-  log.info({ accel: accel.accel, cpu: accel.cpu }, accel.reason);
+  const { image, kernelArgs, accel } = await prepareNode(layout, log, progress);
 
   // Events from a previous run that never reached the control plane go first.
   const outbox = new Outbox({ dir: join(layout.root, 'outbox'), sink: client, clock, logger: log });

@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
-import { ensureGuestImage, defaultKernelArgs } from '@sandglass/images';
 import { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, createDataPlaneServer, createInternalServer, listenOnSocket } from '@sandglass/gateway';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
@@ -12,7 +11,7 @@ import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
 import { createControlPlane, bootstrapLocal, dbTemplateRegistry, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
 import { reconcileNode } from './reconcile.js';
 import { progressPrinter } from './progress.js';
-import { nodeAccel } from './accel.js';
+import { prepareNode } from './accel.js';
 import { egressFromEnv, healthFromEnv, intFromEnv } from './env.js';
 
 /** The one node of `sandglass up`. */
@@ -52,16 +51,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const secret = loadNodeSecret(`${layout.root}/node-secret`);
 
   const progress = progressPrinter();
-  const image = await ensureGuestImage({ home: layout.root, onProgress: (p) => progress.update(p) });
-  progress.finish();
-
-  const kernelArgs = defaultKernelArgs().join(' ');
-  // Proven, not assumed: a /dev/kvm that opens may still be unable to boot a 64-bit guest (incomplete nested virtualization).
-  progress.update({ step: 'accelerator', message: 'checking which accelerator boots a guest' });
-  const accel = await nodeAccel(layout, image, kernelArgs);
-  progress.finish();
-  log.info({ accel: accel.accel, cpu: accel.cpu }, accel.reason);
-  process.stdout.write(`accelerator: ${accel.accel} (-cpu ${accel.cpu}): ${accel.reason}\n`);
+  const { image, kernelArgs, accel } = await prepareNode(layout, log, progress);
 
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
