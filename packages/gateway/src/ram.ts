@@ -12,6 +12,8 @@ import { chownToVm, copyCompacting, copySparse, ensurePrivateDir, warmCopier } f
  */
 export class RamFiles {
   readonly root: string;
+  /** Template images being copied to tmpfs, by template key. */
+  readonly #making = new Map<string, Promise<string>>();
 
   constructor(homeRoot: string, shmRoot = '/dev/shm') {
     const tag = createHash('sha256').update(homeRoot).digest('hex').slice(0, 12);
@@ -43,11 +45,20 @@ export class RamFiles {
   async templateImage(key: string, artifactMem: string): Promise<string> {
     const path = join(this.root, `template-${key}.img`);
     if (existsSync(path)) return path;
-    const tmp = `${path}.tmp-${process.pid}`;
-    // Once per template: zero-filled pages become holes, so every VM restored from it copies (and holds) less.
-    await copyCompacting(artifactMem, tmp);
-    renameSync(tmp, path);
-    return path;
+    // Concurrent restores of one template (a burst of creates on a node with no warm pool) share one copy: each
+    // making its own under the same temporary name would rename it away from under the others.
+    let making = this.#making.get(key);
+    if (!making) {
+      making = (async () => {
+        const tmp = `${path}.tmp-${process.pid}`;
+        // Once per template: zero-filled pages become holes, so every VM restored from it copies (and holds) less.
+        await copyCompacting(artifactMem, tmp);
+        renameSync(tmp, path);
+        return path;
+      })().finally(() => this.#making.delete(key));
+      this.#making.set(key, making);
+    }
+    return making;
   }
 
   /** Drops the tmpfs copy of a template's RAM (the template's files were replaced). */
