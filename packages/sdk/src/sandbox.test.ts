@@ -531,6 +531,29 @@ describe('commands', () => {
     expect(h.outputOffset).toBe(11);
   });
 
+  it('re-attaches on the node a sandbox moved to: a gateway without it sends the stream back to the control plane', async () => {
+    const other = await startTestServer();
+    try {
+      const sbx = await create();
+      // The old gateway (after a restart) does not have the sandbox any more; the control plane names `other`.
+      server.onWs(STREAM, { reject: { status: 404, body: { error: { code: 'sandbox_not_found', message: 'not here', requestId: 'req_m' } } } });
+      server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
+        sendJson(res, 200, { gatewayUrl: other.url, token: 'tok-moved', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
+      );
+      other.onWs(STREAM, (ws, url) => {
+        expect(url.searchParams.get('fromOffset')).toBe('4');
+        start(ws, 4);
+        ws.send(frame(1, 4, 'moved'));
+        exit(ws, 9);
+      });
+      const h = await sbx.commands.connect(CMD, { fromOffset: 4 });
+      expect((await h.wait()).stdout).toBe('moved');
+      expect(other.requests.at(-1)?.auth).toBe('Bearer tok-moved');
+    } finally {
+      await other.close();
+    }
+  });
+
   it('connect resumes at fromOffset without repeating bytes', async () => {
     scriptCommand((ws, url) => {
       expect(url.searchParams.get('fromOffset')).toBe('3');

@@ -1,7 +1,7 @@
 // A command's output WebSocket: parses the offset-carrying frames, never delivers a byte twice or skips one, and reconnects from the last offset when the socket drops.
 import WebSocket from 'ws';
 import type { DataPlane } from './client.js';
-import { AuthenticationError, ProtocolError, SandglassError, errorFromResponse } from './errors.js';
+import { AuthenticationError, ConnectionError, ProtocolError, SandglassError, errorFromResponse } from './errors.js';
 import { connectionError } from './http.js';
 import type { CommandInfo, StreamMessage } from './types.js';
 
@@ -30,6 +30,9 @@ export class OutputStream {
   private finished = false;
   private failedAttempts = 0;
   private refreshedToken = false;
+  /** The last attempt could not reach the gateway, or it did not have the sandbox. */
+  private mayHaveMoved = false;
+  private followedMove = false;
   private pendingInput: Buffer[] = [];
   private startWaiters: { resolve: (c: CommandInfo) => void; reject: (e: SandglassError) => void }[] = [];
   private command?: CommandInfo;
@@ -85,7 +88,9 @@ export class OutputStream {
       target = await this.dataPlane.webSocketTarget(
         `/commands/${encodeURIComponent(this.commandId)}/stream`,
         { fromOffset: this.offset },
-        { force: this.refreshedToken && this.failedAttempts === 0 },
+        // A fresh grant after a refused token, and after a gateway that could not be reached or did not have the
+        // sandbox: it may have moved to another node, and the control plane names that one.
+        { force: (this.refreshedToken && this.failedAttempts === 0) || this.mayHaveMoved },
       );
     } catch (err) {
       this.fail(err instanceof SandglassError ? err : new ProtocolError('protocol_error', String(err), { cause: err }));
@@ -153,6 +158,13 @@ export class OutputStream {
   }
 
   private retryOrFail(err: SandglassError): void {
+    this.mayHaveMoved = err instanceof ConnectionError || err.code === 'sandbox_not_found';
+    // A gateway without the sandbox gets one more try on a fresh grant, which names its node now.
+    if (err.code === 'sandbox_not_found' && !this.followedMove) {
+      this.followedMove = true;
+      void this.connect();
+      return;
+    }
     // An expired token gets one fresh token; anything else retryable (gateway restarting, socket dropped) gets a few tries with backoff.
     if (err instanceof AuthenticationError && !this.refreshedToken) {
       this.refreshedToken = true;
@@ -176,6 +188,7 @@ export class OutputStream {
       if (this.offset === undefined || msg.startOffset > this.offset) this.offset = msg.startOffset;
       this.failedAttempts = 0;
       this.refreshedToken = false;
+      this.followedMove = false;
       this.command = msg.command;
       for (const w of this.startWaiters.splice(0)) w.resolve(msg.command);
     } else if (msg.type === 'exit') {
