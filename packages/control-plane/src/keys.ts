@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemClock, systemRandom, type Clock, type Random } from '@sandglass/core';
-import { fromIso, toIso, type ApiKeyRole, type ApiKeyRow, type Schema, type TenantRow } from '@sandglass/db';
+import { fromIso, isUniqueViolation, toIso, type ApiKeyRole, type ApiKeyRow, type Schema, type TenantRow } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import type { ApiKey, ApiKeyInfo, CreateApiKeyInTenantRequest } from './api.js';
 
@@ -223,16 +223,21 @@ export async function createTenant(
   opts: { clock: Clock; random?: Random; createdByKeyId?: string },
 ): Promise<TenantRow> {
   const row: TenantRow = { id: newId('ten', (opts.random ?? systemRandom).bytes), name, created_at: toIso(opts.clock.nowMs()) };
-  await db.transaction().execute(async (trx) => {
-    if (await trx.selectFrom('tenants').select('id').where('name', '=', name).executeTakeFirst()) {
-      throw new SandglassError('conflict', `A tenant named ${JSON.stringify(name)} already exists.`, { details: { field: 'name' } });
-    }
-    await trx.insertInto('tenants').values(row).execute();
-    await events.append(
-      { type: 'tenant.created', tenantId: row.id, data: { name, createdByKeyId: opts.createdByKeyId } },
-      { clock: opts.clock, random: opts.random, trx },
-    );
-  });
+  const taken = () => new SandglassError('conflict', `A tenant named ${JSON.stringify(name)} already exists.`, { details: { field: 'name' } });
+  try {
+    await db.transaction().execute(async (trx) => {
+      if (await trx.selectFrom('tenants').select('id').where('name', '=', name).executeTakeFirst()) throw taken();
+      await trx.insertInto('tenants').values(row).execute();
+      await events.append(
+        { type: 'tenant.created', tenantId: row.id, data: { name, createdByKeyId: opts.createdByKeyId } },
+        { clock: opts.clock, random: opts.random, trx },
+      );
+    });
+  } catch (err) {
+    // Another replica created the same name between our check and our insert: the name's UNIQUE refused ours.
+    if (isUniqueViolation(err)) throw taken();
+    throw err;
+  }
   return row;
 }
 
@@ -256,9 +261,15 @@ export const DEFAULT_TENANT = 'default';
  */
 export async function bootstrapLocal(opts: BootstrapOptions): Promise<string> {
   const clock = opts.clock ?? systemClock;
+  const existingTenant = () => opts.db.selectFrom('tenants').selectAll().where('name', '=', DEFAULT_TENANT).executeTakeFirst();
+  // Replicas starting at once may race to create it: the loser uses the winner's.
   const tenant =
-    (await opts.db.selectFrom('tenants').selectAll().where('name', '=', DEFAULT_TENANT).executeTakeFirst()) ??
-    (await createTenant(opts.db, opts.events, DEFAULT_TENANT, { clock, random: opts.random }));
+    (await existingTenant()) ??
+    (await createTenant(opts.db, opts.events, DEFAULT_TENANT, { clock, random: opts.random }).catch(async (err: unknown) => {
+      const winner = err instanceof SandglassError && err.code === 'conflict' ? await existingTenant() : undefined;
+      if (!winner) throw err;
+      return winner;
+    }));
   const existing = readKeyFile(opts.keyFile);
   if (existing !== undefined) {
     chmodSync(opts.keyFile, 0o600);
