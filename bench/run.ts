@@ -15,6 +15,7 @@ import { Sandbox } from '@sandglass/sdk';
 import { nodeAccel, start } from '@sandglass/server';
 import { BASE_TEMPLATE, bootAgentTimeoutMs, bootGuest, connectAgent, vmConfig } from '@sandglass/gateway';
 import { egressBench } from './egress.js';
+import { e2bBench } from './e2b.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -242,7 +243,7 @@ async function egressPhase(): Promise<void> {
 
 /**
  * BENCH_ONLY=snapshots|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
- * BENCH_ONLY=cluster also replaces its own section of docs/benchmarks.md.
+ * BENCH_ONLY=cluster and BENCH_ONLY=e2b also replace their own sections of docs/benchmarks.md.
  */
 const only = process.env.BENCH_ONLY;
 
@@ -644,12 +645,38 @@ function clusterSection(header: string, result: { tables: ClusterTable[]; text: 
   );
 }
 
-function writeClusterSection(section: string): void {
+/** Replaces one phase's section of docs/benchmarks.md (between its markers), or appends it. */
+function writeSection(phase: string, section: string): void {
   const file = join(root, 'docs/benchmarks.md');
   const doc = readFileSync(file, 'utf8');
-  const at = doc.indexOf('<!-- cluster phase -->');
-  const end = doc.indexOf('<!-- /cluster phase -->\n');
-  writeFileSync(file, at < 0 || end < 0 ? `${doc}\n${section}` : doc.slice(0, at) + section + doc.slice(end + '<!-- /cluster phase -->\n'.length));
+  const close = `<!-- /${phase} phase -->\n`;
+  const at = doc.indexOf(`<!-- ${phase} phase -->`);
+  const end = doc.indexOf(close);
+  writeFileSync(file, at < 0 || end < 0 ? `${doc}\n${section}` : doc.slice(0, at) + section + doc.slice(end + close.length));
+}
+
+/** Phase 7: the E2B SDK against `@sandglass/sdk` on one sandbox (its own server, so it also runs alone). */
+async function e2bPhase(): Promise<Row[]> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  try {
+    const apiKey = readFileSync(running.adminKeyFile, 'utf8').trim();
+    const measured = await e2bBench({ apiUrl: running.url, apiKey, gatewayUrl: running.gatewayUrl, quick });
+    const out: Row[] = [];
+    for (const r of measured) addLatencyTo(out, r.what, r.samplesMs, [r.note]);
+    return out;
+  } finally {
+    await running.stop();
+  }
+}
+
+function e2bSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- e2b phase -->\n## E2B compatibility\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}. ` +
+    'One sandbox driven alternately through the unmodified `e2b` SDK (2.51.0, via `/e2b` on both servers) and through ' +
+    '`@sandglass/sdk`. The E2B SDK always starts a login shell (`/bin/bash -l -c`), which sources the profile scripts; ' +
+    'the middle row runs that same command through `@sandglass/sdk`, so the last ratio is the protocol alone.\n\n' +
+    `${mdRows(rs)}<!-- /e2b phase -->\n`
+  );
 }
 
 async function main(): Promise<void> {
@@ -659,7 +686,16 @@ async function main(): Promise<void> {
     const header = hostLine(result.accel);
     console.log(header);
     for (const t of result.tables) printTable(t.title, t.rows);
-    if (!quick) writeClusterSection(clusterSection(header, result));
+    if (!quick) writeSection('cluster', clusterSection(header, result));
+    return;
+  }
+  if (only === 'e2b') {
+    const e2bRows = await e2bPhase();
+    // The accelerator the server proved (the cached verdict of the same probe).
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('E2B compatibility', e2bRows);
+    if (!quick) writeSection('e2b', e2bSection(header, e2bRows));
     return;
   }
   if (only === 'jail') {
@@ -792,9 +828,11 @@ async function main(): Promise<void> {
   await egressPhase();
   await jailPhase();
   const cluster = await clusterPhase();
+  const e2bRows = await e2bPhase();
 
   const header = printRows();
   for (const t of cluster.tables) printTable(t.title, t.rows);
+  printTable('E2B compatibility', e2bRows);
   const md =
     `# Benchmarks\n\n<!-- Written by \`npm run bench\` (bench/run.ts); rerun it to refresh. -->\n\n` +
     `Measured ${new Date().toISOString().slice(0, 10)} on ${header}. Absolute times are noisy on these shared machines; ` +
@@ -806,7 +844,7 @@ async function main(): Promise<void> {
     "The first exec result is `commands.run('true')` (`/bin/bash -c true`).\n\n" +
     `Phase 3 (time travel) runs four sandboxes side by side (256 MiB and 1 GiB guests, idle and writing 10 MiB of random data a minute) and snapshots each once a minute: "bytes stored" is what each later snapshot added to the store (new chunks, compressed and encrypted, plus the manifest); a writer's random data lands twice, in the page cache (memory) and on disk. The pause rows are the guest's stop→cont time of every snapshot of the idle sandboxes; fork and resume are measured to a first exec next to a create from the template (pool off). Phase 4 measures one kept-alive HTTPS connection directly and through the egress proxy (CONNECT, TLS interception with the sandbox CA, policy, a header substitution), all in one process. Phase 5 alternates creates (pool off) with every QEMU started through the jailer and started directly (\`SANDGLASS_JAIL=off\`), in one server, so both see the same load: the difference is what the jail (its own uid, cgroup joined before exec, five namespaces, a read-only root with the shared base bound in) adds to a create.\n\n` +
     mdRows(rows) +
-    `\n${clusterSection(hostLine(cluster.accel), cluster)}`;
+    `\n${clusterSection(hostLine(cluster.accel), cluster)}\n${e2bSection(header, e2bRows)}`;
   if (!quick) writeFileSync(join(root, 'docs/benchmarks.md'), md);
 }
 

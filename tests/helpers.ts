@@ -55,6 +55,8 @@ function matchPath(doc: OpenApiDoc, pathname: string): string | undefined {
 }
 
 function validate(method: string, url: URL, status: number, contentType: string, body: string): void {
+  // The E2B-shaped routes follow E2B's protocol, not ours (tests/e2b.test.ts drives them with E2B's own SDK).
+  if (url.pathname.startsWith('/e2b/')) return;
   const spec = specs.find((s) => url.href.startsWith(s.base));
   if (!spec) return;
   const template = matchPath(spec.doc, url.pathname);

@@ -1,0 +1,370 @@
+// The unmodified `e2b` SDK (pinned in package.json) against a real `sandglass up` and real VMs, configured only the
+// way its users would: E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL. Nothing may leave loopback: every DNS lookup of
+// a non-local name and every connection off loopback is refused (before any packet) and fails the file.
+import { createHash, randomBytes } from 'node:crypto';
+import dns from 'node:dns';
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AuthenticationError, CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError, TimeoutError, type FilesystemEvent } from 'e2b';
+import { adminKey, api, apiUrl, gatewayUrl } from './helpers.js';
+
+// ---- loopback only: refuse and record anything else, before it happens ----
+const offLoopback: string[] = [];
+const isLocal = (host: string) => host === 'localhost' || host.startsWith('127.') || host === '::1' || host === '[::1]';
+const refused = (host: string) => Object.assign(new Error(`the test refused to resolve ${host}: only loopback is allowed`), { code: 'ENOTFOUND' });
+const realLookup = dns.lookup;
+(dns as unknown as { lookup: unknown }).lookup = (host: string, ...rest: unknown[]) => {
+  if (isLocal(host)) return (realLookup as (...a: unknown[]) => unknown)(host, ...rest);
+  offLoopback.push(`lookup ${host}`);
+  const cb = rest.at(-1) as (err: Error) => void;
+  process.nextTick(() => cb(refused(host)));
+  return {};
+};
+const realPromisesLookup = dns.promises.lookup;
+(dns.promises as unknown as { lookup: unknown }).lookup = async (host: string, ...rest: unknown[]) => {
+  if (isLocal(host)) return (realPromisesLookup as (...a: unknown[]) => unknown)(host, ...rest);
+  offLoopback.push(`lookup ${host}`);
+  throw refused(host);
+};
+const realConnect = net.Socket.prototype.connect;
+net.Socket.prototype.connect = function (this: net.Socket, ...args: unknown[]) {
+  const first = args[0] as { host?: string; path?: string } | number | string;
+  const host =
+    typeof first === 'object' && first !== null ? (first.path ? undefined : (first.host ?? 'localhost')) : typeof args[1] === 'string' ? args[1] : 'localhost';
+  if (host !== undefined && net.isIP(host) !== 0 && !isLocal(host)) {
+    offLoopback.push(`connect ${host}`);
+    throw refused(host);
+  }
+  return (realConnect as (...a: unknown[]) => net.Socket).apply(this, args);
+} as typeof net.Socket.prototype.connect;
+
+// The way an E2B user switches: environment variables only (read by the SDK whenever it builds a connection).
+process.env.E2B_API_KEY = adminKey;
+process.env.E2B_API_URL = `${apiUrl}/e2b`;
+process.env.E2B_SANDBOX_URL = `${gatewayUrl}/e2b`;
+delete process.env.E2B_DOMAIN;
+delete process.env.E2B_DEBUG;
+
+const RUN = randomBytes(4).toString('hex');
+const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
+const text = (chunks: Uint8Array[]) => Buffer.concat(chunks).toString('utf8');
+
+async function until<T>(what: string, fn: () => T | undefined | Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+let sbx: Sandbox;
+const toKill: string[] = [];
+
+beforeAll(async () => {
+  sbx = await Sandbox.create('base', { timeoutMs: 1_800_000, metadata: { suite: 'e2b', run: RUN, role: 'main' }, envs: { FROM_CREATE: 'sandbox-wide' } });
+  toKill.push(sbx.sandboxId);
+});
+
+afterAll(async () => {
+  for (const id of toKill) await Sandbox.kill(id).catch(() => undefined);
+  expect(offLoopback, offLoopback.join('\n')).toEqual([]);
+});
+
+describe('the loopback guard', () => {
+  it('refuses a lookup of E2B cloud before any connection, so a stray call would fail this file', async () => {
+    const err = await Sandbox.list({ apiUrl: 'https://api.e2b.app' } as Parameters<typeof Sandbox.list>[0])
+      .nextItems()
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(offLoopback).toContain('lookup api.e2b.app');
+    offLoopback.length = 0;
+  });
+});
+
+describe('sandbox lifecycle', () => {
+  it('creates with the defaults and kills', async () => {
+    const plain = await Sandbox.create();
+    toKill.push(plain.sandboxId);
+    const info = await plain.getInfo();
+    expect(info.templateId).toBe('base');
+    expect(info.state).toBe('running');
+    expect(info.envdVersion).toMatch(/^\d+\.\d+\.\d+$/);
+    // E2B's default timeout is 300 s.
+    expect(info.endAt.getTime() - info.startedAt.getTime()).toBeGreaterThan(200_000);
+    expect(await plain.isRunning()).toBe(true);
+    await plain.kill();
+    expect(await plain.isRunning()).toBe(false);
+    expect(await Sandbox.kill(plain.sandboxId)).toBe(false);
+    await expect(Sandbox.getInfo(plain.sandboxId)).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it('keeps metadata, passes create-time envs to every command, extends the timeout', async () => {
+    const info = await sbx.getInfo();
+    expect(info.sandboxId).toBe(sbx.sandboxId);
+    expect(info.metadata).toEqual({ suite: 'e2b', run: RUN, role: 'main' });
+    expect((await sbx.commands.run('echo "$FROM_CREATE"')).stdout).toBe('sandbox-wide\n');
+    await sbx.setTimeout(3_600_000);
+    const later = await sbx.getInfo();
+    expect(later.endAt.getTime() - Date.now()).toBeGreaterThan(3_000_000);
+  });
+
+  it('is one engine: what the SDK does is in Sandglass events', async () => {
+    await sbx.commands.run('echo engine');
+    const res = await api('GET', `/v1/sandboxes/${sbx.sandboxId}/events?type=command`);
+    expect(res.status).toBe(200);
+    const argvs = (res.body!.events as Array<{ type: string; data: { argv?: string[] } }>).filter((e) => e.type === 'command.started').map((e) => e.data.argv);
+    expect(argvs).toContainEqual(['/bin/bash', '-l', '-c', 'echo engine']);
+  });
+});
+
+describe('commands', () => {
+  it('streams stdout and stderr in order', async () => {
+    const seen: string[] = [];
+    const r = await sbx.commands.run('for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.2; done', {
+      onStdout: (d) => void seen.push(...d.split('\n').filter(Boolean)),
+      onStderr: (d) => void seen.push(...d.split('\n').filter(Boolean)),
+    });
+    expect(r.stdout).toBe('out1\nout2\nout3\n');
+    expect(r.stderr).toBe('err1\nerr2\nerr3\n');
+    for (const i of [1, 2]) {
+      expect(seen.indexOf(`out${i}`)).toBeLessThan(seen.indexOf(`out${i + 1}`));
+      expect(seen.indexOf(`err${i}`)).toBeLessThan(seen.indexOf(`out${i + 1}`));
+    }
+  });
+
+  it('reports a failing exit as CommandExitError with its output', async () => {
+    const err = await sbx.commands.run('echo partial; echo bad >&2; exit 3').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CommandExitError);
+    const e = err as CommandExitError;
+    expect(e.exitCode).toBe(3);
+    expect(e.stdout).toBe('partial\n');
+    expect(e.stderr).toBe('bad\n');
+  });
+
+  it('honours cwd, envs and user (default user is `user`)', async () => {
+    const r = await sbx.commands.run('echo "$GREETING"; pwd; whoami', { envs: { GREETING: 'hi there' }, cwd: '/tmp' });
+    expect(r.stdout).toBe('hi there\n/tmp\nuser\n');
+    expect((await sbx.commands.run('pwd')).stdout).toBe('/home/user\n');
+    expect((await sbx.commands.run('whoami; pwd', { user: 'root' })).stdout).toBe('root\n/root\n');
+  });
+
+  it('kills a command at its timeoutMs', async () => {
+    const err = await sbx.commands.run('sleep 37', { timeoutMs: 3000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TimeoutError);
+    await until('the timed-out command to be gone', async () => !(await sbx.commands.list()).some((p) => p.args.includes('sleep 37')) || undefined);
+  });
+
+  it('runs in the background: stdin, closeStdin, wait', async () => {
+    const h = await sbx.commands.run('cat; echo done', { background: true, stdin: true });
+    await h.sendStdin('hello ');
+    await h.sendStdin(new TextEncoder().encode('stdin\n'));
+    await h.closeStdin();
+    const r = await h.wait();
+    expect(r.stdout).toBe('hello stdin\ndone\n');
+    expect(r.exitCode).toBe(0);
+  });
+
+  it('lists, kills, and reconnects by pid', async () => {
+    const sleeper = await sbx.commands.run('sleep 600', { background: true });
+    const listed = await sbx.commands.list();
+    const mine = listed.find((p) => p.pid === sleeper.pid);
+    expect(mine).toMatchObject({ cmd: '/bin/bash', args: ['-l', '-c', 'sleep 600'] });
+    expect(await sbx.commands.kill(sleeper.pid)).toBe(true);
+    const killed = await sleeper.wait().catch((e: unknown) => e);
+    expect(killed).toBeInstanceOf(CommandExitError);
+    expect((await sbx.commands.list()).some((p) => p.pid === sleeper.pid)).toBe(false);
+    expect(await sbx.commands.kill(sleeper.pid)).toBe(false);
+
+    const ticker = await sbx.commands.run('for i in $(seq 1 8); do echo tick$i; sleep 0.4; done', { background: true });
+    await ticker.disconnect();
+    const seen: string[] = [];
+    const again = await sbx.commands.connect(ticker.pid, { onStdout: (d) => void seen.push(d) });
+    const r = await again.wait();
+    expect(r.exitCode).toBe(0);
+    expect(seen.join('')).toContain('tick8\n');
+    await expect(sbx.commands.connect(999_999)).rejects.toBeInstanceOf(NotFoundError);
+  });
+});
+
+describe('files', () => {
+  it('writes and reads text, bytes and streams, relative to the user home', async () => {
+    const info = await sbx.files.write('/tmp/e2b/hello.txt', 'hi there');
+    expect(info).toMatchObject({ name: 'hello.txt', path: '/tmp/e2b/hello.txt' });
+    expect(await sbx.files.read('/tmp/e2b/hello.txt')).toBe('hi there');
+
+    const rel = await sbx.files.write('notes/rel.txt', 'relative');
+    expect(rel.path).toBe('/home/user/notes/rel.txt');
+    expect((await sbx.commands.run('cat notes/rel.txt && stat -c %U notes/rel.txt notes')).stdout).toBe('relativeuser\nuser\n');
+
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(new TextEncoder().encode('streamed '));
+        c.enqueue(new TextEncoder().encode('bytes'));
+        c.close();
+      },
+    });
+    await sbx.files.write('/tmp/e2b/streamed.txt', stream);
+    const readable = await sbx.files.read('/tmp/e2b/streamed.txt', { format: 'stream' });
+    const chunks: Uint8Array[] = [];
+    for await (const c of readable as unknown as AsyncIterable<Uint8Array>) chunks.push(c);
+    expect(text(chunks)).toBe('streamed bytes');
+  });
+
+  it('round-trips a 10 MiB binary file', async () => {
+    const data = new Uint8Array(randomBytes(10 * 1024 * 1024));
+    await sbx.files.write('/tmp/e2b/big.bin', data.buffer);
+    expect((await sbx.commands.run('sha256sum /tmp/e2b/big.bin')).stdout.split(' ')[0]).toBe(sha256(data));
+    const back = await sbx.files.read('/tmp/e2b/big.bin', { format: 'bytes' });
+    expect(back.byteLength).toBe(data.byteLength);
+    expect(sha256(back)).toBe(sha256(data));
+  });
+
+  it('writes several files at once, lists, stats, makes dirs, renames, removes', async () => {
+    const written = await sbx.files.write([
+      { path: '/tmp/multi/a.txt', data: 'A' },
+      { path: '/tmp/multi/b.txt', data: new TextEncoder().encode('BB').buffer },
+    ]);
+    expect(written.map((e) => e.path).sort()).toEqual(['/tmp/multi/a.txt', '/tmp/multi/b.txt']);
+    const listed = await sbx.files.list('/tmp/multi');
+    expect(listed.map((e) => [e.name, e.type]).sort()).toEqual([
+      ['a.txt', 'file'],
+      ['b.txt', 'file'],
+    ]);
+    const b = await sbx.files.getInfo('/tmp/multi/b.txt');
+    expect(b).toMatchObject({ name: 'b.txt', type: 'file', size: 2, path: '/tmp/multi/b.txt', owner: 'user', group: 'user' });
+    expect(b.permissions).toMatch(/^-[rwx-]{9}$/);
+    expect(b.modifiedTime).toBeInstanceOf(Date);
+    expect(await sbx.files.exists('/tmp/multi/a.txt')).toBe(true);
+    expect(await sbx.files.exists('/tmp/multi/nope')).toBe(false);
+    expect(await sbx.files.makeDir('/tmp/multi/sub/deeper')).toBe(true);
+    expect(await sbx.files.makeDir('/tmp/multi/sub/deeper')).toBe(false);
+    expect((await sbx.files.getInfo('/tmp/multi/sub')).type).toBe('dir');
+    const moved = await sbx.files.rename('/tmp/multi/a.txt', '/tmp/multi/sub/c.txt');
+    expect(moved.path).toBe('/tmp/multi/sub/c.txt');
+    expect(await sbx.files.read('/tmp/multi/sub/c.txt')).toBe('A');
+    expect((await sbx.files.list('/tmp/multi', { depth: 3 })).map((e) => e.path).sort()).toEqual([
+      '/tmp/multi/b.txt',
+      '/tmp/multi/sub',
+      '/tmp/multi/sub/c.txt',
+      '/tmp/multi/sub/deeper',
+    ]);
+    await sbx.files.remove('/tmp/multi/sub');
+    expect(await sbx.files.exists('/tmp/multi/sub/c.txt')).toBe(false);
+    await expect(sbx.files.read('/tmp/multi/gone.txt')).rejects.toBeInstanceOf(FileNotFoundError);
+    await expect(sbx.files.list('/tmp/nowhere')).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it('watches a directory', async () => {
+    await sbx.files.makeDir('/tmp/watched');
+    const events: FilesystemEvent[] = [];
+    const w = await sbx.files.watchDir('/tmp/watched', (e) => void events.push(e));
+    await sbx.files.write('/tmp/watched/new.txt', 'x');
+    await sbx.commands.run('echo more >> /tmp/watched/new.txt; rm /tmp/watched/new.txt');
+    await until('create, write and remove events', () => {
+      const kinds = new Set(events.filter((e) => e.name === 'new.txt').map((e) => e.type));
+      return kinds.has('create' as never) && kinds.has('write' as never) && kinds.has('remove' as never) ? true : undefined;
+    });
+    await w.stop();
+  });
+});
+
+describe('pty', () => {
+  it('runs a shell on a terminal: input, resize, kill', async () => {
+    const out: Uint8Array[] = [];
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => void out.push(d) });
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo $((6*7))\n'));
+    await until('42 on the terminal', () => (text(out).includes('42') ? true : undefined));
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size\n'));
+    await until('the new size', () => (text(out).includes('30 100') ? true : undefined));
+    expect(await sbx.pty.kill(term.pid)).toBe(true);
+    await expect(term.wait()).rejects.toBeInstanceOf(CommandExitError);
+  });
+});
+
+describe('list, pause and connect', () => {
+  it('filters by state and metadata, pages, and resumes a paused sandbox with its memory', async () => {
+    const other = await Sandbox.create('base', { timeoutMs: 600_000, metadata: { suite: 'e2b', run: RUN, role: 'other' } });
+    toKill.push(other.sandboxId);
+    await other.commands.run('echo remembered > /dev/shm/mem.txt');
+    const sleeper = await other.commands.run('sleep 1000', { background: true });
+
+    const mine = async (query: Parameters<typeof Sandbox.list>[0]) => {
+      const p = Sandbox.list(query);
+      const ids: string[] = [];
+      while (p.hasNext) ids.push(...(await p.nextItems()).map((s) => s.sandboxId));
+      return ids.sort();
+    };
+    expect(await mine({ query: { metadata: { run: RUN } } })).toEqual([sbx.sandboxId, other.sandboxId].sort());
+    expect(await mine({ query: { metadata: { run: RUN, role: 'other' } } })).toEqual([other.sandboxId]);
+    const paged = Sandbox.list({ query: { metadata: { run: RUN } }, limit: 1 });
+    expect(await paged.nextItems()).toHaveLength(1);
+    expect(paged.hasNext).toBe(true);
+    expect(await paged.nextItems()).toHaveLength(1);
+
+    expect(await other.pause()).toBe(true);
+    expect(await Sandbox.pause(other.sandboxId)).toBe(false);
+    expect(await other.isRunning()).toBe(false);
+    expect((await other.getInfo()).state).toBe('paused');
+    expect(await mine({ query: { metadata: { run: RUN }, state: ['paused'] } })).toEqual([other.sandboxId]);
+    expect(await mine({ query: { metadata: { run: RUN }, state: ['running'] } })).toEqual([sbx.sandboxId]);
+
+    const resumed = await Sandbox.connect(other.sandboxId);
+    expect(resumed.sandboxId).toBe(other.sandboxId);
+    expect((await resumed.getInfo()).state).toBe('running');
+    expect(await resumed.files.read('/dev/shm/mem.txt')).toBe('remembered\n');
+    expect((await resumed.commands.list()).some((p) => p.pid === sleeper.pid)).toBe(true);
+    // The handle from before the pause still works: its token lives as long as the sandbox.
+    expect(await other.isRunning()).toBe(true);
+    expect((await other.commands.run('cat /dev/shm/mem.txt')).stdout).toBe('remembered\n');
+    // Connecting to a running sandbox is a no-op that hands back a working handle.
+    const same = await Sandbox.connect(other.sandboxId);
+    expect((await same.commands.run('echo ok')).stdout).toBe('ok\n');
+    await resumed.kill();
+  });
+});
+
+describe('errors', () => {
+  it('maps to the SDK classes', async () => {
+    await expect(Sandbox.list({ apiKey: 'sg_not_a_key' }).nextItems()).rejects.toBeInstanceOf(AuthenticationError);
+    await expect(Sandbox.create({ apiKey: 'sg_not_a_key' })).rejects.toBeInstanceOf(AuthenticationError);
+    await expect(Sandbox.connect('sbx_doesnotexist')).rejects.toBeInstanceOf(NotFoundError);
+    await expect(Sandbox.getInfo('sbx_doesnotexist')).rejects.toBeInstanceOf(NotFoundError);
+    expect(await Sandbox.kill('sbx_doesnotexist')).toBe(false);
+    await expect(Sandbox.create('no-such-template')).rejects.toBeInstanceOf(SandboxError);
+
+    const doomed = await Sandbox.create({ timeoutMs: 600_000 });
+    toKill.push(doomed.sandboxId);
+    await doomed.kill();
+    await expect(doomed.commands.run('true')).rejects.toBeInstanceOf(TimeoutError);
+    await expect(doomed.files.read('/etc/hostname')).rejects.toBeInstanceOf(TimeoutError);
+  });
+
+  it('keeps tenants apart and checks the envd token', async () => {
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `e2b-other-${RUN}` } });
+    expect(tenant.status).toBe(201);
+    const key = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'admin' } });
+    expect(key.status).toBe(201);
+    const otherKey = key.body!.key as string;
+    await expect(Sandbox.getInfo(sbx.sandboxId, { apiKey: otherKey })).rejects.toBeInstanceOf(NotFoundError);
+    await expect(Sandbox.connect(sbx.sandboxId, { apiKey: otherKey })).rejects.toBeInstanceOf(NotFoundError);
+    expect(await Sandbox.kill(sbx.sandboxId, { apiKey: otherKey })).toBe(false);
+    expect(await sbx.isRunning()).toBe(true);
+
+    // The other tenant's own sandbox: its envd token opens only itself.
+    const theirs = await Sandbox.create({ apiKey: otherKey, timeoutMs: 600_000 });
+    toKill.push(theirs.sandboxId);
+    const health = (id: string, token?: string) =>
+      fetch(`${gatewayUrl}/e2b/health`, {
+        headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983', ...(token === undefined ? {} : { 'X-Access-Token': token }) },
+      });
+    const theirToken = (theirs as unknown as { envdAccessToken: string }).envdAccessToken;
+    expect((await health(theirs.sandboxId, theirToken)).status).toBe(204);
+    expect([401, 403]).toContain((await health(sbx.sandboxId, theirToken)).status);
+    expect((await health(sbx.sandboxId)).status).toBe(401);
+    expect((await health(sbx.sandboxId, 'sgat_forged.token')).status).toBe(401);
+    await Sandbox.kill(theirs.sandboxId, { apiKey: otherKey });
+  });
+});
