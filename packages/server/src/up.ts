@@ -159,6 +159,7 @@ export async function up(opts: UpOptions = {}): Promise<void> {
       `  API:      ${running.url}\n` +
       `  gateway:  ${running.gatewayUrl}\n` +
       `  API key:  ${running.adminKeyFile} (the CLI and SDK read it; or set SANDGLASS_URL and SANDGLASS_API_KEY)\n` +
+      `  E2B SDK:  E2B_API_URL=${running.url}/e2b E2B_SANDBOX_URL=${running.gatewayUrl}/e2b E2B_API_KEY=<a Sandglass API key> (docs/e2b.md)\n` +
       `Stop with Ctrl-C.\n`,
   );
   await new Promise<void>((resolve) => {
