@@ -281,6 +281,7 @@ func (c *conn) lookupStream(id uint32) stream {
 	return c.streams[id]
 }
 
+// resetStreams ends the connection's streams and its directory watches.
 func (c *conn) resetStreams() {
 	c.mu.Lock()
 	old := c.streams
@@ -288,6 +289,19 @@ func (c *conn) resetStreams() {
 	c.mu.Unlock()
 	for _, s := range old {
 		s.stop()
+	}
+	c.a.unwatchConn(c)
+}
+
+// live reports whether the connection still serves: hello done and not shut down.
+func (c *conn) live() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done:
+		return false
+	default:
+		return c.helloOK
 	}
 }
 

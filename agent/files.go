@@ -47,10 +47,14 @@ func checkPath(p string) error {
 	return nil
 }
 
-func statEntry(path string, st fs.FileInfo) map[string]any {
+func statEntry(path string, st fs.FileInfo, names ownerNames) map[string]any {
 	e := map[string]any{
 		"name": st.Name(), "path": path, "sizeBytes": st.Size(),
 		"mode": uint32(st.Mode().Perm()) | modeExtraBits(st.Mode()), "mtimeMs": st.ModTime().UnixMilli(),
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		e["uid"], e["gid"] = sys.Uid, sys.Gid
+		e["owner"], e["group"] = names.users[sys.Uid], names.groups[sys.Gid]
 	}
 	switch {
 	case st.Mode().IsRegular():
@@ -86,6 +90,22 @@ func modeExtraBits(m fs.FileMode) uint32 {
 	return b
 }
 
+// fileModeOf turns a numeric mode (the protocol's, as in chmod(2)) into Go's, whose setuid, setgid and sticky
+// flags are not the numeric bits: os.FileMode(0o4755) would silently drop the setuid bit.
+func fileModeOf(n uint32) os.FileMode {
+	m := os.FileMode(n & 0o777)
+	if n&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if n&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if n&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
+}
+
 func fileStat(c *conn, raw json.RawMessage) (any, func(), error) {
 	var p struct{ Path string }
 	if err := decodeParams(raw, &p); err != nil {
@@ -98,7 +118,7 @@ func fileStat(c *conn, raw json.RawMessage) (any, func(), error) {
 	if err != nil {
 		return nil, nil, mapErr(err)
 	}
-	return statEntry(filepath.Clean(p.Path), st), nil, nil
+	return statEntry(filepath.Clean(p.Path), st, currentOwnerNames()), nil, nil
 }
 
 func fileList(c *conn, raw json.RawMessage) (any, func(), error) {
@@ -123,6 +143,7 @@ func fileList(c *conn, raw json.RawMessage) (any, func(), error) {
 		return nil, nil, errorf("not_a_directory", "%s is not a directory", p.Path)
 	}
 	entries := []map[string]any{}
+	names := currentOwnerNames()
 	var walk func(dir string, depth int) error
 	walk = func(dir string, depth int) error {
 		des, err := os.ReadDir(dir)
@@ -135,7 +156,7 @@ func fileList(c *conn, raw json.RawMessage) (any, func(), error) {
 			if err != nil {
 				continue // removed while we listed
 			}
-			entries = append(entries, statEntry(full, info))
+			entries = append(entries, statEntry(full, info, names))
 			if de.IsDir() && depth > 1 {
 				if err := walk(full, depth-1); err != nil && !errors.Is(err, fs.ErrPermission) {
 					return err
@@ -154,11 +175,16 @@ func fileMkdir(c *conn, raw json.RawMessage) (any, func(), error) {
 	p := struct {
 		Path    string
 		Parents bool
+		Owner   string
 	}{Parents: true}
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
 	if err := checkPath(p.Path); err != nil {
+		return nil, nil, err
+	}
+	own, err := resolveOwner(p.Owner)
+	if err != nil {
 		return nil, nil, err
 	}
 	if st, err := os.Stat(p.Path); err == nil {
@@ -167,16 +193,11 @@ func fileMkdir(c *conn, raw json.RawMessage) (any, func(), error) {
 		}
 		return nil, nil, errorf("exists", "%s exists and is not a directory", p.Path)
 	}
-	var err error
-	if p.Parents {
-		err = os.MkdirAll(p.Path, 0o755)
-	} else {
-		err = os.Mkdir(p.Path, 0o755)
-	}
+	created, err := mkdirChain(p.Path, p.Parents, own)
 	if err != nil {
 		return nil, nil, mapErr(err)
 	}
-	return map[string]any{"created": true}, nil, nil
+	return map[string]any{"created": created}, nil, nil
 }
 
 func fileRemove(c *conn, raw json.RawMessage) (any, func(), error) {
@@ -302,6 +323,7 @@ type writeStream struct {
 	tmp       string
 	f         *os.File
 	mode      os.FileMode
+	owner     *userInfo // chowned to before the rename, so the file appears in place already owned
 	append    bool
 	sizeBytes int64
 	err       error
@@ -314,6 +336,7 @@ func fileWrite(c *conn, raw json.RawMessage) (any, func(), error) {
 		Mode     *uint32
 		Parents  *bool
 		Append   bool
+		Owner    string
 	}{}
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, nil, err
@@ -321,21 +344,24 @@ func fileWrite(c *conn, raw json.RawMessage) (any, func(), error) {
 	if err := checkPath(p.Path); err != nil {
 		return nil, nil, err
 	}
+	own, err := resolveOwner(p.Owner)
+	if err != nil {
+		return nil, nil, err
+	}
 	mode := os.FileMode(0o644)
 	if p.Mode != nil {
-		mode = os.FileMode(*p.Mode & 0o7777)
+		mode = fileModeOf(*p.Mode)
 	}
 	dir := filepath.Dir(p.Path)
 	if p.Parents == nil || *p.Parents {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if _, err := mkdirChain(dir, true, own); err != nil {
 			return nil, nil, mapErr(err)
 		}
 	}
 	if st, err := os.Stat(p.Path); err == nil && st.IsDir() {
 		return nil, nil, errorf("is_a_directory", "%s is a directory", p.Path)
 	}
-	ws := &writeStream{c: c, id: p.StreamID, path: p.Path, mode: mode, append: p.Append}
-	var err error
+	ws := &writeStream{c: c, id: p.StreamID, path: p.Path, mode: mode, owner: own, append: p.Append}
 	if p.Append {
 		// Appending in place: copying the whole file to a temporary would make repeated
 		// appends quadratic; appended bytes only become visible as they are written.
@@ -397,6 +423,13 @@ func (ws *writeStream) end(payload []byte) {
 func (ws *writeStream) commit() error {
 	if err := ws.f.Sync(); err != nil {
 		return err
+	}
+	if ws.owner != nil {
+		// Through the descriptor: no path a guest program could swap. Before the chmod, because a chown clears
+		// setuid/setgid bits.
+		if err := ws.f.Chown(int(ws.owner.uid), int(ws.owner.gid)); err != nil {
+			return err
+		}
 	}
 	if !ws.append {
 		// The umask narrowed the mode given to open; the host asked for this one.

@@ -42,6 +42,10 @@ type agent struct {
 	// forkMu orders fork+register against wait4 (see startProc and reap).
 	forkMu sync.Mutex
 	byPid  map[int]*proc
+
+	// watchMu guards the inotify watcher (watch.go) and orders its events before fs.unwatch's REPLY.
+	watchMu sync.Mutex
+	watcher *watcher
 }
 
 var handlers map[string]handler
@@ -66,6 +70,8 @@ func init() {
 		"file.rename":  {fn: fileRename},
 		"file.read":    {fn: fileRead},
 		"file.write":   {fn: fileWrite, inline: true},
+		"fs.watch":     {fn: fsWatchMethod},
+		"fs.unwatch":   {fn: fsUnwatchMethod},
 		"env.defaults": {fn: envDefaults, inline: true},
 		"net.listen":   {fn: netListen, inline: true},
 		"net.close":    {fn: netClose, inline: true},

@@ -5,7 +5,7 @@ import { writeCpio } from './cpio.js';
 import { parseAptStanza } from './kernel.js';
 import { defaultKernelArgs, parseTscKhz } from './kernel-args.js';
 import { computeModuleOrder, modinfoDepends, moduleName, parseModulesBuiltin, readModinfo } from './modules.js';
-import { parseAptMirror, rootfsSizeBytes } from './rootfs.js';
+import { parseAptMirror, rootfsSizeBytes, withGuestUser } from './rootfs.js';
 import { lz4LegacyDecompress } from './vmlinux.js';
 
 describe('cacheKey', () => {
@@ -153,6 +153,23 @@ it('sizes the root image as content plus 1 GiB, in whole MiB', () => {
   expect(rootfsSizeBytes(0)).toBe(1024 ** 3);
   expect(rootfsSizeBytes(200 * 1024 ** 2) % 1024 ** 2).toBe(0);
   expect(rootfsSizeBytes(200 * 1024 ** 2)).toBeGreaterThan(1024 ** 3 + 200 * 1024 ** 2);
+});
+
+it('adds the guest account user (1000:1000, locked password) once', () => {
+  const debian = {
+    passwd: 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+    shadow: 'root:*:19000:0:99999:7:::',
+    group: 'root:x:0:\n',
+    gshadow: 'root:*::\n',
+  };
+  const out = withGuestUser(debian);
+  expect(out.passwd.split('\n')).toContain('user:x:1000:1000::/home/user:/bin/bash');
+  expect(out.passwd.startsWith(debian.passwd)).toBe(true);
+  expect(out.shadow).toBe('root:*:19000:0:99999:7:::\nuser:!::0:99999:7:::\n');
+  expect(out.group).toBe('root:x:0:\nuser:x:1000:\n');
+  expect(out.gshadow).toBe('root:*::\nuser:!::\n');
+  expect(withGuestUser(out)).toEqual(out);
+  expect(withGuestUser({ passwd: '', shadow: '', group: '' }).gshadow).toBeUndefined();
 });
 
 /** A minimal ELF64 with a section-name table and a .modinfo section: enough for readModinfo. */

@@ -1,5 +1,5 @@
 // The guest root filesystem: a cached debootstrap tarball, then an ext4 image with the agent, sized to its content plus free space.
-import { chmod, copyFile, mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, cp, lchown, mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandglassError } from '@sandglass/core';
 import { cacheKey, ensureArtifact } from './cache.js';
@@ -137,6 +137,64 @@ export async function ensureDebootstrap(artifactsDir: string, onMessage: (m: str
   return { key, tarballPath: join(dir, 'rootfs.tar.zst') };
 }
 
+/**
+ * The unprivileged account clients run programs and own files as by default (E2B's SDK assumes `user`). Added to
+ * the unpacked tree rather than by debootstrap so that changing it does not re-run debootstrap; its fields are part
+ * of the rootfs cache key. No sudo: the package would change the debootstrap set.
+ */
+export const GUEST_USER = { name: 'user', uid: 1000, gid: 1000, home: '/home/user', shell: '/bin/bash' } as const;
+
+export interface AccountFiles {
+  passwd: string;
+  shadow: string;
+  group: string;
+  /** Absent when the tree has no /etc/gshadow. */
+  gshadow?: string;
+}
+
+/**
+ * The account database with GUEST_USER and its group added; an existing entry of that name is kept. Its password is
+ * locked (`!`): nobody logs in as it, programs are started as it by the agent.
+ */
+export function withGuestUser(files: AccountFiles): AccountFiles {
+  const u = GUEST_USER;
+  const add = (text: string, line: string) => {
+    if (text.split('\n').some((l) => l.startsWith(`${u.name}:`))) return text;
+    return `${text}${text === '' || text.endsWith('\n') ? '' : '\n'}${line}\n`;
+  };
+  const out: AccountFiles = {
+    passwd: add(files.passwd, `${u.name}:x:${u.uid}:${u.gid}::${u.home}:${u.shell}`),
+    shadow: add(files.shadow, `${u.name}:!::0:99999:7:::`),
+    group: add(files.group, `${u.name}:x:${u.gid}:`),
+  };
+  if (files.gshadow !== undefined) out.gshadow = add(files.gshadow, `${u.name}:!::`);
+  return out;
+}
+
+/** Adds GUEST_USER to the tree at `root`: account files (modes kept), and a home from /etc/skel owned by it. */
+async function addGuestUser(root: string): Promise<void> {
+  const etc = (f: string) => join(root, 'etc', f);
+  const readOptional = async (f: string) => readFile(etc(f), 'utf8').catch(() => undefined);
+  const files = withGuestUser({
+    passwd: (await readOptional('passwd')) ?? '',
+    shadow: (await readOptional('shadow')) ?? '',
+    group: (await readOptional('group')) ?? '',
+    gshadow: await readOptional('gshadow'),
+  });
+  // writeFile on an existing file keeps its mode and owner (shadow stays 0640 root:shadow).
+  await writeFile(etc('passwd'), files.passwd);
+  await writeFile(etc('shadow'), files.shadow, { mode: 0o640 });
+  await writeFile(etc('group'), files.group);
+  if (files.gshadow !== undefined) await writeFile(etc('gshadow'), files.gshadow);
+  const home = join(root, GUEST_USER.home);
+  await mkdir(home, { recursive: true });
+  await cp(etc('skel'), home, { recursive: true, force: false, errorOnExist: false }).catch(() => undefined);
+  for (const entry of ['', ...(await readdir(home, { recursive: true }))]) {
+    await lchown(join(home, entry), GUEST_USER.uid, GUEST_USER.gid);
+  }
+  await chmod(home, 0o755);
+}
+
 export interface RootfsArtifact {
   key: string;
   path: string;
@@ -154,7 +212,14 @@ export async function ensureRootfs(
   agent: { sha256: string; path: string },
   onMessage: (m: string) => void,
 ): Promise<RootfsArtifact> {
-  const key = cacheKey('rootfs', { debootstrap: debootstrap.key, agent: agent.sha256, freeBytes: ROOTFS_FREE_BYTES, label: ROOTFS_LABEL });
+  const key = cacheKey('rootfs', {
+    debootstrap: debootstrap.key,
+    agent: agent.sha256,
+    freeBytes: ROOTFS_FREE_BYTES,
+    label: ROOTFS_LABEL,
+    // Bump accounts.version when addGuestUser changes what it writes.
+    accounts: { version: 1, user: GUEST_USER },
+  });
   const { dir } = await ensureArtifact(artifactsDir, 'rootfs', key, async (tmp) => {
     requireRoot('assembling the guest root filesystem');
     const root = join(tmp, 'root');
@@ -169,6 +234,7 @@ export async function ensureRootfs(
     await rm(join(root, 'etc/resolv.conf'), { force: true });
     await writeFile(join(root, 'etc/resolv.conf'), '');
     await mkdir(join(root, 'root'), { recursive: true, mode: 0o700 });
+    await addGuestUser(root);
     const contentBytes = Number((await exec('du', ['-sb', root])).stdout.split(/\s/)[0]);
     const sizeBytes = rootfsSizeBytes(contentBytes);
     const image = join(tmp, 'rootfs.ext4');
