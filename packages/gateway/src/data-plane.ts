@@ -13,7 +13,7 @@ import { operation, specRoutes } from './spec.js';
 import { accessTokenHook } from './auth.js';
 import { OUTPUT_WINDOW_BYTES, pacedSender } from './output-pacing.js';
 
-const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
+export const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
 const MAX_STDIN_BYTES = 16 * 1024 * 1024;
 
 type Schemas = GatewayApi.components['schemas'];
@@ -37,7 +37,7 @@ function commandView(c: CommandRecord): Schemas['Command'] {
 }
 
 /** A Readable that errors with payload_too_large once more than `max` bytes passed. */
-function limitBytes(max: number): Transform {
+export function limitBytes(max: number): Transform {
   let n = 0;
   return new Transform({
     transform(chunk: Buffer, _enc, cb) {
