@@ -49,6 +49,7 @@ export const API_SPECS: Array<{ spec: string; out: string }> = [
   { spec: 'spec/control-plane.yaml', out: 'packages/core/src/api/control-plane.generated.ts' },
   { spec: 'spec/gateway.yaml', out: 'packages/core/src/api/gateway.generated.ts' },
   { spec: 'spec/node.yaml', out: 'packages/core/src/api/node.generated.ts' },
+  { spec: 'spec/e2b.yaml', out: 'packages/core/src/api/e2b.generated.ts' },
 ];
 
 /** The types of one spec: `paths`, `components`, `operations`. Reads only the local file: no $ref leaves it. */

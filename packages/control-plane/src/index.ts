@@ -1,6 +1,6 @@
 // @sandglass/control-plane: the public REST API (spec/control-plane.yaml), tenants and keys, templates, sandbox placement, tenant secrets.
 export { createControlPlane, CONTROL_PLANE_SPEC, type ControlPlane, type ControlPlaneOptions } from './server.js';
-export { SandboxService, ACCESS_TOKEN_TTL_MS, type SandboxServiceDeps } from './sandboxes.js';
+export { SandboxService, ACCESS_TOKEN_TTL_MS, E2B_ENVD_TOKEN_TTL_MS, LONGEST_TOKEN_TTL_MS, checkEnvs, type SandboxServiceDeps } from './sandboxes.js';
 export {
   SecretStore,
   SECRET_NAME,

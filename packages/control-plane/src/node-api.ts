@@ -11,7 +11,7 @@ import type { NodeDirectory, Heartbeat } from './nodes.js';
 import type { SecretStore } from './secrets.js';
 import { dbTemplateRegistry, type TemplateSnapshotRef } from './templates.js';
 import { GcGate } from './gc-gate.js';
-import { ACCESS_TOKEN_TTL_MS } from './sandboxes.js';
+import { LONGEST_TOKEN_TTL_MS } from './sandboxes.js';
 
 export const NODE_SPEC = fileURLToPath(new URL('../../../spec/node.yaml', import.meta.url));
 
@@ -108,7 +108,7 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
         heartbeatIntervalS: opts.nodes.heartbeatIntervalMs / 1000,
         deadAfterS: opts.nodes.deadAfterMs / 1000,
         stop: result.stop,
-        revokedKeys: hb.epoch === null ? { keyIds: await opts.revokedKeyIds(), untilMs: clock.nowMs() + ACCESS_TOKEN_TTL_MS } : { keyIds: [], untilMs: 0 },
+        revokedKeys: hb.epoch === null ? { keyIds: await opts.revokedKeyIds(), untilMs: clock.nowMs() + LONGEST_TOKEN_TTL_MS } : { keyIds: [], untilMs: 0 },
       };
     });
 

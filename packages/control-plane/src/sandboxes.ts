@@ -26,6 +26,33 @@ import { findTemplate } from './templates.js';
 
 /** How long a data-plane token lives: short, because it cannot be revoked. */
 export const ACCESS_TOKEN_TTL_MS = 15 * 60_000;
+/**
+ * How long an E2B `envdAccessToken` lives: the E2B SDK never refreshes it, so it must last as long as a sandbox can run
+ * between two connects. A revoked key's tokens are refused by the gateways for this long (LONGEST_TOKEN_TTL_MS).
+ */
+export const E2B_ENVD_TOKEN_TTL_MS = 7 * 24 * 3600_000;
+/** The longest any access token lives: how long gateways must keep refusing the tokens of a revoked key. */
+export const LONGEST_TOKEN_TTL_MS = Math.max(ACCESS_TOKEN_TTL_MS, E2B_ENVD_TOKEN_TTL_MS);
+
+/** Bounds of a sandbox's `envs`: the count and name length are in the specs too; the total keeps env.defaults small. */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+const MAX_ENVS = 128;
+const MAX_ENVS_BYTES = 64 * 1024;
+
+/** Checks sandbox-wide environment variables, naming `${field}.NAME` and the rule. */
+export function checkEnvs(envs: Record<string, string>, field: string): Record<string, string> {
+  const entries = Object.entries(envs);
+  if (entries.length > MAX_ENVS) throw invalidArgument(field, `has ${entries.length} variables; at most ${MAX_ENVS}`);
+  let bytes = 0;
+  for (const [name, value] of entries) {
+    if (!ENV_NAME.test(name)) throw invalidArgument(`${field}.${name}`, 'must be a name like [A-Za-z_][A-Za-z0-9_]* of at most 128 characters');
+    if (typeof value !== 'string') throw invalidArgument(`${field}.${name}`, 'must be a string');
+    if (value.includes('\0')) throw invalidArgument(`${field}.${name}`, 'must not contain NUL');
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(value);
+  }
+  if (bytes > MAX_ENVS_BYTES) throw invalidArgument(field, `holds ${bytes} bytes of names and values; at most ${MAX_ENVS_BYTES}`);
+  return envs;
+}
 
 export interface SandboxServiceDeps {
   db: Kysely<Schema>;
@@ -91,6 +118,8 @@ export class SandboxService {
     if (dup >= 0) throw invalidArgument(`secrets[${dup}]`, `names ${secrets[dup]} twice`);
     // Secrets without a network policy are allowed: the placeholders exist, but nothing can be reached to use them on.
     await this.deps.secrets.checkExist(who.tenantId, secrets);
+    const envs = checkEnvs(req.envs ?? {}, 'envs');
+    const envNames = Object.keys(envs);
 
     const gateway = await gateways.pick({
       tenantId: who.tenantId,
@@ -101,17 +130,27 @@ export class SandboxService {
     const id = newId('sbx');
     const spec = { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS };
     const egress = { ...(network === undefined ? {} : { network }), ...(secrets.length === 0 ? {} : { secrets }) };
+    // Before the sandbox exists in the log, so every later start finds them; the log names the variables, never their values.
+    if (envNames.length > 0) await this.#saveEnvs(id, who.tenantId, envs);
     await events.append(
       {
         type: 'sandbox.created',
         tenantId: who.tenantId,
         sandboxId: id,
-        data: { ...spec, metadata: req.metadata ?? {}, gatewayId: gateway.id, gatewayUrl: gateway.url, network: network ?? null, secrets },
+        data: {
+          ...spec,
+          metadata: req.metadata ?? {},
+          gatewayId: gateway.id,
+          gatewayUrl: gateway.url,
+          network: network ?? null,
+          secrets,
+          ...(envNames.length === 0 ? {} : { envNames }),
+        },
       },
       { clock },
     );
     try {
-      await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec, ...egress });
+      await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec, ...egress, ...(envNames.length === 0 ? {} : { envs }) });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
     }
@@ -119,9 +158,11 @@ export class SandboxService {
     return { ...toSandbox(row), access: this.#access(who, row, gateway) };
   }
 
-  async list(who: Principal, state?: SandboxState): Promise<Sandbox[]> {
+  /** The tenant's sandboxes, newest first; `state` keeps those in that state (or any of those states). */
+  async list(who: Principal, state?: SandboxState | SandboxState[]): Promise<Sandbox[]> {
     let q = this.deps.db.selectFrom('sandboxes').selectAll().where('tenant_id', '=', who.tenantId);
-    if (state) q = q.where('state', '=', state);
+    if (Array.isArray(state)) q = q.where('state', 'in', state);
+    else if (state) q = q.where('state', '=', state);
     return (await q.orderBy('created_at', 'desc').orderBy('id', 'desc').execute()).map(toSandbox);
   }
 
@@ -161,12 +202,13 @@ export class SandboxService {
     return toSandbox(await this.#row(id));
   }
 
-  async access(who: Principal, id: string): Promise<Access> {
+  /** A token for a running sandbox; `ttlMs` longer than ACCESS_TOKEN_TTL_MS only for E2B's envd (E2B_ENVD_TOKEN_TTL_MS). */
+  async access(who: Principal, id: string, ttlMs: number = ACCESS_TOKEN_TTL_MS): Promise<Access> {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; there is nothing to connect to.`);
     if (row.state === 'paused')
       throw new SandglassError('sandbox_not_running', `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume) to connect to it.`);
-    return this.#access(who, row, await this.#gatewayOf(row));
+    return this.#access(who, row, await this.#gatewayOf(row), ttlMs);
   }
 
   async events(who: Principal, id: string, query: EventsQuery): Promise<StoredEvent[]> {
@@ -331,6 +373,7 @@ export class SandboxService {
   /** The gateway restores the snapshot under the sandbox's id, with the policy and secrets it had, and records sandbox.resumed. */
   async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow): Promise<void> {
     const secrets = JSON.parse(row.secrets) as string[];
+    const envs = await this.#envsOf(row.id);
     await this.deps.gatewayClient.resumeSandbox(gateway, row.id, {
       snapshotId: snap.id,
       tenantId: row.tenant_id,
@@ -338,6 +381,7 @@ export class SandboxService {
       snapshotIntervalS: row.snapshot_interval_s,
       ...(row.network === null ? {} : { network: JSON.parse(row.network) as NetworkPolicy }),
       ...(secrets.length === 0 ? {} : { secrets }),
+      ...(envs === undefined ? {} : { envs }),
     });
   }
 
@@ -366,7 +410,10 @@ export class SandboxService {
 
     const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: snap.memory_mib, vcpus: snap.vcpus });
     const ids = Array.from({ length: req.count }, () => newId('sbx'));
+    // A fork is a copy of its source: its processes already hold the source's variables, and new ones get them too.
+    const envs = await this.#envsOf(source.id);
     for (const id of ids) {
+      if (envs !== undefined) await this.#saveEnvs(id, who.tenantId, envs);
       const data = {
         template: snap.template,
         memoryMib: snap.memory_mib,
@@ -380,6 +427,7 @@ export class SandboxService {
         // The gateway restores the snapshot's network; until its sandbox.forked says which, the source's is the best guess.
         network: source.network === null ? null : (JSON.parse(source.network) as NetworkPolicy),
         secrets: JSON.parse(source.secrets) as string[],
+        ...(envs === undefined ? {} : { envNames: Object.keys(envs) }),
       };
       await events.append({ type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data }, { clock });
     }
@@ -389,6 +437,7 @@ export class SandboxService {
       reply = await gatewayClient.forkSandboxes(gateway, {
         snapshotId: snap.id,
         tenantId: who.tenantId,
+        ...(envs === undefined ? {} : { envs }),
         sandboxes: ids.map((id) => ({ id, timeoutS: req.timeoutS, snapshotIntervalS: source.snapshot_interval_s })),
       });
     } catch (err) {
@@ -412,6 +461,19 @@ export class SandboxService {
     }
     if (started.length === 0) throw firstError!;
     return { snapshotId: snap.id, sandboxes: started };
+  }
+
+  async #saveEnvs(sandboxId: string, tenantId: string, envs: Record<string, string>): Promise<void> {
+    await this.deps.db
+      .insertInto('sandbox_envs')
+      .values({ sandbox_id: sandboxId, tenant_id: tenantId, envs: JSON.stringify(envs) })
+      .execute();
+  }
+
+  /** The sandbox's own environment variables; undefined when it has none. */
+  async #envsOf(sandboxId: string): Promise<Record<string, string> | undefined> {
+    const row = await this.deps.db.selectFrom('sandbox_envs').select('envs').where('sandbox_id', '=', sandboxId).executeTakeFirst();
+    return row === undefined ? undefined : (JSON.parse(row.envs) as Record<string, string>);
   }
 
   async #row(id: string): Promise<SandboxRow> {
@@ -504,8 +566,8 @@ export class SandboxService {
   }
 
   /** A token for the sandbox's data plane, tied to the key that asked: it never outlives that key, nor its revocation. */
-  #access(who: Principal, row: SandboxRow, gateway: GatewayEndpoint): Access {
-    const expMs = Math.min(this.deps.clock.nowMs() + ACCESS_TOKEN_TTL_MS, who.expiresAtMs ?? Number.POSITIVE_INFINITY);
+  #access(who: Principal, row: SandboxRow, gateway: GatewayEndpoint, ttlMs: number = ACCESS_TOKEN_TTL_MS): Access {
+    const expMs = Math.min(this.deps.clock.nowMs() + Math.min(ttlMs, LONGEST_TOKEN_TTL_MS), who.expiresAtMs ?? Number.POSITIVE_INFINITY);
     return {
       gatewayUrl: this.deps.publicGatewayUrl ?? gateway.url,
       token: signAccessToken({ sbx: row.id, ten: row.tenant_id, exp: expMs, kid: who.keyId }, this.#accessTokenKey),

@@ -28,7 +28,8 @@ import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { nodeApi } from './node-api.js';
 import type { NodeDirectory } from './nodes.js';
 import { ApiKeyService, authenticate, createTenant, type Principal } from './keys.js';
-import { ACCESS_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
+import { e2bApi } from './e2b.js';
+import { LONGEST_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
 import { SecretStore } from './secrets.js';
 import { listTemplates } from './templates.js';
 
@@ -95,12 +96,13 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   // A gateway verifies access tokens on its own; a revoked key's tokens are refused there only once it is told.
   const tellGateways = async (keyIds: string[]): Promise<void> => {
     if (keyIds.length === 0) return;
-    const untilMs = clock.nowMs() + ACCESS_TOKEN_TTL_MS;
+    // Until the last token the key could have obtained expires: E2B envd tokens live longest.
+    const untilMs = clock.nowMs() + LONGEST_TOKEN_TTL_MS;
     for (const gateway of await opts.gateways.all()) {
       await gatewayClient.revokeKeys(gateway, keyIds, untilMs).catch((err: unknown) => {
         opts.logger.warn(
           { gateway: gateway.id, err: (err as Error).message },
-          'could not tell a gateway about revoked API keys; their access tokens expire within 15 min',
+          'could not tell a gateway about revoked API keys; it is told again when the control plane restarts',
         );
       });
     }
@@ -123,6 +125,9 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     if (req.routeOptions.url !== undefined && PUBLIC_ROUTES.has(req.routeOptions.url)) return;
     // Node API routes want the node bearer instead, checked by their own plugin's hook.
     if (opts.cluster && req.routeOptions.url?.startsWith('/node/v1/')) return;
+    // The E2B layer takes the key from X-API-Key and answers in E2B's error format: its own plugin's hook checks it.
+    // An unmatched URL (no route) is judged by its path, so a 404 under /e2b is also answered in that format.
+    if ((req.routeOptions.url ?? req.url).startsWith('/e2b/')) return;
     principals.set(req, await authenticate(db, req.headers.authorization, clock));
   });
   // A POST without a body means "all defaults"; validation then names any field that is required.
@@ -199,6 +204,8 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('GET', '/v1/api-keys', async (req) => ({ apiKeys: await apiKeys.list(who(req), req.query.tenantId) }));
   route('DELETE', '/v1/api-keys/{id}', async (req) => apiKeys.revoke(who(req), idOf(req)));
 
+  app.register(e2bApi({ db, sandboxes, clock, controlPlaneSpec: spec }), { prefix: '/e2b' });
+
   let failover: Failover | undefined;
   if (opts.cluster) {
     const { nodes, failoverIntervalMs } = opts.cluster;
@@ -214,7 +221,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
         nodeSecret: opts.nodeSecret,
         clock,
         logger: opts.logger,
-        revokedKeyIds: () => apiKeys.revokedSince(clock.nowMs() - ACCESS_TOKEN_TTL_MS),
+        revokedKeyIds: () => apiKeys.revokedSince(clock.nowMs() - LONGEST_TOKEN_TTL_MS),
         onOrphaned: (_nodeId, ids) => {
           for (const id of ids) void mover.move(id, 'node_restarted');
         },
@@ -226,7 +233,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     app,
     listen: async (port, host = '127.0.0.1') => {
       // Gateways started afresh forget what they were told: keys revoked while their tokens may live are told again.
-      await tellGateways(await apiKeys.revokedSince(clock.nowMs() - ACCESS_TOKEN_TTL_MS));
+      await tellGateways(await apiKeys.revokedSince(clock.nowMs() - LONGEST_TOKEN_TTL_MS));
       const url = await app.listen({ port, host });
       failover?.start();
       return url;

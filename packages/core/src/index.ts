@@ -14,4 +14,5 @@ export * from './validation.js';
 export type * as ControlPlaneApi from './api/control-plane.generated.js';
 export type * as GatewayApi from './api/gateway.generated.js';
 export type * as NodeApi from './api/node.generated.js';
+export type * as E2bApi from './api/e2b.generated.js';
 export type * from './api/route.js';

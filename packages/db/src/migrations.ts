@@ -291,6 +291,20 @@ const postgresBigint: Migration = {
   },
 };
 
+const sandboxEnvs: Migration = {
+  async up(db: Kysely<any>) {
+    // Kept out of the event log (and so out of the sandboxes projection, which is rebuilt from it): environment values
+    // are often credentials-like, and the log is append-only and read by every audit. Only their names are logged.
+    await db.schema
+      .createTable('sandbox_envs')
+      .addColumn('sandbox_id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      // JSON text of a name → value map.
+      .addColumn('envs', 'text', (c) => c.notNull())
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -305,5 +319,6 @@ export const migrationProvider: MigrationProvider = {
     '0005_secret_transport': secretTransport,
     '0006_cluster': cluster,
     '0007_postgres_bigint': postgresBigint,
+    '0008_sandbox_envs': sandboxEnvs,
   }),
 };

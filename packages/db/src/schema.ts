@@ -183,6 +183,17 @@ export interface TemplateSnapshotsTable {
   created_at: IsoTime;
 }
 
+/**
+ * A sandbox's own environment variables (`envs` on create), written by the control plane, not a projection: values
+ * stay out of the event log. A fork gets a copy of its source's row.
+ */
+export interface SandboxEnvsTable {
+  sandbox_id: string;
+  tenant_id: string;
+  /** JSON text of a name → value map. */
+  envs: string;
+}
+
 export interface Schema {
   tenants: TenantsTable;
   api_keys: ApiKeysTable;
@@ -195,6 +206,7 @@ export interface Schema {
   template_snapshots: TemplateSnapshotsTable;
   snapshots: SnapshotsTable;
   secrets: SecretsTable;
+  sandbox_envs: SandboxEnvsTable;
 }
 
 export type TenantRow = Selectable<TenantsTable>;

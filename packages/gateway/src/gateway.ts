@@ -77,6 +77,8 @@ export interface RestoreRequest {
   /** The network in force now (a resume); absent: the one the snapshot was taken with. */
   network?: PolicyInput;
   secrets?: string[];
+  /** The sandbox's own environment variables (a fork: its source's); given at every start, never kept in snapshots. */
+  envs?: Record<string, string>;
 }
 
 export interface CreateSandboxRequest {
@@ -90,6 +92,8 @@ export interface CreateSandboxRequest {
   /** Absent: no network at all. */
   network?: PolicyInput;
   secrets?: string[];
+  /** Environment variables for every process; the egress variables win over the same names. */
+  envs?: Record<string, string>;
 }
 
 /** The templates this node knows by name; each is the guest image booted with the request's VM shape. */
@@ -222,7 +226,7 @@ export class Gateway {
     const sbx = this.newSandbox(req.id, req.tenantId, template, warm?.dir ?? sandboxDir(this.opts.home.run, req.id), req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
-    await this.connectNetwork(sbx, this.network.newSpec(req.network, req.secrets ?? []));
+    await this.connectNetwork(sbx, this.network.newSpec(req.network, req.secrets ?? []), req.envs);
     this.snapshots.track(sbx);
     await this.opts.events.append({
       type: 'sandbox.started',
@@ -242,10 +246,10 @@ export class Gateway {
   }
 
   /** Gives a started sandbox its network; if that fails the sandbox fails with it (it would not be what was asked). */
-  private async connectNetwork(sbx: Sandbox, spec: NetworkSpec): Promise<void> {
+  private async connectNetwork(sbx: Sandbox, spec: NetworkSpec, envs: Record<string, string> = {}): Promise<void> {
     sbx.assignNetwork(spec);
     try {
-      await this.network.attach(sbx.id, sbx.tenantId, sbx.requireRunning(), spec);
+      await this.network.attach(sbx.id, sbx.tenantId, sbx.requireRunning(), spec, envs);
     } catch (err) {
       await sbx.fail(`setting up the sandbox's network failed: ${(err as Error).message}`);
       throw err;
@@ -315,7 +319,7 @@ export class Gateway {
     sbx.adoptSnapshot(prepared);
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
     const network = this.restoredNetwork(prepared.network, req);
-    await this.connectNetwork(sbx, network);
+    await this.connectNetwork(sbx, network, req.envs);
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
     if (kind === 'resume') {
@@ -380,6 +384,7 @@ export class Gateway {
     snapshotId: string,
     tenantId: string,
     forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
+    envs?: Record<string, string>,
   ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
     const m = await this.snapshots.manifest(tenantId, snapshotId);
     const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
@@ -390,7 +395,7 @@ export class Gateway {
         const f = forks[i]!;
         try {
           const sbx = await this.restoreSandbox(
-            { id: f.id, tenantId, snapshotId, timeoutS: f.timeoutS, snapshotIntervalS: f.snapshotIntervalS },
+            { id: f.id, tenantId, snapshotId, timeoutS: f.timeoutS, snapshotIntervalS: f.snapshotIntervalS, ...(envs === undefined ? {} : { envs }) },
             'fork',
             m.sandboxId,
           );

@@ -61,8 +61,8 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
-      const { snapshotId, tenantId, sandboxes } = req.body;
-      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes);
+      const { snapshotId, tenantId, sandboxes, envs } = req.body;
+      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes, envs);
       return { sandboxes: forks.map((f) => ('error' in f ? f : sandboxView(f))) };
     });
     route('DELETE', '/internal/v1/snapshots/{id}', async (req, reply) => {

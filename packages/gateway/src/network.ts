@@ -109,9 +109,14 @@ export class NetworkManager {
    * Gives a running guest its network: the sandbox's own CA in the guest's trust store, proxy settings and secret
    * placeholders in every process's environment, and the relay listener. Runs after every start (create, resume,
    * fork): a restored guest gets a new CA (the CA's key never leaves this process) and keeps its placeholders.
+   * `envs`, the sandbox's own variables, go into the same defaults under the egress ones: a sandbox cannot point its
+   * programs past the proxy or shadow a secret's placeholder by naming a variable HTTPS_PROXY or after the secret.
    */
-  async attach(sandboxId: string, tenantId: string, agent: AgentClient, spec: NetworkSpec): Promise<void> {
-    if (!spec.policy && spec.secrets.length === 0) return;
+  async attach(sandboxId: string, tenantId: string, agent: AgentClient, spec: NetworkSpec, envs: Record<string, string> = {}): Promise<void> {
+    if (!spec.policy && spec.secrets.length === 0) {
+      if (Object.keys(envs).length > 0) await agent.envDefaults(envs);
+      return;
+    }
     const bindings: SecretBinding[] = spec.secrets.map((name) => ({
       name,
       placeholder: spec.placeholders[name] ?? newPlaceholder(),
@@ -135,6 +140,7 @@ export class NetworkManager {
     this.egress.set(sandboxId, egress);
     await this.installCa(agent, egress);
     const env: Record<string, string> = {
+      ...envs,
       HTTP_PROXY: PROXY_URL,
       HTTPS_PROXY: PROXY_URL,
       http_proxy: PROXY_URL,

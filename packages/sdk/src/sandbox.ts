@@ -22,6 +22,11 @@ export interface SandboxCreateOptions extends ConnectionConfig {
   network?: Partial<NetworkPolicy>;
   /** Names of tenant secrets (see Secrets.set): the sandbox sees each as an environment variable holding a placeholder. */
   secrets?: string[];
+  /**
+   * Environment variables for every process of the sandbox, for its whole life and its forks'. The proxy and CA
+   * variables and secret placeholders win over the same names; use secrets for credentials (values are stored as given).
+   */
+  envs?: Record<string, string>;
 }
 
 export interface ApproveOptions extends ConnectionConfig {
@@ -117,9 +122,9 @@ export class Sandbox {
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, ...config } = opts;
+    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets };
+    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs };
     const info = await cp.json<ControlPlaneReply<'createSandbox'>>('POST', '/v1/sandboxes', { json });
     return new Sandbox(cp, info);
   }

@@ -480,6 +480,11 @@ export interface components {
             network?: components["schemas"]["NetworkPolicyRequest"];
             /** @description Names of tenant secrets to bind; an unknown one answers `secret_not_found` naming `secrets[i]`. Without a network policy the placeholders exist but nothing can be reached to use them on. */
             secrets?: components["schemas"]["SecretName"][];
+            envs?: components["schemas"]["Envs"];
+        };
+        /** @description Environment variables set for every process of the sandbox, kept for its life (resumes, moves) and inherited by its forks. The egress variables (HTTP_PROXY, the CA bundle paths …) and secret placeholders win over a variable of the same name. A value may not contain NUL, and all names and values together may not exceed 64 KiB (`invalid_argument` naming `envs.NAME`). Values are stored in the database, never in the event log (which records only the names); use secrets for credentials. */
+        Envs: {
+            [key: string]: string;
         };
         /** @description `host[:port] [METHOD] [/path-prefix]`: an exact host, `*.domain` (any subdomain), or an IP; the port defaults to 80 and 443 in allow rules and to every port in deny rules (`:*` is every port). Examples: `api.github.com`, `*.pypi.org`, `example.com:8443`, `api.github.com GET /repos`. An allow rule naming an internal IP (loopback, private, link-local, metadata, CGNAT …) answers `policy_invalid`: only the node's operator opens such destinations. A request whose path has an encoded / or \, a backslash, `//` or a dot segment is refused wherever a rule with a path applies to its host. */
         NetworkRule: string;

@@ -635,6 +635,10 @@ export interface components {
         };
         /** @description Names of the tenant's secrets to bind (each existed when the control plane checked); the gateway resolves them through the SecretStore. */
         NodeSecretNames: string[];
+        /** @description The sandbox's own environment variables (checked by the control plane), given at every start; merged into the agent's env.defaults under the egress variables and secret placeholders, which win. */
+        NodeEnvs: {
+            [key: string]: string;
+        };
         /** @description A request held until its use of a secret is approved, exactly as spec/control-plane.yaml's ApprovalRequest. */
         ApprovalRequest: {
             requestId: string;
@@ -1133,6 +1137,7 @@ export interface operations {
                     /** @description Absent: the sandbox has no network at all. */
                     network?: components["schemas"]["NodePolicy"];
                     secrets?: components["schemas"]["NodeSecretNames"];
+                    envs?: components["schemas"]["NodeEnvs"];
                 };
             };
         };
@@ -1380,6 +1385,7 @@ export interface operations {
                     /** @description The policy in force when it was paused; absent: no network. */
                     network?: components["schemas"]["NodePolicy"];
                     secrets?: components["schemas"]["NodeSecretNames"];
+                    envs?: components["schemas"]["NodeEnvs"];
                 };
             };
         };
@@ -1408,6 +1414,8 @@ export interface operations {
                 "application/json": {
                     snapshotId: string;
                     tenantId: string;
+                    /** @description The source sandbox's environment variables, which every fork inherits. */
+                    envs?: components["schemas"]["NodeEnvs"];
                     sandboxes: {
                         id: string;
                         timeoutS: number;

@@ -1,0 +1,427 @@
+// The E2B-shaped REST API (spec/e2b.yaml) under /e2b: E2B's key header, error format and shapes, translated onto SandboxService.
+import { isIP } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import type { FastifyPluginAsync, FastifyRequest, RouteHandlerMethod } from 'fastify';
+import type { Kysely } from 'kysely';
+import {
+  invalidArgument,
+  loadOpenApi,
+  routeSchema,
+  SandglassError,
+  toSandglassError,
+  type Clock,
+  type E2bApi,
+  type MethodsAt,
+  type OpenApiDoc,
+  type OperationAt,
+  type OperationHandler,
+  type OperationRoute,
+  type RequestBody,
+} from '@sandglass/core';
+import { fromIso, type Schema } from '@sandglass/db';
+import { parsePolicy } from '@sandglass/egress';
+import type { NetworkPolicy, Sandbox } from './api.js';
+import { authenticate, type Principal } from './keys.js';
+import { checkEnvs, E2B_ENVD_TOKEN_TTL_MS, type SandboxService } from './sandboxes.js';
+import { findTemplate, listTemplates } from './templates.js';
+
+export const E2B_SPEC = fileURLToPath(new URL('../../../spec/e2b.yaml', import.meta.url));
+
+/**
+ * The envd version the gateway's E2B layer speaks: ≥0.5.7 makes the SDK upload raw octet-stream bodies, ≥0.5.2 close
+ * stdin, ≥0.4.0 send no default user. Features the SDK gates on later versions (file metadata, watch entries) stay off.
+ */
+export const E2B_ENVD_VERSION = '0.5.7';
+/** E2B's deprecated client id: one constant, there being no E2B cluster client behind it. */
+const CLIENT_ID = 'sandglass';
+/**
+ * The control plane sets no disk quota and does not know the guest image's size: the root filesystem is the image's
+ * content plus 1 GiB free, bounded only by the node's disk. 0 says "not known" rather than inventing a number.
+ */
+const DISK_SIZE_MB = 0;
+const SEE_DOCS = 'see docs/e2b.md';
+
+type Paths = E2bApi.paths;
+type Operation<P extends keyof Paths, M extends MethodsAt<Paths, P>> = OperationAt<Paths, P, M>;
+/** As in server.ts: a POST without a body is given `{}` before validation, so a handler always has one. */
+type Route<P extends keyof Paths, M extends MethodsAt<Paths, P>> = Omit<OperationRoute<Operation<P, M>>, 'Body'> & {
+  Body: NonNullable<RequestBody<Operation<P, M>>>;
+};
+type Schemas = E2bApi.components['schemas'];
+type E2bSandbox = Schemas['Sandbox'];
+type ListedSandbox = Schemas['ListedSandbox'];
+type NetworkInput = Schemas['SandboxNetworkConfig'] & { allow_internet_access?: boolean };
+
+/** E2B routes the SDK calls for features Sandglass does not have: 501 with what, rather than a 404 the SDK would read as "sandbox not found". */
+const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH', path: string, what: string]> = [
+  ['GET', '/sandboxes', 'The v1 sandbox list (use GET /v2/sandboxes)'],
+  ['POST', '/sandboxes', 'The v1 sandbox create (use POST /v2/sandboxes)'],
+  ['POST', '/sandboxes/{sandboxID}/connect', 'The v1 connect (use POST /v2/sandboxes/{sandboxID}/connect)'],
+  ['POST', '/sandboxes/{sandboxID}/refreshes', 'Sandbox refreshes'],
+  ['GET', '/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
+  ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
+  ['GET', '/sandboxes/{sandboxID}/metrics', 'Sandbox metrics'],
+  ['GET', '/sandboxes/metrics', 'Sandbox metrics'],
+  ['POST', '/sandboxes/{sandboxID}/snapshots', "E2B's snapshots API (Sandglass snapshots are in its own API, /v1/sandboxes/{id}/snapshots)"],
+  ['GET', '/snapshots', "E2B's snapshots API"],
+  ['GET', '/secrets', "E2B's secrets API (Sandglass secrets are in its own API, /v1/secrets)"],
+  ['POST', '/secrets', "E2B's secrets API"],
+  ['GET', '/secrets/{secretID}', "E2B's secrets API"],
+  ['POST', '/secrets/{secretID}', "E2B's secrets API"],
+  ['DELETE', '/secrets/{secretID}', "E2B's secrets API"],
+  ['GET', '/teams', 'Teams'],
+  ['GET', '/teams/{teamID}/metrics', 'Team metrics'],
+  ['GET', '/teams/{teamID}/metrics/max', 'Team metrics'],
+  ['GET', '/templates', 'The templates API'],
+  ['GET', '/templates/{templateID}', 'The templates API'],
+  ['DELETE', '/templates/{templateID}', 'The templates API (and deleting snapshots through it)'],
+  ['PATCH', '/templates/{templateID}', 'The templates API'],
+  ['GET', '/templates/{templateID}/builds/{buildID}/logs', 'Template builds'],
+  ['GET', '/templates/{templateID}/builds/{buildID}/status', 'Template builds'],
+  ['GET', '/templates/{templateID}/files/{hash}', 'Template builds'],
+  ['GET', '/templates/{templateID}/tags', 'Template tags'],
+  ['GET', '/templates/aliases/{alias}', 'Template aliases'],
+  ['POST', '/templates/tags', 'Template tags'],
+  ['DELETE', '/templates/tags', 'Template tags'],
+  ['GET', '/v2/templates', 'The templates API'],
+  ['PATCH', '/v2/templates/{templateID}', 'The templates API'],
+  ['POST', '/v2/templates/{templateID}/builds/{buildID}', 'Template builds'],
+  ['POST', '/v3/templates', 'Template builds'],
+  ['GET', '/volumes', 'Volumes'],
+  ['POST', '/volumes', 'Volumes'],
+  ['GET', '/volumes/{volumeID}', 'Volumes'],
+  ['DELETE', '/volumes/{volumeID}', 'Volumes'],
+];
+
+export interface E2bApiOptions {
+  db: Kysely<Schema>;
+  sandboxes: SandboxService;
+  clock: Clock;
+  /** The control plane's own spec: a create takes the defaults of its CreateSandboxRequest for what E2B does not say. */
+  controlPlaneSpec: OpenApiDoc;
+}
+
+/** A refusal of an option Sandglass cannot honour: 400 naming the field, never a silently different sandbox. */
+function unsupported(field: string, why: string): SandglassError {
+  return invalidArgument(field, `${why} (${SEE_DOCS})`);
+}
+
+/** One address an allowOut/denyOut entry names, with its rule text; undefined when the entry is not an address. */
+function singleAddress(entry: string, field: string): { ip: string; rule: string } | undefined {
+  const slash = entry.indexOf('/');
+  const ip = slash < 0 ? entry : entry.slice(0, slash);
+  const family = isIP(ip);
+  if (family === 0) return undefined;
+  if (slash >= 0) {
+    const bits = entry.slice(slash + 1);
+    const width = family === 4 ? '32' : '128';
+    if (bits !== width) {
+      throw unsupported(field, `is a CIDR block of more than one address; Sandglass's egress rules name hosts or single addresses (${ip}/${width} or ${ip})`);
+    }
+  }
+  // Every port, as E2B's address rules mean; a bare IPv6 address takes no port in the rule grammar, so it is bracketed.
+  return { ip, rule: family === 4 ? `${ip}:*` : `[${ip}]:*` };
+}
+
+/** One allow rule from an allowOut entry, checked by the egress grammar alone so its error names the E2B field. */
+function allowRule(entry: string, field: string): string {
+  const rule = singleAddress(entry, field)?.rule ?? entry;
+  try {
+    parsePolicy({ allow: [rule] });
+  } catch (err) {
+    const problem = err instanceof SandglassError ? String(err.details?.problem ?? err.message) : 'is not a valid rule';
+    throw invalidArgument(field, problem);
+  }
+  return rule;
+}
+
+const EVERYWHERE = new Set(['0.0.0.0/0', '::/0']);
+
+/**
+ * E2B's network settings as a Sandglass egress policy. Sandglass denies by default, so allowOut entries are the allow
+ * rules; E2B lets allowOut win over denyOut, so a denyOut address that allowOut also names adds no deny rule, and
+ * "everything" in denyOut is what the default already does. Whatever cannot be expressed is refused, naming the field.
+ */
+function toPolicy(input: NetworkInput, prefix: string, internetField: string): NetworkPolicy {
+  if (input.allow_internet_access === true) {
+    throw unsupported(internetField, 'true would open every host, and Sandglass egress allows only named hosts and addresses; list them in network.allowOut');
+  }
+  if (input.egressProxy !== undefined && input.egressProxy !== null) throw unsupported(`${prefix}egressProxy`, 'an upstream SOCKS5 proxy is not supported');
+  if (input.rules !== undefined && Object.keys(input.rules).length > 0)
+    throw unsupported(`${prefix}rules`, 'header transforms are not supported; Sandglass secrets inject credentials (POST /v1/secrets)');
+  if (input.allowPublicTraffic !== undefined) throw unsupported(`${prefix}allowPublicTraffic`, 'Sandglass sandboxes have no public URLs');
+  if (input.maskRequestHost !== undefined) throw unsupported(`${prefix}maskRequestHost`, 'Sandglass sandboxes have no public URLs');
+  if (input.httpsPorts !== undefined && input.httpsPorts.length > 0) throw unsupported(`${prefix}httpsPorts`, 'Sandglass sandboxes have no public URLs');
+
+  const allowOut = input.allowOut ?? [];
+  const allow = allowOut.map((entry, i) => allowRule(entry, `${prefix}allowOut[${i}]`));
+  const allowedIps = new Set(allowOut.flatMap((entry, i) => singleAddress(entry, `${prefix}allowOut[${i}]`)?.ip ?? []));
+  const deny: string[] = [];
+  for (const [i, entry] of (input.denyOut ?? []).entries()) {
+    const field = `${prefix}denyOut[${i}]`;
+    if (EVERYWHERE.has(entry)) continue;
+    const address = singleAddress(entry, field);
+    if (!address) throw unsupported(field, 'must be an IP address or CIDR block, as in E2B (deny rules take no host names)');
+    if (!allowedIps.has(address.ip)) deny.push(address.rule);
+  }
+  return { allow, deny };
+}
+
+const isFinal = (s: Sandbox) => s.state === 'ended' || s.state === 'failed';
+
+/** Ended and failed sandboxes do not exist for E2B: it lists, connects to and kills only running and paused ones. */
+function notFound(id: string): SandglassError {
+  return new SandglassError('sandbox_not_found', `No running or paused sandbox ${id} exists for your tenant.`);
+}
+
+/** The page position after an item, in the list's order: base64url of [startedAt, id]. */
+function encodeCursor(s: { startedAt: string; sandboxID: string }): string {
+  return Buffer.from(JSON.stringify([s.startedAt, s.sandboxID])).toString('base64url');
+}
+
+function decodeCursor(token: string): { startedAt: string; id: string } {
+  try {
+    const v: unknown = JSON.parse(Buffer.from(token, 'base64url').toString('utf8'));
+    if (Array.isArray(v) && v.length === 2 && typeof v[0] === 'string' && typeof v[1] === 'string' && Number.isFinite(fromIso(v[0]))) {
+      return { startedAt: v[0], id: v[1] };
+    }
+  } catch {
+    // Falls through to the refusal below.
+  }
+  throw invalidArgument('nextToken', 'is not a token this API handed out; pass the X-Next-Token of the previous page unchanged');
+}
+
+/** The `metadata` query: `k=v&k2=v2`, keys and values percent-encoded once more by the SDK. */
+function parseMetadataQuery(text: string): Array<[string, string]> {
+  try {
+    return [...new URLSearchParams(text)].map(([k, v]) => [decodeURIComponent(k), decodeURIComponent(v)]);
+  } catch {
+    throw invalidArgument('metadata', 'must be k=v pairs joined by &, each key and value percent-encoded');
+  }
+}
+
+/**
+ * The plugin, registered under /e2b: its onRequest hook wants a Sandglass API key as X-API-Key (as the E2B SDK sends
+ * it) or as a bearer, checked exactly as the rest of the control plane checks keys; every error, its own 404 included,
+ * is answered as `{ code: <HTTP status>, message, error_code }`, which the SDK reads.
+ */
+export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
+  const spec = loadOpenApi(E2B_SPEC);
+  const createDefaults = opts.controlPlaneSpec.components?.schemas?.CreateSandboxRequest?.properties as Record<string, { default?: unknown }>;
+  const { db, sandboxes, clock } = opts;
+
+  return async (scope) => {
+    scope.setErrorHandler(async (err, req, reply) => {
+      const se = toSandglassError(err);
+      if (se.code === 'internal') req.log.error({ err }, 'internal error');
+      return reply.status(se.status).send({ code: se.status, message: se.message, error_code: se.code });
+    });
+    scope.setNotFoundHandler((req, reply) => {
+      const message = `No route ${req.method} ${req.url.split('?')[0]} in Sandglass's E2B compatibility layer; ${SEE_DOCS}`;
+      void reply.status(404).send({ code: 404, message, error_code: 'not_found' });
+    });
+
+    const principals = new WeakMap<FastifyRequest, Principal>();
+    scope.addHook('onRequest', async (req) => {
+      const apiKey = req.headers['x-api-key'];
+      if (Array.isArray(apiKey)) throw new SandglassError('unauthenticated', 'Send one X-API-Key header.');
+      // The same check as Authorization: Bearer on the rest of the API (revocation and expiry hold from the next request).
+      principals.set(req, await authenticate(db, apiKey === undefined ? req.headers.authorization : `Bearer ${apiKey}`, clock));
+    });
+    // The SDK sends `state=running,paused` (form style, not exploded): the validator wants the list as an array.
+    scope.addHook('preValidation', async (req) => {
+      const q = req.query as Record<string, unknown>;
+      if (q.state !== undefined) q.state = [q.state].flat().flatMap((v) => String(v).split(','));
+    });
+    const who = (req: FastifyRequest): Principal => principals.get(req)!;
+
+    const route = <P extends keyof Paths, M extends MethodsAt<Paths, P>>(method: M, path: P, handler: OperationHandler<Operation<P, M>, Route<P, M>>) =>
+      scope.route({
+        method,
+        url: path.replace(/\{(\w+)\}/g, ':$1'),
+        schema: routeSchema(spec, method, path),
+        handler: handler as unknown as RouteHandlerMethod,
+      });
+
+    for (const [method, path, what] of UNSUPPORTED) {
+      scope.route({
+        method,
+        url: path.replace(/\{(\w+)\}/g, ':$1'),
+        handler: async (_req, reply) =>
+          reply.status(501).send({ code: 501, message: `${what} is not supported by Sandglass's E2B compatibility layer; ${SEE_DOCS}` }),
+      });
+    }
+
+    /** A sandbox E2B may see: running (or starting) or paused. */
+    const live = async (req: FastifyRequest, id: string): Promise<Sandbox> => {
+      const s = await sandboxes.get(who(req), id).catch((err: unknown) => {
+        throw err instanceof SandglassError && err.code === 'sandbox_not_found' ? notFound(id) : err;
+      });
+      if (isFinal(s)) throw notFound(id);
+      return s;
+    };
+    const envdToken = async (req: FastifyRequest, id: string) => (await sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS)).token;
+    const templateIdOf = async (name: string) => (await findTemplate(db, name))?.id ?? name;
+    const toE2b = async (req: FastifyRequest, s: Sandbox): Promise<E2bSandbox> => ({
+      sandboxID: s.id,
+      templateID: await templateIdOf(s.template),
+      alias: s.template,
+      clientID: CLIENT_ID,
+      envdVersion: E2B_ENVD_VERSION,
+      envdAccessToken: await envdToken(req, s.id),
+      domain: null,
+    });
+    const toListed = (s: Sandbox, templateId: string): ListedSandbox => ({
+      sandboxID: s.id,
+      templateID: templateId,
+      alias: s.template,
+      clientID: CLIENT_ID,
+      startedAt: s.startedAt ?? s.createdAt,
+      endAt: s.expiresAt,
+      cpuCount: s.vcpus,
+      memoryMB: s.memoryMib,
+      diskSizeMB: DISK_SIZE_MB,
+      envdVersion: E2B_ENVD_VERSION,
+      state: s.state === 'paused' ? 'paused' : 'running',
+      metadata: s.metadata,
+      volumeMounts: [],
+    });
+
+    route('POST', '/v2/sandboxes', async (req, reply) => {
+      const b = req.body;
+      if (b.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
+      if (b.autoResume?.enabled === true) throw unsupported('autoResume.enabled', 'Sandglass resumes a paused sandbox only when asked (connect)');
+      if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
+      if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
+      if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
+      // Neither given: no network at all, as Sandglass's own create without a policy.
+      const network =
+        b.network === undefined && b.allow_internet_access === undefined
+          ? undefined
+          : toPolicy({ ...b.network, allow_internet_access: b.allow_internet_access }, 'network.', 'allow_internet_access');
+      const envs = b.envVars === undefined ? undefined : checkEnvs(b.envVars, 'envVars');
+      // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
+      const template = await findTemplate(db, b.templateID);
+      const created = await sandboxes.create(who(req), {
+        template: b.templateID,
+        memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
+        vcpus: createDefaults.vcpus?.default as number,
+        snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
+        timeoutS: b.timeout,
+        ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
+        ...(network === undefined ? {} : { network }),
+        ...(envs === undefined ? {} : { envs }),
+      });
+      return reply.code(201).send(await toE2b(req, created));
+    });
+
+    route('GET', '/v2/sandboxes', async (req, reply) => {
+      const q = req.query;
+      const states = new Set(q.state ?? ['running', 'paused']);
+      const wanted = [...(states.has('running') ? (['starting', 'running'] as const) : []), ...(states.has('paused') ? (['paused'] as const) : [])];
+      const metadata = q.metadata === undefined ? [] : parseMetadataQuery(q.metadata);
+      const afterMs = q.startedAfter === undefined ? undefined : Date.parse(q.startedAfter);
+      const cursor = q.nextToken === undefined ? undefined : decodeCursor(q.nextToken);
+      const templates = await listTemplates(db);
+      const idOf = new Map(templates.map((t) => [t.name, t.id]));
+      const templateName = q.template === undefined ? undefined : (templates.find((t) => t.id === q.template || t.name === q.template)?.name ?? null);
+
+      const dir = q.order === 'asc' ? 1 : -1;
+      const byStart = (a: ListedSandbox, b: { startedAt: string; sandboxID: string }) =>
+        dir * (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : a.sandboxID < b.sandboxID ? -1 : a.sandboxID > b.sandboxID ? 1 : 0);
+      const matching = (await sandboxes.list(who(req), wanted))
+        .filter((s) => templateName === undefined || s.template === templateName)
+        .filter((s) => metadata.every(([k, v]) => s.metadata[k] === v))
+        .map((s) => toListed(s, idOf.get(s.template) ?? s.template))
+        .filter((s) => afterMs === undefined || fromIso(s.startedAt) > afterMs)
+        .filter((s) => cursor === undefined || byStart(s, { startedAt: cursor.startedAt, sandboxID: cursor.id }) > 0)
+        .sort(byStart);
+      const page = matching.slice(0, q.limit);
+      if (matching.length > page.length) void reply.header('x-next-token', encodeCursor(page[page.length - 1]!));
+      return page;
+    });
+
+    route('GET', '/sandboxes/{sandboxID}', async (req) => {
+      const s = await live(req, req.params.sandboxID);
+      return {
+        ...toListed(s, await templateIdOf(s.template)),
+        ...(s.state === 'paused' ? {} : { envdAccessToken: await envdToken(req, s.id) }),
+        domain: null,
+        ...(s.network === null ? {} : { network: { allowOut: s.network.allow, denyOut: s.network.deny } }),
+        lifecycle: { onTimeout: 'kill' as const, autoResume: false as const },
+      };
+    });
+
+    route('DELETE', '/sandboxes/{sandboxID}', async (req, reply) => {
+      await live(req, req.params.sandboxID);
+      await sandboxes.kill(who(req), req.params.sandboxID);
+      return reply.code(204).send();
+    });
+
+    route('POST', '/sandboxes/{sandboxID}/timeout', async (req, reply) => {
+      await live(req, req.params.sandboxID);
+      await sandboxes.setTimeout(who(req), req.params.sandboxID, req.body.timeout);
+      return reply.code(204).send();
+    });
+
+    route('POST', '/sandboxes/{sandboxID}/pause', async (req, reply) => {
+      if (req.body.memory === false) throw unsupported('memory', 'a Sandglass pause always keeps memory (its snapshot is the whole VM)');
+      await live(req, req.params.sandboxID);
+      await sandboxes.pause(who(req), req.params.sandboxID);
+      return reply.code(204).send();
+    });
+
+    /** Resumes from the latest snapshot (memory intact), then gives the sandbox `timeoutS` from now. */
+    const resume = async (req: FastifyRequest, id: string, timeoutS: number, memory: boolean | undefined): Promise<Sandbox> => {
+      if (memory === false) throw unsupported('memory', 'Sandglass resumes the whole VM from its snapshot; a cold boot from disk alone is not supported');
+      await sandboxes.resume(who(req), id, {});
+      return sandboxes.setTimeout(who(req), id, timeoutS);
+    };
+
+    route('POST', '/sandboxes/{sandboxID}/resume', async (req, reply) => {
+      if (req.body.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
+      await live(req, req.params.sandboxID);
+      return reply.code(201).send(await toE2b(req, await resume(req, req.params.sandboxID, req.body.timeout, req.body.memory)));
+    });
+
+    route('POST', '/v2/sandboxes/{sandboxID}/connect', async (req, reply) => {
+      const id = req.params.sandboxID;
+      const { timeout, memory } = req.body;
+      let s = await live(req, id);
+      if (s.state === 'paused') {
+        try {
+          return reply.code(201).send(await toE2b(req, await resume(req, id, timeout, memory)));
+        } catch (err) {
+          // Another connect resumed it meanwhile: it runs, which is what this one wanted too.
+          if (!(err instanceof SandglassError && err.code === 'sandbox_running')) throw err;
+          s = await live(req, id);
+        }
+      }
+      // E2B's connect only ever lengthens a running sandbox's life.
+      if (clock.nowMs() + timeout * 1000 > fromIso(s.expiresAt)) s = await sandboxes.setTimeout(who(req), id, timeout);
+      return reply.code(200).send(await toE2b(req, s));
+    });
+
+    route('POST', '/sandboxes/{sandboxID}/fork', async (req, reply) => {
+      const id = req.params.sandboxID;
+      const { count, timeout } = req.body;
+      const source = await live(req, id);
+      // E2B forks the sandbox as it is now: a running one is snapshotted first; a paused one is its pause snapshot.
+      const from = source.state === 'paused' ? { sandboxId: id } : { snapshotId: (await sandboxes.takeSnapshot(who(req), id)).id };
+      const forked = await sandboxes.fork(who(req), { ...from, count, timeoutS: timeout, metadata: source.metadata });
+      const results: Schemas['SandboxForkResult'][] = [];
+      for (const s of forked.sandboxes) results.push({ sandbox: await toE2b(req, s) });
+      // Forks that did not start were recorded as failed (sandbox.failed names why); the SDK wants one entry for each.
+      for (let i = results.length; i < count; i++) {
+        results.push({ error: { code: 500, message: `This fork did not start; the failed sandboxes' sandbox.failed events say why.` } });
+      }
+      return reply.code(201).send(results);
+    });
+
+    route('PUT', '/sandboxes/{sandboxID}/network', async (req, reply) => {
+      await live(req, req.params.sandboxID);
+      await sandboxes.setNetwork(who(req), req.params.sandboxID, toPolicy(req.body, '', 'allow_internet_access'));
+      return reply.code(204).send();
+    });
+  };
+}

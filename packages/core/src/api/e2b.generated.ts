@@ -1,0 +1,622 @@
+// GENERATED from spec/e2b.yaml by scripts/gen.ts (openapi-typescript). Do not edit by hand: run `npm run gen`.
+
+export interface paths {
+    "/v2/sandboxes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Lists the tenant's running and paused sandboxes, one page at a time. */
+        get: operations["e2bListSandboxes"];
+        put?: never;
+        /** Creates a sandbox from a template. */
+        post: operations["e2bCreateSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get: operations["e2bGetSandbox"];
+        put?: never;
+        post?: never;
+        delete: operations["e2bKillSandbox"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/timeout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Moves the expiry to now + timeout seconds (longer or shorter). */
+        post: operations["e2bSetTimeout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Snapshots the sandbox (memory included) and releases its VM; 409 when it is already paused. */
+        post: operations["e2bPauseSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Resumes a paused sandbox from its latest snapshot; 409 when it runs. */
+        post: operations["e2bResumeSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sandboxes/{sandboxID}/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A running sandbox answers 200 with a fresh envd token, its expiry moved to now + timeout if that is later (never earlier); a paused one is resumed from its latest snapshot (memory intact) and answers 201. */
+        post: operations["e2bConnectSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Starts `count` sandboxes from a snapshot of this one taken now (a paused one: its pause snapshot); one entry per requested fork, each a sandbox or the error that kept it from starting. */
+        post: operations["e2bForkSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/network": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /** @description Replaces the egress rules of a running sandbox; omitted lists are cleared. */
+        put: operations["e2bSetNetwork"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
+export type webhooks = Record<string, never>;
+export interface components {
+    schemas: {
+        Error: {
+            /** @description The HTTP status. */
+            code: number;
+            message: string;
+            error_code?: string;
+        };
+        /** @enum {string} */
+        SandboxState: "running" | "paused";
+        StringMap: {
+            [key: string]: string;
+        };
+        NetworkList: string[];
+        NewSandboxV2: {
+            /** @description A template id or name. */
+            templateID: string;
+            /**
+             * @description Seconds until the sandbox is killed.
+             * @default 300
+             */
+            timeout: number;
+            metadata?: components["schemas"]["StringMap"];
+            /** @description Sandbox-wide environment variables (Sandglass `envs`); the egress variables win over the same names. */
+            envVars?: components["schemas"]["StringMap"];
+            /** @description false (or absent): the network is what `network.allowOut` allows, nothing else. true would open every host, which Sandglass's egress policy does not allow: it answers 400; list the hosts in `network.allowOut`. */
+            allow_internet_access?: boolean;
+            network?: components["schemas"]["SandboxNetworkConfig"];
+            /** @description Only false; Sandglass kills a sandbox at its timeout. */
+            autoPause?: boolean;
+            autoPauseMemory?: boolean;
+            autoResume?: {
+                /** @description Only false. */
+                enabled: boolean;
+            };
+            /** @description Not supported when set. */
+            mcp?: Record<string, unknown> | null;
+            /** @description Not supported. */
+            iam?: Record<string, unknown>;
+            /** @description Not supported when non-empty. */
+            volumeMounts?: {
+                name: string;
+                path: string;
+            }[];
+            /** @description Ignored in the safe direction; envd calls always need the access token. */
+            secure?: boolean;
+        };
+        SandboxTimeoutRequest: {
+            timeout: number;
+        };
+        SandboxPauseRequest: {
+            /** @description Only true (the default): a Sandglass pause always keeps memory. */
+            memory?: boolean;
+        };
+        ResumedSandbox: {
+            /** @default 300 */
+            timeout: number;
+            /** @description Only false. */
+            autoPause?: boolean;
+            /** @description Only true. */
+            memory?: boolean;
+        };
+        ConnectSandboxV2: {
+            /** @default 300 */
+            timeout: number;
+            /** @description Only true. */
+            memory?: boolean;
+        };
+        SandboxForkRequest: {
+            /** @default 1 */
+            count: number;
+            /**
+             * @description Seconds each fork lives; Sandglass's fork default (E2B's own is 15).
+             * @default 300
+             */
+            timeout: number;
+        };
+        SandboxNetworkConfig: {
+            /** @description Each a host name (`example.com`: ports 80 and 443), a wildcard (`*.example.com`), an IP address or an IP's /32 (/128) CIDR (every port). Wider CIDRs answer 400 naming the entry. */
+            allowOut?: components["schemas"]["NetworkList"];
+            /** @description IP addresses or their /32 (/128) CIDRs become deny rules, unless allowOut names the same address (allowOut wins, as in E2B); `0.0.0.0/0` and `::/0` are what Sandglass does anyway. Other entries answer 400. */
+            denyOut?: components["schemas"]["NetworkList"];
+            /** @description Not supported. */
+            allowPublicTraffic?: boolean;
+            /** @description Not supported. */
+            maskRequestHost?: string;
+            /** @description Not supported when set. */
+            egressProxy?: Record<string, unknown> | null;
+            /** @description Not supported when non-empty. */
+            httpsPorts?: number[];
+            /** @description Not supported when non-empty. */
+            rules?: Record<string, unknown>;
+        };
+        SandboxNetworkUpdateConfig: {
+            /** @description As on create. */
+            allow_internet_access?: boolean;
+            allowOut?: components["schemas"]["NetworkList"];
+            denyOut?: components["schemas"]["NetworkList"];
+            /** @description Not supported when set. */
+            egressProxy?: Record<string, unknown> | null;
+            /** @description Not supported when non-empty. */
+            rules?: Record<string, unknown>;
+        };
+        Sandbox: {
+            sandboxID: string;
+            templateID: string;
+            /** @description The template's name. */
+            alias?: string;
+            /** @description Always `sandglass`. */
+            clientID: string;
+            envdVersion: string;
+            /** @description A Sandglass access token for this sandbox's data plane */
+            envdAccessToken?: string;
+            /** @description No sandbox domain; set E2B_SANDBOX_URL to the gateway's /e2b. */
+            domain?: null;
+        };
+        ListedSandbox: {
+            sandboxID: string;
+            templateID: string;
+            alias?: string;
+            clientID: string;
+            /** Format: date-time */
+            startedAt: string;
+            /**
+             * Format: date-time
+             * @description When the sandbox expires.
+             */
+            endAt: string;
+            cpuCount: number;
+            memoryMB: number;
+            diskSizeMB: number;
+            envdVersion: string;
+            state: components["schemas"]["SandboxState"];
+            metadata?: {
+                [key: string]: string;
+            };
+            volumeMounts?: unknown[];
+        };
+        SandboxDetail: {
+            sandboxID: string;
+            templateID: string;
+            alias?: string;
+            clientID: string;
+            /** Format: date-time */
+            startedAt: string;
+            /** Format: date-time */
+            endAt: string;
+            cpuCount: number;
+            memoryMB: number;
+            diskSizeMB: number;
+            envdVersion: string;
+            /** @description Present while the sandbox runs. */
+            envdAccessToken?: string;
+            domain?: null;
+            state: components["schemas"]["SandboxState"];
+            metadata?: {
+                [key: string]: string;
+            };
+            /** @description The Sandglass egress rules in force, in Sandglass's rule grammar. */
+            network?: {
+                allowOut: string[];
+                denyOut: string[];
+            };
+            lifecycle?: {
+                /** @enum {string} */
+                onTimeout: "kill";
+                /** @enum {boolean} */
+                autoResume: false;
+            };
+            volumeMounts?: unknown[];
+        };
+        /** @description Exactly one of sandbox and error. */
+        SandboxForkResult: {
+            sandbox?: components["schemas"]["Sandbox"];
+            error?: components["schemas"]["Error"];
+        };
+    };
+    responses: {
+        /** @description Every error: `code` is the HTTP status (what the SDK reads), `error_code` Sandglass's stable code from spec/errors.yaml when there is one. */
+        Error: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+    };
+    parameters: {
+        sandboxID: string;
+    };
+    requestBodies: never;
+    headers: never;
+    pathItems: never;
+}
+export type $defs = Record<string, never>;
+export interface operations {
+    e2bListSandboxes: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description The `X-Next-Token` of the previous page; opaque. */
+                nextToken?: string;
+                /** @description `running` (Sandglass: starting or running), `paused`; comma-separated. Default: both. */
+                state?: components["schemas"]["SandboxState"][];
+                /** @description `k=v&k2=v2`, each key and value percent-encoded; every pair must match. */
+                metadata?: string;
+                /** @description By start time (then id). */
+                order?: "asc" | "desc";
+                startedAfter?: string;
+                /** @description A template id or name. */
+                template?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page; `X-Next-Token` is present when another follows. */
+            200: {
+                headers: {
+                    "X-Next-Token"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListedSandbox"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bCreateSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewSandboxV2"];
+            };
+        };
+        responses: {
+            /** @description Running */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bGetSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox; ended, failed and unknown sandboxes answer 404. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxDetail"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bKillSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Killed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bSetTimeout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxTimeoutRequest"];
+            };
+        };
+        responses: {
+            /** @description Set */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bPauseSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SandboxPauseRequest"];
+            };
+        };
+        responses: {
+            /** @description Paused */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bResumeSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ResumedSandbox"];
+            };
+        };
+        responses: {
+            /** @description Running again */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bConnectSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConnectSandboxV2"];
+            };
+        };
+        responses: {
+            /** @description Running already */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Resumed */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bForkSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SandboxForkRequest"];
+            };
+        };
+        responses: {
+            /** @description One result per requested fork */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxForkResult"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bSetNetwork: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxNetworkUpdateConfig"];
+            };
+        };
+        responses: {
+            /** @description Replaced */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+}
