@@ -9,7 +9,7 @@ import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { AgentClient, AgentError, type NetConnection, type NetOpenInfo, type ProcExitEvent, type ProcStartParams } from './index.js';
+import { AgentClient, AgentError, type FsEvent, type NetConnection, type NetOpenInfo, type ProcExitEvent, type ProcStartParams } from './index.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const agentDir = path.join(repoRoot, 'agent');
@@ -335,6 +335,84 @@ describe('agent client ↔ Go agent over stdio', () => {
     await expectCode(client.procStdin('cmd_missing', 'x'), 'not_found');
   });
 
+  it.skipIf(process.getuid?.() !== 0)('writes and makes directories owned by a guest user, and names owners', async () => {
+    const line = fs
+      .readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('nobody:'));
+    if (!line) return;
+    const [, , uid, gid] = line.split(':').map(Number);
+    const file = path.join(tmp, 'owned', 'deep', 'f.txt');
+    await client.writeFile(file, 'mine', { owner: 'nobody' });
+    for (const p of [path.join(tmp, 'owned'), path.join(tmp, 'owned', 'deep'), file]) {
+      expect(fs.statSync(p)).toMatchObject({ uid, gid });
+    }
+    expect(await client.stat(file)).toMatchObject({ uid, gid, owner: 'nobody' });
+    expect((await client.list(path.join(tmp, 'owned'))).map((e) => e.owner)).toEqual(['nobody']);
+    expect(await client.stat(tmp)).toMatchObject({ uid: 0, owner: 'root', group: 'root' });
+
+    await client.mkdir(path.join(tmp, 'owned', 'd2'), { owner: uid });
+    expect(fs.statSync(path.join(tmp, 'owned', 'd2')).uid).toBe(uid);
+    await expectCode(client.writeFile(path.join(tmp, 'owned', 'x'), 'x', { owner: 'no-such-user' }), 'bad_request');
+    await expectCode(client.mkdir(path.join(tmp, 'owned', 'y'), { owner: 'no-such-user' }), 'bad_request');
+    expect(fs.readdirSync(path.join(tmp, 'owned')).sort()).toEqual(['d2', 'deep']);
+  });
+
+  it('watches a directory: creates, writes, renames and removes with relative names, until unwatch', async () => {
+    const dir = fs.mkdtempSync(path.join(tmp, 'watch-'));
+    const seen = new EventLog();
+    await client.watch('w-flat', dir, {}, (ev) => seen.push(ev));
+    await client.writeFile(path.join(dir, 'a.txt'), 'one');
+    await seen.waitFor('a.txt', 'write');
+    fs.renameSync(path.join(dir, 'a.txt'), path.join(dir, 'b.txt'));
+    await seen.waitFor('b.txt', 'create');
+    fs.rmSync(path.join(dir, 'b.txt'));
+    await seen.waitFor('b.txt', 'remove');
+    expect(seen.list()).toEqual(['create a.txt', 'write a.txt', 'rename a.txt', 'create b.txt', 'remove b.txt']);
+    await expectCode(
+      client.watch('w-flat', dir, {}, () => undefined),
+      'bad_request',
+    );
+
+    // Both watches read one inotify queue in the agent: once the probe saw the later file, an event of the unwatched
+    // watch for the earlier one would have arrived before it.
+    const probe = new EventLog();
+    await client.watch('w-probe', dir, {}, (ev) => probe.push(ev));
+    await client.unwatch('w-flat');
+    fs.writeFileSync(path.join(dir, 'after-unwatch'), '');
+    fs.writeFileSync(path.join(dir, 'marker'), '');
+    await probe.waitFor('marker', 'write');
+    expect(seen.list()).toHaveLength(5);
+    await client.unwatch('w-probe');
+    await expectCode(
+      client.watch('w-missing', path.join(dir, 'nope'), {}, () => undefined),
+      'not_found',
+    );
+    await expectCode(
+      client.watch('w-file', path.join(dir, 'marker'), {}, () => undefined),
+      'not_a_directory',
+    );
+  });
+
+  it('watches recursively: a file in a newly created subdirectory', async () => {
+    const dir = fs.mkdtempSync(path.join(tmp, 'watch-'));
+    const seen = new EventLog();
+    await client.watch('w-rec', dir, { recursive: true }, (ev) => seen.push(ev));
+    fs.mkdirSync(path.join(dir, 'sub', 'deeper'), { recursive: true });
+    fs.writeFileSync(path.join(dir, 'sub', 'deeper', 'f'), 'x');
+    await seen.waitFor('sub/deeper/f', 'create');
+    await client.unwatch('w-rec');
+  });
+
+  it('ends watches when the transport closes', async () => {
+    const fresh = startAgent();
+    await fresh.client.hello();
+    const ended = new Promise<AgentError>((resolve) => fresh.client.watch('w', tmp, { onEnd: resolve }, () => undefined));
+    await fresh.client.ping();
+    fresh.child.kill('SIGKILL');
+    expect((await ended).code).toBe('agent_disconnected');
+  });
+
   it('rejects pending calls with agent_disconnected when the transport closes', async () => {
     const fresh = startAgent();
     await fresh.client.hello();
@@ -355,6 +433,29 @@ describe('agent client ↔ Go agent over stdio', () => {
     }
   });
 });
+
+/** The events of one watch, in order, with a way to wait for a given one. */
+class EventLog {
+  private readonly events: FsEvent[] = [];
+  private wake?: () => void;
+
+  push(ev: FsEvent): void {
+    this.events.push(ev);
+    this.wake?.();
+  }
+
+  list(): string[] {
+    return this.events.map((e) => (e.op === 'overflow' ? 'overflow' : `${e.op} ${e.name}`));
+  }
+
+  async waitFor(name: string, op: string): Promise<void> {
+    while (!this.events.some((e) => e.op === op && 'name' in e && e.name === name)) {
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+    }
+  }
+}
 
 /** Resolves with a port nothing listens on (the kernel's pick, released again). */
 function freePort(): Promise<number> {

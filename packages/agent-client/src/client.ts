@@ -13,6 +13,8 @@ import type {
   FileStat,
   FileWriteFailedEvent,
   FileWrittenEvent,
+  FsEvent,
+  FsEventOp,
   HelloResult,
   NetOpenEvent,
   NetOpenInfo,
@@ -36,6 +38,20 @@ export interface WriteFileOptions extends CallOptions {
   mode?: number;
   parents?: boolean;
   append?: boolean;
+  /** Guest user (name or uid) the file and the directories the write created are chowned to. */
+  owner?: string | number;
+}
+
+export interface WatchOptions extends CallOptions {
+  /** Also watch subdirectories, existing and new. */
+  recursive?: boolean;
+  /** The watch ended without unwatch: the connection to the agent closed. Not called after unwatch. */
+  onEnd?: (err: AgentError) => void;
+}
+
+interface WatchEntry {
+  onEvent(ev: FsEvent): void;
+  onEnd?(err: AgentError): void;
 }
 
 export interface AttachOptions extends StreamOptions {
@@ -62,6 +78,9 @@ export interface NetListenOptions extends CallOptions {
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+const FS_EVENT_OPS: ReadonlySet<FsEventOp> = new Set(['create', 'write', 'remove', 'rename', 'chmod']);
+/** PATH_MAX: no name relative to a watched directory is longer. */
+const MAX_FS_EVENT_NAME_CHARS = 4096;
 const DEFAULT_WINDOW_BYTES = 4 * 1024 * 1024;
 /** Host→agent credit of a relayed connection when net.open does not say. */
 const DEFAULT_NET_RECV_WINDOW_BYTES = 256 * 1024;
@@ -93,6 +112,8 @@ export class AgentClient extends EventEmitter {
   private readonly mux: FrameMux;
   /** file.write streams awaiting the agent's file.written / file.write_failed. */
   private readonly writeWaiters = new Map<number, WriteWaiter>();
+  /** fs.watch subscriptions by watchId. */
+  private readonly watches = new Map<string, WatchEntry>();
 
   constructor(transport: AgentTransport, opts: AgentClientOptions = {}) {
     super();
@@ -104,6 +125,9 @@ export class AgentClient extends EventEmitter {
         closed: (err) => {
           for (const w of this.writeWaiters.values()) w.reject(err);
           this.writeWaiters.clear();
+          const watches = [...this.watches.values()];
+          this.watches.clear();
+          for (const w of watches) w.onEnd?.(err);
           this.emit('close', err);
         },
       },
@@ -236,8 +260,11 @@ export class AgentClient extends EventEmitter {
     return (await this.call<{ entries: FileStat[] }>('file.list', { path, depth: opts.depth ?? 1 }, opts)).entries;
   }
 
-  async mkdir(path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<{ created: boolean }> {
-    return this.call('file.mkdir', { path, parents: opts.parents ?? true }, opts);
+  /** With `owner`, every directory the call created is chowned to that guest user (name or uid) and its group. */
+  async mkdir(path: string, opts: CallOptions & { parents?: boolean; owner?: string | number } = {}): Promise<{ created: boolean }> {
+    const params: Record<string, unknown> = { path, parents: opts.parents ?? true };
+    if (opts.owner !== undefined) params.owner = String(opts.owner);
+    return this.call('file.mkdir', params, opts);
   }
 
   async remove(path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
@@ -312,6 +339,7 @@ export class AgentClient extends EventEmitter {
     };
     const params: Record<string, unknown> = { path, streamId, parents: opts.parents ?? true, append: opts.append ?? false };
     if (opts.mode !== undefined) params.mode = opts.mode;
+    if (opts.owner !== undefined) params.owner = String(opts.owner);
     try {
       await this.call('file.write', params, opts);
     } catch (err) {
@@ -359,6 +387,29 @@ export class AgentClient extends EventEmitter {
     await this.call('net.close', {}, opts);
   }
 
+  /**
+   * Watches a guest directory: onEvent gets each change (name relative to `path`) from now until unwatch, or until
+   * the connection closes (then `onEnd`). `watchId` is the caller's and must not be in use on this connection.
+   */
+  async watch(watchId: string, path: string, opts: WatchOptions, onEvent: (ev: FsEvent) => void): Promise<void> {
+    if (this.watches.has(watchId)) throw new AgentError('bad_request', `watchId ${watchId} is already in use`);
+    // Registered first: the agent may send events before its REPLY.
+    const entry: WatchEntry = { onEvent, onEnd: opts.onEnd };
+    this.watches.set(watchId, entry);
+    try {
+      await this.call('fs.watch', { watchId, path, recursive: opts.recursive ?? false }, opts);
+    } catch (err) {
+      if (this.watches.get(watchId) === entry) this.watches.delete(watchId);
+      throw err;
+    }
+  }
+
+  /** Ends a watch: no event of it is delivered once this is called. Unknown ids are ignored. */
+  async unwatch(watchId: string, opts?: CallOptions): Promise<void> {
+    if (!this.watches.delete(watchId)) return;
+    await this.call('fs.unwatch', { watchId }, opts);
+  }
+
   /** Closes the transport; pending calls reject with agent_disconnected. */
   close(): Promise<void> {
     return this.mux.close();
@@ -372,7 +423,25 @@ export class AgentClient extends EventEmitter {
       this.openNet(ev as unknown as NetOpenEvent);
       return;
     }
+    if (ev.event === 'fs.event') {
+      this.dispatchFsEvent(ev);
+      return;
+    }
     this.emit('event', ev);
+  }
+
+  /** The guest writes these: only a known watch, a known op and a path-sized string name reach the consumer. */
+  private dispatchFsEvent(ev: AgentEvent): void {
+    const raw = ev as Record<string, unknown>;
+    const watch = typeof raw.watchId === 'string' ? this.watches.get(raw.watchId) : undefined;
+    if (!watch) return;
+    const watchId = raw.watchId as string;
+    if (raw.op === 'overflow') {
+      watch.onEvent({ event: 'fs.event', watchId, op: 'overflow' });
+      return;
+    }
+    if (!FS_EVENT_OPS.has(raw.op as FsEventOp) || typeof raw.name !== 'string' || raw.name.length > MAX_FS_EVENT_NAME_CHARS) return;
+    watch.onEvent({ event: 'fs.event', watchId, op: raw.op as FsEventOp, name: raw.name });
   }
 
   private openNet(ev: NetOpenEvent): void {

@@ -8,6 +8,7 @@ export {
   type NetOpenListener,
   type OutputFd,
   type StreamOptions,
+  type WatchOptions,
   type WriteFileOptions,
 } from './client.js';
 export { AgentError, MAX_AGENT_MESSAGE_CHARS } from './errors.js';

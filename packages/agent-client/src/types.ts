@@ -67,6 +67,12 @@ export interface FileStat {
   sizeBytes: number;
   mode: number;
   mtimeMs: number;
+  uid: number;
+  gid: number;
+  /** The name of uid in the guest's /etc/passwd; "" when it has none. */
+  owner: string;
+  /** The name of gid in the guest's /etc/group; "" when it has none. */
+  group: string;
   symlinkTarget?: string;
 }
 
@@ -117,5 +123,13 @@ export interface NetOpenInfo {
   stream: number;
   peer: string;
 }
+
+export type FsEventOp = 'create' | 'write' | 'remove' | 'rename' | 'chmod';
+
+/**
+ * A change in a watched directory (fs.watch), `name` relative to it; or `overflow`: events were lost. The client
+ * hands these to the watch's onEvent rather than emitting them as `event`.
+ */
+export type FsEvent = { event: 'fs.event'; watchId: string; op: FsEventOp; name: string } | { event: 'fs.event'; watchId: string; op: 'overflow' };
 
 export type AgentEvent = ProcExitEvent | FileWrittenEvent | FileWriteFailedEvent | { event: string; [key: string]: unknown };

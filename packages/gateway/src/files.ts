@@ -1,8 +1,8 @@
 // A sandbox's files as the data plane uses them: agent errors mapped onto the catalogue, and every change recorded.
 import type { Readable } from 'node:stream';
 import { SandglassError } from '@sandglass/core';
-import type { AgentClient, FileStat } from '@sandglass/agent-client';
-import { viaAgent } from './agent-link.js';
+import { type AgentClient, AgentError, type FileStat, type FsEventOp } from '@sandglass/agent-client';
+import { mapAgentError, viaAgent } from './agent-link.js';
 
 /** What the files of one sandbox need from it: its agent while it runs, and its event record. */
 export interface FilesHost {
@@ -11,10 +11,27 @@ export interface FilesHost {
 }
 
 /**
+ * A change under a watched directory, `name` relative to it; `overflow`: changes were lost (rescan if it matters);
+ * `end`: the watch ended without close() (the sandbox's agent connection went away: pause, kill, failure), and
+ * nothing follows.
+ */
+export type FileWatchEvent = { op: FsEventOp; name: string } | { op: 'overflow' } | { op: 'end'; error: SandglassError };
+
+export interface FileWatch {
+  /** Stops the watch; no event follows once called. Idempotent, and harmless after `end`. */
+  close(): Promise<void>;
+}
+
+/** A user (name or uid) in the guest, for files and directories a call creates. */
+export type GuestOwner = string | number;
+
+/**
  * File operations on guest paths the caller has already checked (paths.ts). A change is recorded once the agent
  * confirmed it, never for one that failed: the log says what the guest's files went through.
  */
 export class SandboxFiles {
+  #lastWatchId = 0;
+
   constructor(private readonly host: FilesHost) {}
 
   /** A file's bytes as a stream, and its size; a directory is listed, not read. */
@@ -34,9 +51,14 @@ export class SandboxFiles {
     return viaAgent(this.host.requireRunning().list(path, { depth }), { path });
   }
 
-  /** Writes `data` to `path` (the agent renames it into place once complete) and records file.written. */
-  async write(path: string, data: Readable, opts: { mode?: number } = {}): Promise<{ sizeBytes: number }> {
-    const { sizeBytes } = await viaAgent(this.host.requireRunning().writeFile(path, data, { mode: opts.mode ?? 0o644 }), { path });
+  /**
+   * Writes `data` to `path` (the agent renames it into place once complete) and records file.written. With `owner`
+   * the file, and every directory the write created, belong to that guest user and its primary group.
+   */
+  async write(path: string, data: Readable, opts: { mode?: number; owner?: GuestOwner } = {}): Promise<{ sizeBytes: number }> {
+    const { sizeBytes } = await viaAgent(this.host.requireRunning().writeFile(path, data, { mode: opts.mode ?? 0o644, owner: opts.owner }), {
+      path,
+    });
     await this.host.record('file.written', { path, sizeBytes });
     return { sizeBytes };
   }
@@ -47,9 +69,12 @@ export class SandboxFiles {
     await this.host.record('file.removed', { path });
   }
 
-  /** Creates a directory and its parents; only one that did not exist yet is a change to record. */
-  async mkdir(path: string): Promise<{ created: boolean }> {
-    const { created } = await viaAgent(this.host.requireRunning().mkdir(path), { path });
+  /**
+   * Creates a directory and its parents; only one that did not exist yet is a change to record. With `owner`, the
+   * directories it created belong to that guest user; existing ones keep their owner.
+   */
+  async mkdir(path: string, opts: { owner?: GuestOwner } = {}): Promise<{ created: boolean }> {
+    const { created } = await viaAgent(this.host.requireRunning().mkdir(path, { owner: opts.owner }), { path });
     if (created) await this.host.record('file.dir_created', { path });
     return { created };
   }
@@ -57,5 +82,39 @@ export class SandboxFiles {
   async rename(from: string, to: string): Promise<void> {
     await viaAgent(this.host.requireRunning().rename(from, to), { path: from });
     await this.host.record('file.renamed', { from, to });
+  }
+
+  /**
+   * Watches a guest directory (with `recursive`, its subdirectories too) until close(), or until the agent
+   * connection ends, which onEvent learns as `end`. Watches are not recorded: they change nothing.
+   */
+  async watch(path: string, opts: { recursive?: boolean }, onEvent: (ev: FileWatchEvent) => void): Promise<FileWatch> {
+    const agent = this.host.requireRunning();
+    const watchId = `w${++this.#lastWatchId}`;
+    let open = true;
+    const onEnd = (err: AgentError) => {
+      if (!open) return;
+      open = false;
+      onEvent({ op: 'end', error: mapAgentError(err) });
+    };
+    try {
+      await agent.watch(watchId, path, { recursive: opts.recursive ?? false, onEnd }, (ev) => {
+        if (open) onEvent(ev.op === 'overflow' ? { op: 'overflow' } : { op: ev.op, name: ev.name });
+      });
+    } catch (err) {
+      open = false;
+      if (err instanceof AgentError && err.code === 'busy') {
+        throw new SandglassError('capacity_exhausted', `The sandbox has too many directory watches open (or ${path} holds too many directories); close one.`);
+      }
+      throw mapAgentError(err, { path });
+    }
+    return {
+      close: async () => {
+        if (!open) return;
+        open = false;
+        // A connection already gone took the watch with it.
+        await agent.unwatch(watchId).catch(() => undefined);
+      },
+    };
   }
 }
