@@ -192,6 +192,11 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean }
     unary('/filesystem.Filesystem/GetWatcherEvents', (c, b) => fsRpc.getWatcherEvents(c.sbx, b));
     unary('/filesystem.Filesystem/RemoveWatcher', (c, b) => fsRpc.removeWatcher(c.sbx, b));
 
+    // Any other path: a guest port's request gets its 502 from the hook, an envd one its token check, then 404.
+    scope.all('/*', { config: { envd: 'http' } }, async (req, reply) =>
+      reply.status(404).send({ code: 404, message: `envd has no route ${req.method} ${req.url.split('?')[0]}` }),
+    );
+
     // ---- envd HTTP ----
     scope.get('/health', { config: { envd: 'http' } }, async (_req, reply) => reply.status(204).send());
 
