@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AuthenticationError, CommandExitError, FileType, NotFoundError, Sandbox as E2bSandbox, TimeoutError } from 'e2b';
+import { CommandExitError, FileType, NotFoundError, Sandbox as E2bSandbox, TimeoutError } from 'e2b';
 import { deriveNodeKeys, signAccessToken, systemClock } from '@sandglass/core';
 import { AgentClient } from '@sandglass/agent-client';
 import type { HostileAgent } from '../../../agent-client/src/hostile-agent.js';
@@ -226,6 +226,66 @@ describe('filesystem.Filesystem and /files through the SDK', () => {
     expect(err).toBeInstanceOf(NotFoundError);
     expect(String((err as Error).message)).toContain('/root/no-such-file-envd');
     await expect(sbx.files.getInfo(`${dir}/../etc`, { user: 'root' })).rejects.toThrow(/'\.\.'/);
+  });
+});
+
+describe('owners and watches', () => {
+  it("files and the directories a write or MakeDir creates belong to the request's user", async () => {
+    const sbx = await connect();
+    const nobody = Number(execFileSync('id', ['-u', 'nobody']).toString().trim());
+    const target = path.join(dir, 'owned', 'deep', 'f.txt');
+    await sbx.files.write(target, 'mine', { user: 'nobody' });
+    expect(fs.statSync(target).uid).toBe(nobody);
+    expect(fs.statSync(path.join(dir, 'owned')).uid).toBe(nobody);
+    expect(await sbx.files.getInfo(target, { user: 'nobody' })).toMatchObject({ owner: 'nobody' });
+    expect(await sbx.files.makeDir(path.join(dir, 'owned-dir', 'x'), { user: 'nobody' })).toBe(true);
+    expect(fs.statSync(path.join(dir, 'owned-dir')).uid).toBe(nobody);
+    // root's writes stay root's.
+    await sbx.files.write(path.join(dir, 'rootfile'), 'r', { user: 'root' });
+    expect(fs.statSync(path.join(dir, 'rootfile')).uid).toBe(0);
+  });
+
+  it('WatchDir: start first, then events named relative to the directory', async () => {
+    const sbx = await connect();
+    const watched = path.join(dir, 'watched');
+    fs.mkdirSync(path.join(watched, 'sub'), { recursive: true });
+    const seen: Array<{ name: string; type: string }> = [];
+    const handle = await sbx.files.watchDir(watched, (ev) => void seen.push({ name: ev.name, type: ev.type }), { user: 'root', recursive: true });
+    await sbx.files.write(path.join(watched, 'sub', 'new.txt'), 'x', { user: 'root' });
+    for (let i = 0; i < 200 && !seen.some((e) => e.name === 'sub/new.txt'); i++) await new Promise((r) => setTimeout(r, 20));
+    await handle.stop();
+    expect(seen.map((e) => e.name)).toContain('sub/new.txt');
+    await expect(sbx.files.watchDir(path.join(dir, 'rootfile'), () => {}, { user: 'root' })).rejects.toThrow(/not a directory/);
+  });
+
+  it('polled watchers: CreateWatcher, GetWatcherEvents, RemoveWatcher; unknown ids are not_found', async () => {
+    const call = async (method: string, body: unknown) => {
+      const r = await rawRequest({ port: gwPort }, 'POST', `/e2b/filesystem.Filesystem/${method}`, {
+        headers: {
+          'e2b-sandbox-id': SBX,
+          'x-access-token': tokenFor(SBX),
+          'content-type': 'application/json',
+          authorization: `Basic ${Buffer.from('root:').toString('base64')}`,
+        },
+        body: JSON.stringify(body),
+      });
+      return { status: r.status, body: JSON.parse(r.body) };
+    };
+    const watched = path.join(dir, 'polled');
+    fs.mkdirSync(watched);
+    const created = await call('CreateWatcher', { path: watched });
+    expect(created.status).toBe(200);
+    const watcherId = created.body.watcherId as string;
+    fs.writeFileSync(path.join(watched, 'p.txt'), 'p');
+    let events: Array<{ name: string; type: string }> = [];
+    for (let i = 0; i < 200 && events.length === 0; i++) {
+      events = (await call('GetWatcherEvents', { watcherId })).body.events;
+      if (events.length === 0) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(events).toContainEqual({ name: 'p.txt', type: 'EVENT_TYPE_CREATE' });
+    expect((await call('RemoveWatcher', { watcherId })).status).toBe(200);
+    expect(await call('GetWatcherEvents', { watcherId })).toMatchObject({ status: 404, body: { code: 'not_found' } });
+    expect(await call('RemoveWatcher', { watcher_id: watcherId })).toMatchObject({ status: 404 });
   });
 });
 

@@ -8,7 +8,6 @@ import type { IncomingMessage } from 'node:http';
 import type { Sandbox } from '../sandbox.js';
 import { mapAgentError } from '../agent-link.js';
 import { MAX_UPLOAD_BYTES, limitBytes } from '../data-plane.js';
-import { writeAs } from './agentfs-bridge.js';
 import { forEachPart, multipartBoundary, MultipartError } from './multipart.js';
 import type { EnvdUser } from './process.js';
 
@@ -53,7 +52,7 @@ async function writeOne(sbx: Sandbox, user: EnvdUser, path: string, data: Readab
   const target = user.resolve(path, 'path');
   const limited = limitBytes(MAX_UPLOAD_BYTES);
   const piping = pipeline(data, limited).catch((e: unknown) => limited.destroy(e as Error));
-  await writeAs(sbx, target, limited, user.name);
+  await sbx.files.write(target, limited, { owner: user.name });
   await piping;
   return { name: posix.basename(target), type: 'file', path: target };
 }

@@ -3,8 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { SandglassError, type Clock } from '@sandglass/core';
+import type { FsEventOp } from '@sandglass/agent-client';
 import type { Sandbox } from '../sandbox.js';
-import { mkdirAs, watch } from './agentfs-bridge.js';
 import { ConnectError } from './connect.js';
 import { entryInfo, listDirRequest, moveRequest, pathRequest, watcherIdRequest, watchRequest, type EventTypeName, type StatLike } from './messages.js';
 import type { EnvdUser } from './process.js';
@@ -13,8 +13,8 @@ import { MAX_WATCHER_EVENTS, MAX_WATCHERS, envdState } from './state.js';
 
 export const WATCH_KEEPALIVE = { keepalive: {} };
 
-async function stat(sbx: Sandbox, path: string): Promise<StatLike> {
-  return (await sbx.files.stat(path)) as StatLike;
+function stat(sbx: Sandbox, path: string): Promise<StatLike> {
+  return sbx.files.stat(path);
 }
 
 export async function statEntry(sbx: Sandbox, user: EnvdUser, body: unknown) {
@@ -24,13 +24,13 @@ export async function statEntry(sbx: Sandbox, user: EnvdUser, body: unknown) {
 export async function listDir(sbx: Sandbox, user: EnvdUser, body: unknown) {
   const req = listDirRequest(body);
   const entries = await sbx.files.list(user.resolve(req.path, 'path'), req.depth);
-  return { entries: (entries as StatLike[]).map(entryInfo) };
+  return { entries: entries.map(entryInfo) };
 }
 
 /** MakeDir: already_exists when the path is there (the SDK then answers false); what it creates belongs to the user. */
 export async function makeDir(sbx: Sandbox, user: EnvdUser, body: unknown) {
   const path = user.resolve(pathRequest(body).path, 'path');
-  const { created } = await mkdirAs(sbx, path, user.name);
+  const { created } = await sbx.files.mkdir(path, { owner: user.name });
   if (!created) throw new ConnectError('already_exists', `${path} already exists`);
   return { entry: entryInfo(await stat(sbx, path)) };
 }
@@ -52,7 +52,7 @@ export async function remove(sbx: Sandbox, user: EnvdUser, body: unknown) {
   return {};
 }
 
-const EVENT_OF: Record<string, EventTypeName> = {
+const EVENT_OF: Record<FsEventOp, EventTypeName> = {
   create: 'EVENT_TYPE_CREATE',
   write: 'EVENT_TYPE_WRITE',
   remove: 'EVENT_TYPE_REMOVE',
@@ -76,27 +76,11 @@ async function openWatch(
   const path = user.resolve(req.path, 'path');
   const st = await stat(sbx, path);
   if (st.type !== 'dir') throw new ConnectError('invalid_argument', `path ${path} is not a directory`);
-  const agent = sbx.requireRunning();
-  const onClose = () => onLost(new ConnectError('unavailable', 'the sandbox stopped; the watch ended'));
-  agent.once('close', onClose);
-  let handle: { close(): Promise<void> };
-  try {
-    handle = await watch(sbx, path, { recursive: req.recursive }, (ev) => {
-      if (ev.op === 'overflow')
-        return onLost(new ConnectError('data_loss', `events under ${path} came faster than the guest could queue them; some were lost`));
-      const type = EVENT_OF[ev.op];
-      if (type && typeof ev.name === 'string') onEvent({ name: posix.normalize(ev.name), type });
-    });
-  } catch (err) {
-    agent.off('close', onClose);
-    throw err;
-  }
-  return {
-    close: async () => {
-      agent.off('close', onClose);
-      await handle.close();
-    },
-  };
+  return sbx.files.watch(path, { recursive: req.recursive }, (ev) => {
+    if (ev.op === 'overflow') return onLost(new ConnectError('data_loss', `events under ${path} came faster than the guest could queue them; some were lost`));
+    if (ev.op === 'end') return onLost(new ConnectError('unavailable', `the watch on ${path} ended: ${ev.error.message}`));
+    onEvent({ name: posix.normalize(ev.name), type: EVENT_OF[ev.op] });
+  });
 }
 
 /** WatchDir: `start` first, then the events, keepalives while idle; ends at the deadline or when the sandbox stops. */
