@@ -430,10 +430,10 @@ describe('one sandbox', () => {
 
 describe('envs on Sandglass’s own API', () => {
   it.each([
-    [{ 'BAD-NAME': 'x' }, 'envs'],
-    [{ A: 'x\u0000' }, 'envs.A'],
-    [Object.fromEntries(Array.from({ length: 3 }, (_, i) => [`V${i}`, 'x'.repeat(30_000)])), 'envs'],
-  ])('refuses envs %#, naming %s', async (envs, field) => {
+    ['a bad name', { 'BAD-NAME': 'x' }, 'envs'],
+    ['a NUL in a value', { A: 'x\u0000' }, 'envs.A'],
+    ['more than 64 KiB', Object.fromEntries(Array.from({ length: 3 }, (_, i) => [`V${i}`, 'x'.repeat(30_000)])), 'envs'],
+  ])('refuses envs with %s, naming the field', async (_what, envs, field) => {
     const res = await cp.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: { authorization: `Bearer ${adminKey}` }, payload: { envs } });
     expect(res.statusCode, res.body).toBe(400);
     expect(res.json().error.message).toContain(field);
