@@ -198,6 +198,7 @@ describe('openDatabase on PostgreSQL', () => {
       '0005_secret_transport',
       '0006_cluster',
       '0007_postgres_bigint',
+      '0008_sandbox_envs',
     ]);
     expect(await db.selectFrom('event_chain_head').selectAll().execute()).toEqual([{ id: 'main', seq: 0, hash: GENESIS_HASH }]);
     await Promise.all(replicas.map((r) => r.close()));
