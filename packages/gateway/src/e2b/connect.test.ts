@@ -193,7 +193,7 @@ describe('process messages', () => {
     expect(endEvent({ exitCode: null, signal: 'SIGKILL' })).toEqual({
       end: { exitCode: -1, exited: false, status: 'signal: killed', error: 'signal: killed' },
     });
-    expect(endEvent({ exitCode: null, signal: 'SIGTERM' }).end).toMatchObject({ status: 'signal: terminated' });
+    expect(endEvent({ exitCode: null, signal: 'SIGTERM' })).toMatchObject({ end: { status: 'signal: terminated' } });
   });
 });
 

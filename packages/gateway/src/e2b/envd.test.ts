@@ -175,7 +175,7 @@ describe('filesystem.Filesystem and /files through the SDK', () => {
     const many = await sbx.files.write(
       [
         { path: path.join(dir, 'm1'), data: 'one' },
-        { path: path.join(dir, 'm2'), data: new Uint8Array([0, 1, 2]) },
+        { path: path.join(dir, 'm2'), data: new Uint8Array([0, 1, 2]).buffer },
       ],
       { user: 'root' },
     );
@@ -396,5 +396,85 @@ describe('routing and auth', () => {
     });
     expect(huge.status).toBe(429);
     expect(JSON.parse(huge.body)).toMatchObject({ code: 'resource_exhausted' });
+  });
+});
+
+/** A server-streaming call by hand: the request envelope, and every envelope of the answer. */
+async function rawStream(method: string, message: unknown, headers: Record<string, string>) {
+  const { EnvelopeReader, messageEnvelope } = await import('./connect.js');
+  const { request } = await import('node:http');
+  return new Promise<{ status: number; frames: Array<{ flags: number; json: Record<string, unknown> }> }>((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port: gwPort,
+        method: 'POST',
+        path: `/e2b/${method}`,
+        headers: { 'e2b-sandbox-id': SBX, 'x-access-token': tokenFor(SBX), 'content-type': 'application/connect+json', ...headers },
+      },
+      (res) => {
+        const reader = new EnvelopeReader(1024 * 1024);
+        const frames: Array<{ flags: number; json: Record<string, unknown> }> = [];
+        res.on('data', (c: Buffer) => frames.push(...reader.push(c).map((e) => ({ flags: e.flags, json: JSON.parse(e.payload.toString()) }))));
+        res.on('end', () => resolve({ status: res.statusCode!, frames }));
+      },
+    );
+    req.on('error', reject);
+    req.end(messageEnvelope(message));
+  });
+}
+
+describe('streams by hand', () => {
+  it('keepalives on an idle stream, then end and the end-of-stream frame', async () => {
+    const r = await rawStream(
+      'process.Process/Start',
+      { process: { cmd: '/bin/sh', args: ['-c', 'sleep 2.5; echo done'] } },
+      { 'keepalive-ping-interval': '1', authorization: `Basic ${Buffer.from('root:').toString('base64')}` },
+    );
+    expect(r.status).toBe(200);
+    const kinds = r.frames.map((f) => (f.flags === 2 ? 'eos' : Object.keys((f.json.event as object) ?? {})[0]));
+    expect(kinds[0]).toBe('start');
+    expect(kinds).toContain('keepalive');
+    expect(kinds.slice(-3)).toEqual(['data', 'end', 'eos']);
+    expect(r.frames.at(-1)!.json).toEqual({});
+  });
+
+  it('errors of a stream travel in its end-of-stream frame with HTTP 200', async () => {
+    const r = await rawStream('process.Process/Connect', { process: { pid: 4_000_000 } }, {});
+    expect(r.status).toBe(200);
+    expect(r.frames).toEqual([{ flags: 2, json: { error: { code: 'not_found', message: expect.stringContaining('4000000') } } }]);
+    const bad = await rawStream('process.Process/Start', { process: {} }, {});
+    expect(bad.frames.at(-1)!.json).toMatchObject({ error: { code: 'invalid_argument' } });
+  });
+});
+
+// Last: stops the sandbox the other tests share.
+describe('a sandbox that stops', () => {
+  it('ends its watches and command streams, and then answers 502 everywhere', async () => {
+    const sbx = await connect();
+    const watched = path.join(dir, 'until-stop');
+    fs.mkdirSync(watched);
+    let exited: unknown = 'not yet';
+    const exitedP = new Promise<void>((resolve) => {
+      void sbx.files
+        .watchDir(watched, () => {}, {
+          user: 'root',
+          onExit: (err) => {
+            exited = err;
+            resolve();
+          },
+        })
+        .catch(resolve);
+    });
+    const sleeper = await sbx.commands.run('sleep 60', { user: 'root', background: true });
+    const waited = sleeper.wait().catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 100));
+    await sandbox.end('killed');
+    sandboxes.delete(SBX);
+    await exitedP;
+    expect(exited).toBeInstanceOf(Error);
+    expect(await waited).toBeInstanceOf(Error);
+    expect(await sbx.isRunning()).toBe(false);
+    await expect(sbx.files.read(path.join(dir, 'o'))).rejects.toBeInstanceOf(TimeoutError);
   });
 });
