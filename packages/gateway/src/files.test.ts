@@ -60,7 +60,7 @@ describe('SandboxFiles over a real agent', () => {
     expect(st.owner).toBe('nobody');
     expect(fs.statSync(path.join(tmp, 'own')).uid).toBe(st.uid);
     await files.mkdir(path.join(tmp, 'own', 'd'), { owner: st.uid });
-    expect((await files.list(path.join(tmp, 'own'))).map((e) => [e.name, e.owner])).toEqual(
+    expect((await files.list(path.join(tmp, 'own'), 1)).map((e) => [e.name, e.owner])).toEqual(
       expect.arrayContaining([
         ['d', 'nobody'],
         ['f.txt', 'nobody'],
