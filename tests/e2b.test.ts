@@ -88,7 +88,9 @@ describe('sandbox lifecycle', () => {
     const plain = await Sandbox.create();
     toKill.push(plain.sandboxId);
     const info = await plain.getInfo();
-    expect(info.templateId).toBe('base');
+    // As in E2B: templateID is the template's id, its name comes as the alias.
+    expect(info.name).toBe('base');
+    expect(info.templateId).toMatch(/^tpl_/);
     expect(info.state).toBe('running');
     expect(info.envdVersion).toMatch(/^\d+\.\d+\.\d+$/);
     // E2B's default timeout is 300 s.
@@ -338,7 +340,8 @@ describe('errors', () => {
     const doomed = await Sandbox.create({ timeoutMs: 600_000 });
     toKill.push(doomed.sandboxId);
     await doomed.kill();
-    await expect(doomed.commands.run('true')).rejects.toBeInstanceOf(TimeoutError);
+    // The SDK's own reading of a 502 (E2B's edge for a sandbox that is gone): on a stream start, "not running anymore".
+    await expect(doomed.commands.run('true')).rejects.toBeInstanceOf(NotFoundError);
     await expect(doomed.files.read('/etc/hostname')).rejects.toBeInstanceOf(TimeoutError);
   });
 

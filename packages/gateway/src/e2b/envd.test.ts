@@ -97,12 +97,18 @@ afterAll(async () => {
 const sdkOpts = () => ({ apiKey: 'e2b_test', apiUrl: `http://127.0.0.1:${restPort}`, sandboxUrl: `http://127.0.0.1:${gwPort}/e2b` });
 const connect = (id = SBX) => E2bSandbox.connect(id, sdkOpts());
 
+/**
+ * The agent runs on this host here, and the SDK always starts a login shell: root's dotfiles on a developer or CI
+ * host may do anything (pyenv's init blocks on these machines). `nobody` has no home, so only /etc/profile runs.
+ */
+const HOST_SHELL = { user: 'nobody', cwd: '/tmp' } as const;
+
 describe('process.Process through the SDK', () => {
   it('runs a command: stdout and stderr, exit code, CommandExitError, and the gateway records it', async () => {
     const sbx = await connect();
-    const ok = await sbx.commands.run('echo hi; echo oops >&2', { user: 'root' });
+    const ok = await sbx.commands.run('echo hi; echo oops >&2', HOST_SHELL);
     expect(ok).toMatchObject({ exitCode: 0, stdout: 'hi\n', stderr: 'oops\n' });
-    const failed = await sbx.commands.run('printf out; exit 3', { user: 'root' }).catch((e: unknown) => e);
+    const failed = await sbx.commands.run('printf out; exit 3', HOST_SHELL).catch((e: unknown) => e);
     expect(failed).toBeInstanceOf(CommandExitError);
     expect(failed).toMatchObject({ exitCode: 3, stdout: 'out', error: 'exit status 3' });
     const started = events.filter((e) => e.type === 'command.started').map((e) => e.data.argv);
@@ -111,11 +117,11 @@ describe('process.Process through the SDK', () => {
 
   it('envs and a cwd relative to the home of the user', async () => {
     const sbx = await connect();
-    const r = await sbx.commands.run('echo "$GREETING" "$PWD"', { user: 'root', envs: { GREETING: 'hello' }, cwd: dir });
-    expect(r.stdout).toBe(`hello ${dir}\n`);
-    // Relative: against /root for root.
-    const rel = await sbx.commands.run('pwd', { user: 'root', cwd: 'no-such-dir-envd' }).catch((e: unknown) => e);
-    expect(String((rel as Error).message)).toContain('/root/no-such-dir-envd');
+    const r = await sbx.commands.run('echo "$GREETING" "$PWD"', { ...HOST_SHELL, envs: { GREETING: 'hello' }, cwd: '/tmp' });
+    expect(r.stdout).toBe('hello /tmp\n');
+    // Relative: against the user's home (/home/<name>; /root for root).
+    const rel = await sbx.commands.run('pwd', { user: 'nobody', cwd: 'no-such-dir-envd' }).catch((e: unknown) => e);
+    expect(String((rel as Error).message)).toContain('/home/nobody/no-such-dir-envd');
   });
 
   it('the timeout is the deadline: the stream ends with deadline_exceeded and the command is killed', async () => {
@@ -129,7 +135,7 @@ describe('process.Process through the SDK', () => {
 
   it('background commands: list, connect from now, stdin, closeStdin, kill; a disconnect only detaches', async () => {
     const sbx = await connect();
-    const cat = await sbx.commands.run('cat', { user: 'root', background: true, stdin: true });
+    const cat = await sbx.commands.run('cat', { ...HOST_SHELL, background: true, stdin: true });
     await cat.disconnect();
     const listed = await sbx.commands.list();
     expect(listed).toContainEqual(expect.objectContaining({ pid: cat.pid, cmd: '/bin/bash', args: ['-l', '-c', 'cat'] }));
@@ -146,7 +152,7 @@ describe('process.Process through the SDK', () => {
     expect(await sbx.commands.kill(cat.pid)).toBe(false);
     expect(await (await sbx.commands.connect(cat.pid)).wait()).toMatchObject({ exitCode: 0 });
 
-    const sleeper = await sbx.commands.run('sleep 30', { user: 'root', background: true });
+    const sleeper = await sbx.commands.run('sleep 30', { ...HOST_SHELL, background: true });
     expect(await sbx.commands.kill(sleeper.pid)).toBe(true);
     const killed = await sleeper.wait().catch((e: unknown) => e);
     expect(killed).toMatchObject({ exitCode: -1, error: 'signal: killed' });
@@ -156,7 +162,7 @@ describe('process.Process through the SDK', () => {
   it('a PTY: output as pty bytes, input and resize', async () => {
     const sbx = await connect();
     let out = '';
-    const term = await sbx.pty.create({ cols: 80, rows: 24, user: 'root', onData: (d) => void (out += Buffer.from(d).toString()) });
+    const term = await sbx.pty.create({ cols: 80, rows: 24, ...HOST_SHELL, onData: (d) => void (out += Buffer.from(d).toString()) });
     await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
     await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit\n'));
     await term.wait().catch(() => {});
