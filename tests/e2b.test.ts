@@ -3,9 +3,20 @@
 // a non-local name and every connection off loopback is refused (before any packet) and fails the file.
 import { createHash, randomBytes } from 'node:crypto';
 import dns from 'node:dns';
+import { request } from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AuthenticationError, CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError, TimeoutError, type FilesystemEvent } from 'e2b';
+import {
+  AuthenticationError,
+  CommandExitError,
+  FileNotFoundError,
+  NotFoundError,
+  RateLimitError,
+  Sandbox,
+  SandboxError,
+  TimeoutError,
+  type FilesystemEvent,
+} from 'e2b';
 import { adminKey, api, apiUrl, gatewayUrl } from './helpers.js';
 
 // ---- loopback only: refuse and record anything else, before it happens ----
@@ -326,6 +337,21 @@ describe('list, pause and connect', () => {
     expect((await same.commands.run('echo ok')).stdout).toBe('ok\n');
     await resumed.kill();
   });
+
+  it('forks a running sandbox as it is now', async () => {
+    await sbx.files.write('/tmp/fork-marker.txt', `forked ${RUN}`);
+    const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 600_000 });
+    expect(forks).toHaveLength(2);
+    for (const f of forks) {
+      expect(f).toBeInstanceOf(Sandbox);
+      const child = f as Sandbox;
+      toKill.push(child.sandboxId);
+      expect(child.sandboxId).not.toBe(sbx.sandboxId);
+      expect(await child.files.read('/tmp/fork-marker.txt')).toBe(`forked ${RUN}`);
+      await child.kill();
+    }
+    expect(await sbx.isRunning()).toBe(true);
+  });
 });
 
 describe('errors', () => {
@@ -336,6 +362,10 @@ describe('errors', () => {
     await expect(Sandbox.getInfo('sbx_doesnotexist')).rejects.toBeInstanceOf(NotFoundError);
     expect(await Sandbox.kill('sbx_doesnotexist')).toBe(false);
     await expect(Sandbox.create('no-such-template')).rejects.toBeInstanceOf(SandboxError);
+    // A Connect message over the gateway's bound is resource_exhausted, which the SDK reports as RateLimitError.
+    const reader = await sbx.commands.run('cat > /dev/null', { background: true, stdin: true });
+    await expect(reader.sendStdin(new Uint8Array(9 * 1024 * 1024))).rejects.toBeInstanceOf(RateLimitError);
+    await reader.kill();
 
     const doomed = await Sandbox.create({ timeoutMs: 600_000 });
     toKill.push(doomed.sandboxId);
@@ -368,6 +398,21 @@ describe('errors', () => {
     expect([401, 403]).toContain((await health(sbx.sandboxId, theirToken)).status);
     expect((await health(sbx.sandboxId)).status).toBe(401);
     expect((await health(sbx.sandboxId, 'sgat_forged.token')).status).toBe(401);
+    // Deployments with wildcard DNS route by host name instead of headers: `<port>-<sandbox id>.<domain>`, at the root.
+    const byHost = (host: string) =>
+      new Promise<number>((resolve, reject) => {
+        const u = new URL(gatewayUrl);
+        request({ host: u.hostname, port: u.port, path: '/health', headers: { host, 'X-Access-Token': theirToken } }, (res) => {
+          res.resume();
+          resolve(res.statusCode!);
+        })
+          .on('error', reject)
+          .end();
+      });
+    expect(await byHost(`49983-${theirs.sandboxId}.sandbox.example.test`)).toBe(204);
+    expect(await byHost(`49983-${sbx.sandboxId}.sandbox.example.test`)).toBe(403);
+    // Sandglass exposes no guest port but envd's.
+    expect(await byHost(`3000-${theirs.sandboxId}.sandbox.example.test`)).toBe(502);
     await Sandbox.kill(theirs.sandboxId, { apiKey: otherKey });
   });
 });
