@@ -5,7 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import dns from 'node:dns';
 import { request } from 'node:http';
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   AuthenticationError,
   CommandExitError,
@@ -17,6 +17,7 @@ import {
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
+import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
 import { adminKey, api, apiUrl, gatewayUrl } from './helpers.js';
 
 // ---- loopback only: refuse and record anything else, before it happens ----
@@ -351,6 +352,30 @@ describe('list, pause and connect', () => {
       await child.kill();
     }
     expect(await sbx.isRunning()).toBe(true);
+  });
+});
+
+describe('egress', () => {
+  it('applies to sandboxes made through E2B: denied unless allowed, allowOut becomes the policy', async () => {
+    const up = await startHttpsUpstream(inject('egressPki'), inject('egressUpstreamPorts')[7]!);
+    try {
+      const s = await Sandbox.create({ timeoutMs: 600_000, network: { allowOut: ['api.example.test'] } });
+      toKill.push(s.sandboxId);
+      const native = await api('GET', `/v1/sandboxes/${s.sandboxId}`);
+      expect(native.body!.network.allow).toEqual([expect.stringContaining('api.example.test')]);
+      // allowOut names HTTP(S) on the usual ports, as in E2B: the upstream's own port is still refused by the proxy.
+      const url = `https://api.example.test:${up.port}/echo`;
+      const seen = up.seen.length;
+      await expect(s.commands.run(`curl -sS --fail ${url}`)).rejects.toBeInstanceOf(CommandExitError);
+      expect(up.seen.length).toBe(seen);
+      // The same sandbox under Sandglass's own API: one policy, whichever API set it.
+      expect((await api('PUT', `/v1/sandboxes/${s.sandboxId}/network`, { body: { allow: [`api.example.test:${up.port}`] } })).status).toBe(200);
+      const r = await s.commands.run(`curl -sS --fail ${url}`);
+      expect(JSON.parse(r.stdout).url).toBe('/echo');
+      expect(up.seen.length).toBe(seen + 1);
+    } finally {
+      await up.close();
+    }
   });
 });
 
