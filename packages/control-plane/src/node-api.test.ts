@@ -154,6 +154,21 @@ describe('node API', () => {
     expect((await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`, { node: 'n2' })).json().error.code).toBe('permission_denied');
   });
 
+  it("tells where a running sandbox runs: its node and that node's data-plane URL, nothing else", async () => {
+    const url = `/node/v1/sandboxes/${onN1}/location`;
+    // Starting: no envd answers there yet.
+    expect((await call('GET', url, { node: 'n2' })).json().error.code).toBe('sandbox_not_found');
+    await events.append({ type: 'sandbox.started', tenantId: tenant, sandboxId: onN1, data: {} }, { clock });
+    const found = await call('GET', url, { node: 'n2' });
+    expect(found.statusCode).toBe(200);
+    expect(found.json()).toEqual({ gatewayId: 'n1', dataPlaneUrl: 'http://n1.test:1' });
+    expect((await call('GET', url, { node: 'n2', auth: 'Bearer sg_nope' })).statusCode).toBe(401);
+    expect((await call('GET', `/node/v1/sandboxes/${newId('sbx')}/location`, { node: 'n2' })).statusCode).toBe(404);
+    // Its node silent past deadAfter: not a place to send anything.
+    clock.advance(11_000);
+    expect((await call('GET', url, { node: 'n2' })).statusCode).toBe(404);
+  });
+
   it('publishes a template once, to the first publisher', async () => {
     const key = '0123456789abcdef';
     expect((await call('GET', `/node/v1/templates/${key}`)).json().error.code).toBe('template_not_found');

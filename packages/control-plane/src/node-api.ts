@@ -178,6 +178,16 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       return templates.publish((req.params as { key: string }).key, { ...rec, nodeId: nodeOf(req) });
     });
 
+    // Only the location, never the tenant or anything else: the asking gateway has already verified the request's
+    // access token for this sandbox, and the gateway it forwards to verifies it again.
+    route('GET', '/node/v1/sandboxes/{sandboxId}/location', async (req) => {
+      const { sandboxId } = req.params as { sandboxId: string };
+      const row = await db.selectFrom('sandboxes').select('gateway_id').where('id', '=', sandboxId).where('state', '=', 'running').executeTakeFirst();
+      const node = row?.gateway_id ? await opts.nodes.get(row.gateway_id) : undefined;
+      if (!node) throw new SandglassError('sandbox_not_found', `Sandbox ${sandboxId} is not running on any node.`);
+      return { gatewayId: node.id, dataPlaneUrl: node.url };
+    });
+
     // The lease is the node's: only it can release it, and a node that dies holding one blocks the sweep until it expires.
     route('POST', '/node/v1/capture-leases', async (req) => {
       const { expiresAt, ttlMs } = await gate.enterCapture((req.body as { snapshotId: string }).snapshotId, nodeOf(req));

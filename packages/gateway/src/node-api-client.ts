@@ -11,6 +11,7 @@ export type AppendEventsReply = SuccessBody<Ops['nodeAppendEvents']>;
 export type SecretInfo = SuccessBody<Ops['nodeSecretInfo']>;
 export type NodeTemplateRecord = NodeApi.components['schemas']['TemplateRecord'];
 export type CaptureLeaseGrant = SuccessBody<Ops['nodeCaptureLeaseTake']>;
+export type SandboxLocation = SuccessBody<Ops['nodeSandboxLocation']>;
 
 /** The spec's cap on one delivery. */
 export const MAX_EVENTS_PER_BATCH = 500;
@@ -105,6 +106,17 @@ export class NodeApiClient {
   /** First publisher wins; every caller gets the winner. Idempotent: publishing the same record twice yields the same winner. */
   templatePublish(key: string, rec: NodeTemplateRecord): Promise<NodeTemplateRecord> {
     return this.#call('PUT', templatePath(key), { body: rec, idempotent: true }) as Promise<NodeTemplateRecord>;
+  }
+
+  /** The node a sandbox runs on and its data-plane URL, or undefined when it runs nowhere. */
+  async sandboxLocation(sandboxId: string, opts: { timeoutMs?: number } = {}): Promise<SandboxLocation | undefined> {
+    try {
+      const path = `/node/v1/sandboxes/${encodeURIComponent(sandboxId)}/location`;
+      return (await this.#call('GET', path, { idempotent: true, timeoutMs: opts.timeoutMs })) as SandboxLocation;
+    } catch (err) {
+      if (err instanceof SandglassError && err.code === 'sandbox_not_found') return undefined;
+      throw err;
+    }
   }
 
   /** Refused with `conflict` while a GC sweep runs (not retried here: the caller decides how long to wait). Taking it twice is harmless. */

@@ -13,6 +13,7 @@ import {
   RemoteTemplateRegistry,
   RemoteCaptureGate,
   createDataPlaneServer,
+  EnvdForwarder,
   createInternalServer,
   type MemberNode,
 } from '@sandglass/gateway';
@@ -176,7 +177,9 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   const membership = new Membership({ client, node, url, internalUrl, logger: log });
   // Registered before the data plane serves: the keys revoked while their tokens may live arrive with registration.
   await membership.start();
-  const dataApp = await createDataPlaneServer(gateway);
+  // E2B's SDK sends every envd request to one URL: one for a sandbox another node runs is forwarded there.
+  const envdForward = new EnvdForwarder({ nodeId: opts.nodeId, locate: (id) => client.sandboxLocation(id, { timeoutMs: 3000 }), clock });
+  const dataApp = await createDataPlaneServer(gateway, { envdForward });
   await dataApp.listen(listen);
   writeFileSync(
     layout.serverFile,
@@ -195,6 +198,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
         await membership.stop();
         await gateway.shutdown({ end: false });
         await dataApp.close();
+        envdForward.close();
         await internalApp.close();
         if (!(await outbox.drain(STOP_DRAIN_MS)))
           log.warn({ bytes: outbox.undeliveredBytes() }, 'stopping with events not yet delivered; the next start delivers them');

@@ -108,6 +108,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/node/v1/sandboxes/{sandboxId}/location": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Where a sandbox runs now: its node and that node's advertised data-plane URL, so a gateway can forward an E2B envd request for a sandbox it does not run. `sandbox_not_found` when it is not running on an alive node. A gateway asks only after it verified the request's access token for that sandbox. */
+        get: operations["nodeSandboxLocation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/node/v1/capture-leases": {
         parameters: {
             query?: never;
@@ -425,6 +442,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TemplateRecord"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeSandboxLocation: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The node that runs it */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        gatewayId: components["schemas"]["NodeId"];
+                        /** @description The node's advertised data-plane base URL (its heartbeat's url). */
+                        dataPlaneUrl: string;
+                    };
                 };
             };
             default: components["responses"]["Error"];

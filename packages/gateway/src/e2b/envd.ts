@@ -7,6 +7,7 @@ import type { Sandbox } from '../sandbox.js';
 import { guestPath } from '../paths.js';
 import { ConnectError, endStreamEnvelope, parseKeepaliveS, parseTimeoutMs } from './connect.js';
 import { download, envdHttpError, upload } from './files-http.js';
+import { FORWARDED_HEADER, type EnvdForwarder } from './forward.js';
 import * as fsRpc from './filesystem.js';
 import * as procRpc from './process.js';
 import type { EnvdUser } from './process.js';
@@ -94,16 +95,17 @@ function userOf(req: FastifyRequest): EnvdUser {
 
 /**
  * The envd routes as one encapsulated plugin. `hostForm`: registered at the root, it serves only requests whose
- * Host is `<port>-<sandbox id>.<domain>` (others get the server's usual 404); under /e2b, any Host.
+ * Host is `<port>-<sandbox id>.<domain>` (others get the server's usual 404); under /e2b, any Host. `forward` (cluster
+ * mode): a request for a sandbox another gateway runs is proxied there (see forward.ts).
  */
-export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean }): FastifyPluginAsync {
+export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; forward?: EnvdForwarder }): FastifyPluginAsync {
   const clock = gw.opts.clock;
   return async (scope) => {
     // Bodies are read here, bounded per route (messages, uploads streamed): none of the server's parsers apply.
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
 
-    scope.addHook('onRequest', async (req) => {
+    scope.addHook('onRequest', async (req, reply) => {
       const { sandboxId, port } = targetOf(req, opts.hostForm);
       if (port !== ENVD_PORT) {
         throw new EdgeError(
@@ -121,7 +123,23 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean }
       }
       if (claims.sbx !== sandboxId) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
       const sbx = gw.sandboxes.get(sandboxId);
-      if (!sbx || sbx.state !== 'running') throw new EdgeError(502, `Sandbox ${sandboxId} is not running (paused, killed or not on this node).`);
+      if (!sbx || sbx.state !== 'running') {
+        // Only now, with the token verified for this sandbox, is its location asked for; never for a request another
+        // gateway already forwarded (no loops), which gets the 502 below.
+        if (opts.forward && header(req, FORWARDED_HEADER) === undefined) {
+          const target = await opts.forward.target(sandboxId).catch((err: Error) => {
+            throw new EdgeError(502, `Cannot tell where sandbox ${sandboxId} runs: ${err.message}`);
+          });
+          if (target) {
+            if (!opts.forward.hasRoom()) throw new EdgeError(503, 'This gateway forwards as many requests to other gateways as it may; retry later.');
+            reply.hijack();
+            const path = opts.hostForm ? req.url : req.url.slice('/e2b'.length);
+            void opts.forward.proxy(req.raw, reply.raw, target, path, { 'e2b-sandbox-id': sandboxId, 'e2b-sandbox-port': String(port) });
+            return reply;
+          }
+        }
+        throw new EdgeError(502, `Sandbox ${sandboxId} is not running (paused, killed or not on this node).`);
+      }
       contexts.set(req, { sbx, user: userOf(req) });
     });
 
