@@ -28,13 +28,14 @@ export interface EnvdForwarderOptions {
   cacheMs?: number;
   /** Forwarded requests in flight at once; past it a request is answered 503. Default 256. */
   maxInFlight?: number;
-  /** PEM CAs trusted for https:// data-plane URLs signed by a private CA (Node's roots otherwise). */
-  ca?: string[];
 }
 
 const MAX_CACHED = 10_000;
 
-/** Hop-by-hop headers (RFC 9110 7.6.1) and ones this proxy sets itself: never passed on, either way. */
+/**
+ * Hop-by-hop headers (RFC 9110 7.6.1), `expect` (this hop already answered it) and the ones this proxy sets itself:
+ * never passed on, either way.
+ */
 const NOT_PASSED = new Set([
   'connection',
   'keep-alive',
@@ -45,6 +46,7 @@ const NOT_PASSED = new Set([
   'trailer',
   'transfer-encoding',
   'upgrade',
+  'expect',
   'host',
   FORWARDED_HEADER,
 ]);
@@ -81,7 +83,7 @@ export class EnvdForwarder {
     this.#cacheMs = opts.cacheMs ?? 3000;
     this.#maxInFlight = opts.maxInFlight ?? 256;
     this.#http = new HttpAgent({ keepAlive: true, maxSockets: this.#maxInFlight });
-    this.#https = new HttpsAgent({ keepAlive: true, maxSockets: this.#maxInFlight, ca: opts.ca });
+    this.#https = new HttpsAgent({ keepAlive: true, maxSockets: this.#maxInFlight });
   }
 
   /** The data-plane URL of the other gateway that runs the sandbox, or undefined (runs nowhere, or here). */
