@@ -1,13 +1,15 @@
 // Scale-out on one machine: PostgreSQL, an S3 server, two control-plane replicas behind haproxy, three gateways.
 // Sandboxes spread; a gateway killed outright loses nothing committed (its sandboxes come back elsewhere from their
 // snapshots, memory and files intact, commands re-attachable); a replica killed mid-traffic is invisible through
-// haproxy; the dead gateway started again is fenced and runs nothing twice.
+// haproxy; the dead gateway started again is fenced and runs nothing twice. E2B's SDK, given one gateway as its
+// data-plane URL, reaches sandboxes on every gateway (the gateway forwards envd requests).
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deriveNodeKeys } from '@sandglass/core';
 import { Sandbox, type ConnectionConfig } from '@sandglass/sdk';
+import { Sandbox as E2bSandbox } from 'e2b';
 import { Cluster, waitFor } from './cluster-harness.js';
 import { home as sharedHome } from './helpers.js';
 
@@ -64,6 +66,26 @@ describe('a cluster of two control planes and three gateways', () => {
     }
     expect([...placed.keys()].sort()).toEqual(['n1', 'n2', 'n3']);
     expect([...placed.values()]).toEqual([3, 3, 3]);
+  });
+
+  it("E2B's SDK reaches sandboxes on every gateway through one gateway's URL", async () => {
+    // Options rather than E2B_* variables: the other tests of this file share the process.
+    const e2b = { apiKey: cluster.adminKey, apiUrl: `${cluster.apiUrl}/e2b`, sandboxUrl: `${cluster.gatewayInfo.get('n1')!.url}/e2b` };
+    const listed = await Sandbox.list(config);
+    // One sandbox per gateway: n1's is served where the SDK points, n2's and n3's are forwarded to their gateways.
+    for (const node of ['n1', 'n2', 'n3']) {
+      const id = sandboxes.map((s) => listed.find((x) => x.id === s.id)!).find((x) => x.gatewayId === node)!.id;
+      const sbx = await E2bSandbox.connect(id, e2b);
+      expect((await sbx.commands.run('echo hi')).stdout).toBe('hi\n');
+      await sbx.files.write('/tmp/e2b.txt', `via n1 to ${node}`);
+      expect(await sbx.files.read('/tmp/e2b.txt')).toBe(`via n1 to ${node}`);
+      expect(await sbx.isRunning()).toBe(true);
+    }
+    // A sandbox made through E2B, then killed: no gateway runs it any more, so n1 answers 502 (not running).
+    const made = await E2bSandbox.create(e2b);
+    expect((await made.commands.run('echo made')).stdout).toBe('made\n');
+    await made.kill();
+    expect(await made.isRunning()).toBe(false);
   });
 
   it("brings a killed gateway's sandboxes back elsewhere from their snapshots", async () => {

@@ -172,6 +172,11 @@ describe('envd requests for a sandbox another gateway runs', () => {
     expect(seen[0]!.headers.host).toBe(new URL(upstreamUrl).host);
   });
 
+  it('the path is sent as written, under /e2b: dot segments do not climb out to the native data plane', async () => {
+    expect((await send('/e2b/../v1/sandboxes/x/files', envd)).statusCode).toBe(204);
+    expect(seen.map((s) => s.url)).toEqual(['/e2b/../v1/sandboxes/x/files']);
+  });
+
   it('a request already forwarded is never forwarded again: 502, without a lookup', async () => {
     const res = await send('/e2b/health', { ...envd, [FORWARDED_HEADER]: 'n3' });
     expect(res.statusCode).toBe(502);
