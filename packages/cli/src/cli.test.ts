@@ -180,19 +180,32 @@ beforeAll(async () => {
     }
     if (route === `GET /v1/sandboxes/${SBX}/events`) {
       received.set(route, [...(received.get(route) ?? []), u.searchParams.get('type')]);
+      const event = (seq: number, type: string, at: string, data: Record<string, unknown>) => ({
+        seq,
+        id: `evt_${seq}`,
+        type,
+        sandboxId: SBX,
+        tenantId: 't',
+        at,
+        data,
+        hash: 'h',
+        prevHash: 'p',
+      });
+      const egress = event(7, 'egress.request', '2025-06-01T12:00:01Z', {
+        host: 'api.github.com',
+        port: 443,
+        method: 'GET',
+        path: '/user',
+        allowed: true,
+        status: 200,
+      });
+      if (u.searchParams.get('type') !== null) return json(res, 200, { events: [egress] });
       return json(res, 200, {
         events: [
-          {
-            seq: 7,
-            id: 'evt_1',
-            type: 'egress.request',
-            sandboxId: SBX,
-            tenantId: 't',
-            at: '2025-06-01T12:00:00Z',
-            data: { host: 'api.github.com' },
-            hash: 'h',
-            prevHash: 'p',
-          },
+          event(5, 'command.started', '2025-06-01T12:00:00Z', { commandId: 'cmd_1', argv: ['ls', '-l'], cwd: '/tmp', user: 'root' }),
+          egress,
+          event(9, 'command.exited', '2025-06-01T12:00:02Z', { commandId: 'cmd_1', exitCode: 0, signal: null, timedOut: false }),
+          event(11, 'snapshot.taken', '2025-06-01T12:00:03Z', { snapshotId: SNAP, reason: 'manual', sizeAddedBytes: 4096 }),
         ],
       });
     }
@@ -470,5 +483,28 @@ describe('sandglass egress', () => {
     expect(r.stdout.toString()).toContain('egress.request');
     await cli(['events', SBX]);
     expect(received.get(`GET /v1/sandboxes/${SBX}/events`)).toEqual(['egress,secret', null]);
+  });
+
+  it('prints the audit timeline as aligned lines or JSON lines, filtered by kind and time; refuses an unknown kind', async () => {
+    const r = await cli(['audit', SBX]);
+    expect(r.code).toBe(0);
+    const rows = r.stdout.toString().trimEnd().split('\n');
+    expect(rows.map((l) => l.replace(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d {2}/, ''))).toEqual([
+      'command    ls -l (as root in /tmp): exit 0 after 2.0 s',
+      'network    allowed → 200 GET api.github.com:443/user',
+      `snapshot   taken ${SNAP} (manual), +4.0 KiB`,
+    ]);
+    const json = await cli(['audit', SBX, '--json', '--type', 'network,snapshot', '--since', '2025-06-01T12:00:01Z', '--until', '2025-06-01T12:00:02Z']);
+    expect(json.code).toBe(0);
+    expect(
+      json.stdout
+        .toString()
+        .trimEnd()
+        .split('\n')
+        .map((l) => JSON.parse(l)),
+    ).toEqual([expect.objectContaining({ kind: 'network', at: '2025-06-01T12:00:01Z', eventIds: ['evt_7'] })]);
+    const bad = await cli(['audit', SBX, '--type', 'command,bogus']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/'bogus' is not a kind/);
   });
 });

@@ -1,6 +1,7 @@
 // The `sandglass` command line: the program and its command groups, one module each under commands/.
 import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
+import { registerAuditCommand } from './commands/audit.js';
 import { registerControlPlaneCommand } from './commands/control-plane.js';
 import { registerApprovalCommands, registerNetworkCommands, registerSecretCommands } from './commands/egress.js';
 import { registerEventCommands } from './commands/events.js';
@@ -27,6 +28,7 @@ export function buildProgram(state: RunState): Command {
   registerSandboxCommands(program, act);
   registerGuestCommands(program, act);
   registerEventCommands(program, act);
+  registerAuditCommand(program, act);
   registerTimeTravelCommands(program, act);
   registerNetworkCommands(program, act);
   registerSecretCommands(program, act);

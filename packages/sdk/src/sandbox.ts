@@ -1,4 +1,5 @@
 // A sandbox: its lifecycle on the control plane, and commands, files and terminals on its node's gateway.
+import { type AuditEntry, type AuditFilter, auditTimeline, filterAudit } from './audit.js';
 import { ControlPlane, DataPlane } from './client.js';
 import { Commands } from './commands.js';
 import type { ConnectionConfig } from './config.js';
@@ -308,5 +309,13 @@ export class Sandbox {
       if (events.length < EVENTS_PAGE) return all;
       afterSeq = events[events.length - 1]!.seq;
     }
+  }
+
+  /**
+   * The sandbox's session as a timeline (see auditTimeline). The filter applies to entries made from the whole log, so a
+   * command's entry always carries its exit, and an entry is kept or left out by its start time.
+   */
+  async audit(filter: AuditFilter = {}): Promise<AuditEntry[]> {
+    return filterAudit(auditTimeline(await this.events()), filter);
   }
 }
