@@ -72,15 +72,5 @@ export function shortTime(iso: string | undefined | null): string {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
-/** Bytes in binary units, one decimal: 4096 → "4.0 KiB". */
-export function formatBytes(n: number): string {
-  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
-  if (n < 1024) return `${n} B`;
-  let value = n / 1024;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit++;
-  }
-  return `${value.toFixed(1)} ${units[unit]}`;
-}
+// One formatting of sizes for the whole CLI, shared with the SDK's audit timeline.
+export { formatBytes } from '@sandglass/sdk';

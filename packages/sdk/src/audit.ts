@@ -50,7 +50,8 @@ function shellWords(argv: string[]): string {
   return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ');
 }
 
-function bytes(n: number): string {
+/** Bytes in binary units, one decimal: 4096 → "4.0 KiB" (the CLI prints sizes with it too). */
+export function formatBytes(n: number): string {
   if (n < 1024) return `${n} B`;
   const units = ['KiB', 'MiB', 'GiB', 'TiB'];
   let value = n / 1024;
@@ -200,7 +201,7 @@ export function auditTimeline(events: readonly SandboxEvent[]): AuditEntry[] {
       }
       case 'file.written': {
         const size = num(d.sizeBytes);
-        add(e, 'file', `wrote ${str(d.path) ?? '?'}${size === undefined ? '' : ` (${bytes(size)})`}`, { path: str(d.path), sizeBytes: size });
+        add(e, 'file', `wrote ${str(d.path) ?? '?'}${size === undefined ? '' : ` (${formatBytes(size)})`}`, { path: str(d.path), sizeBytes: size });
         break;
       }
       case 'file.removed':
@@ -320,7 +321,7 @@ export function auditTimeline(events: readonly SandboxEvent[]): AuditEntry[] {
         const notes = [str(d.reason) ?? '?', name === undefined ? undefined : `named ${name}`, bool(d.pinned) ? 'pinned' : undefined].filter(
           (x) => x !== undefined,
         );
-        add(e, 'snapshot', `taken ${str(d.snapshotId) ?? '?'} (${notes.join(', ')})${size === undefined ? '' : `, +${bytes(size)}`}`, {
+        add(e, 'snapshot', `taken ${str(d.snapshotId) ?? '?'} (${notes.join(', ')})${size === undefined ? '' : `, +${formatBytes(size)}`}`, {
           snapshotId: str(d.snapshotId),
           parentId: str(d.parentId),
           reason: str(d.reason),

@@ -23,7 +23,7 @@ export {
   type RunOptions,
 } from './commands.js';
 export { Secrets, type SecretSetOptions } from './secrets.js';
-export { AUDIT_KINDS, auditTimeline, filterAudit, type AuditEntry, type AuditFilter, type AuditKind } from './audit.js';
+export { AUDIT_KINDS, auditTimeline, filterAudit, formatBytes, type AuditEntry, type AuditFilter, type AuditKind } from './audit.js';
 export { ApiKeys, type ApiKeyCreateOptions, type ApiKeyInfo, type ApiKeyListOptions, type ApiKeyRole, type CreatedApiKey } from './apikeys.js';
 export { Files, type ReadFormat, type WriteData, type WriteResult } from './files.js';
 export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
