@@ -47,13 +47,20 @@ export function accessTokenHook(keys: NodeKeys, clock: Clock, revoked: RevokedKe
   return async (req) => {
     const token = bearerOf(req, req.routeOptions.config.tokenInQuery === true);
     if (!token) throw new SandglassError('unauthenticated', 'Send the access token from POST /v1/sandboxes/{id}/access as Authorization: Bearer.');
-    const nowMs = clock.nowMs();
-    const claims = verifyAccessToken(token, keys.accessToken, nowMs);
-    if (claims.kid !== undefined && revoked.has(claims.kid, nowMs))
-      throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
-    const id = (req.params as { id?: string } | undefined)?.id;
-    if (id === undefined || claims.sbx !== id) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
+    checkAccessToken(token, (req.params as { id?: string } | undefined)?.id, keys, clock, revoked);
   };
+}
+
+/**
+ * The one check of a data-plane token (native routes and E2B's envd alike): signed and unexpired, not obtained with
+ * a revoked key, and for `sandboxId` (undefined: a route naming no sandbox, which no token opens).
+ */
+export function checkAccessToken(token: string, sandboxId: string | undefined, keys: NodeKeys, clock: Clock, revoked: RevokedKeys): void {
+  const nowMs = clock.nowMs();
+  const claims = verifyAccessToken(token, keys.accessToken, nowMs);
+  if (claims.kid !== undefined && revoked.has(claims.kid, nowMs))
+    throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
+  if (sandboxId === undefined || claims.sbx !== sandboxId) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
 }
 
 /** An internal route: the node's internal bearer key (hex), compared in constant time; never from a query string. */

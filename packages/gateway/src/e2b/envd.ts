@@ -1,7 +1,8 @@
 // E2B's in-sandbox daemon (envd) served by the gateway: routing by E2b-Sandbox-Id or the `<port>-<id>.<domain>`
 // Host, the sandbox's access token from X-Access-Token, then process.Process, filesystem.Filesystem, /files, /health.
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { SandglassError, verifyAccessToken, type NodeKeys } from '@sandglass/core';
+import { SandglassError, type NodeKeys } from '@sandglass/core';
+import { checkAccessToken } from '../auth.js';
 import type { Gateway } from '../gateway.js';
 import type { Sandbox } from '../sandbox.js';
 import { guestPath } from '../paths.js';
@@ -116,12 +117,7 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
       // The token first: whether a sandbox exists is told only to a holder of its token.
       const token = header(req, 'x-access-token');
       if (!token) throw new SandglassError('unauthenticated', "Send the sandbox's envd access token as X-Access-Token.");
-      const nowMs = clock.nowMs();
-      const claims = verifyAccessToken(token, keys.accessToken, nowMs);
-      if (claims.kid !== undefined && gw.revokedKeys.has(claims.kid, nowMs)) {
-        throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
-      }
-      if (claims.sbx !== sandboxId) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
+      checkAccessToken(token, sandboxId, keys, clock, gw.revokedKeys);
       const sbx = gw.sandboxes.get(sandboxId);
       if (!sbx || sbx.state !== 'running') {
         // Only now, with the token verified for this sandbox, is its location asked for; never for a request another
