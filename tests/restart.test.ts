@@ -1,6 +1,8 @@
-// A gateway killed outright (kill -9) and started again: the VMs it left behind are stopped and their sandboxes recorded as failed.
+// A gateway killed outright (kill -9) and started again: the VMs it left behind are stopped and their sandboxes recorded
+// as failed. And a gateway stopped cleanly gives its tmpfs back.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +15,8 @@ const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
 const home = mkdtempSync(join(tmpdir(), 'sg-restart-'));
 symlinkSync(join(sharedHome, 'artifacts'), join(home, 'artifacts'));
 const port = Number(process.env.SANDGLASS_TEST_PORT ?? 17070) + 10;
+/** The home's RAM directory on tmpfs (guest RAM files and the node's image caches). */
+const shmDir = join('/dev/shm', `sandglass-${createHash('sha256').update(home).digest('hex').slice(0, 12)}`);
 let child: ChildProcess | undefined;
 
 async function up(): Promise<{ url: string; key: string }> {
@@ -65,5 +69,20 @@ describe('restart after kill -9', () => {
     const info = await Sandbox.connect(sbx.id, { apiUrl: second.url, apiKey: second.key }).then((s) => s.getInfo());
     expect(info.state).toBe('failed');
     expect(info.failureReason).toMatch(/node restarted/);
+    // The dead server's RAM files and caches went too.
+    expect(readdirSync(shmDir).filter((n) => n !== 'owner.json')).toEqual([]);
+  });
+
+  it('gives its tmpfs (guest RAM and the image caches) back when stopped cleanly', async () => {
+    // The server the first test started again, or a fresh one when this test runs alone.
+    const { url, key } =
+      child && child.exitCode === null ? { url: `http://127.0.0.1:${port}`, key: readFileSync(join(home, 'admin-key'), 'utf8').trim() } : await up();
+    const sbx = await Sandbox.create({ apiUrl: url, apiKey: key, snapshotIntervalS: 86400 });
+    await sbx.snapshot();
+    expect(readdirSync(shmDir).some((n) => n.endsWith('.img'))).toBe(true);
+    const gone = new Promise((r) => child!.once('exit', r));
+    child!.kill('SIGTERM');
+    await gone;
+    expect(existsSync(shmDir)).toBe(false);
   });
 });

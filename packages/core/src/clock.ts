@@ -1,5 +1,6 @@
 // Clock and Random as parameters, so code that must replay deterministically never reads the real ones directly.
 import { randomBytes } from 'node:crypto';
+import { failpointClockJumpMs } from './failpoints.js';
 
 /** A pending timer of a Clock; cancelling one that already fired or was cancelled does nothing. */
 export interface Timer {
@@ -25,7 +26,8 @@ export interface Random {
 const MAX_NODE_DELAY_MS = 2 ** 31 - 1;
 
 export const systemClock: Clock = {
-  nowMs: () => Date.now(),
+  // Plus the chaos runner's clock jump, if it made one (0 otherwise).
+  nowMs: () => Date.now() + failpointClockJumpMs(),
   setTimeout(fn, delayMs) {
     const t = setTimeout(fn, Math.min(Math.max(0, delayMs), MAX_NODE_DELAY_MS));
     t.unref();

@@ -26,6 +26,16 @@ function readOwner(file: string): LockOwner | undefined {
   }
 }
 
+/** Whether a {pid, startTime} record still names the process running under that pid. */
+export function processRecordAlive(o: { pid?: unknown; startTime?: unknown } | undefined): boolean {
+  return o !== undefined && Number.isInteger(o.pid) && typeof o.startTime === 'string' && alive(o as LockOwner);
+}
+
+/** Whether a live process holds `<home>/lock` (a server serving that home, or one starting up on it). */
+export function homeLockHeld(home: string): boolean {
+  return alive(readOwner(join(home, 'lock')));
+}
+
 function alive(o: LockOwner | undefined): o is LockOwner {
   return o !== undefined && processStartTime(o.pid) === o.startTime;
 }
