@@ -2,10 +2,13 @@
 package main
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"hash"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -36,6 +39,7 @@ type proc struct {
 
 	mu      sync.Mutex
 	ring    *ring
+	digests outputDigests
 	changed chan struct{} // closed and replaced whenever output arrives or the process finishes
 	done    bool          // exit reported: attach streams END once they have sent everything
 	status  syscall.WaitStatus
@@ -238,6 +242,7 @@ func (p *proc) pump(f *os.File, fd byte) {
 		if n > 0 {
 			p.mu.Lock()
 			p.ring.write(fd, buf[:n])
+			p.digests.add(fd, buf[:n])
 			p.broadcast()
 			p.mu.Unlock()
 		}
@@ -262,9 +267,10 @@ func (a *agent) awaitExit(p *proc) {
 	p.done = true
 	code, sig := p.exitInfo()
 	outputBytes := p.ring.end
+	digests := p.digests.summary()
 	p.mu.Unlock()
 	// The event is queued before attach streams can observe done, so their END follows it.
-	a.emit(map[string]any{"event": "proc.exit", "id": p.id, "exitCode": code, "signal": sig, "outputBytes": outputBytes})
+	a.emit(map[string]any{"event": "proc.exit", "id": p.id, "exitCode": code, "signal": sig, "outputBytes": outputBytes, "output": digests})
 	p.mu.Lock()
 	p.broadcast()
 	p.mu.Unlock()
@@ -500,7 +506,56 @@ func procStdin(c *conn, raw json.RawMessage, reply func(any, error)) {
 		reply(nil, errorf("bad_request", "process %q was started without stdin", sp.ID))
 		return
 	}
-	p.stdin.push(stdinItem{data: data, eof: sp.EOF, done: func(err error) { reply(nil, err) }})
+	// The offset at arrival, not at write: a replay delivers these bytes once the output reaches it again.
+	off := p.outputOffset()
+	p.stdin.push(stdinItem{data: data, eof: sp.EOF, done: func(err error) {
+		if err != nil {
+			reply(nil, err)
+			return
+		}
+		reply(map[string]any{"outputOffset": off}, nil)
+	}})
+}
+
+// outputDigests hashes all of a process's output as it is written, which the ring cannot (it drops the oldest
+// bytes): a replay compares its output with the original's by these, and tells a different interleaving of the
+// same stdout and stderr (per-stream digests equal, the whole differs) from different output.
+type outputDigests struct {
+	all, stdout, stderr hash.Hash
+	stdoutBytes         uint64
+	stderrBytes         uint64
+}
+
+func (d *outputDigests) add(fd byte, b []byte) {
+	if d.all == nil {
+		d.all, d.stdout, d.stderr = sha256.New(), sha256.New(), sha256.New()
+	}
+	d.all.Write(b)
+	if fd == 2 {
+		d.stderr.Write(b)
+		d.stderrBytes += uint64(len(b))
+	} else {
+		d.stdout.Write(b)
+		d.stdoutBytes += uint64(len(b))
+	}
+}
+
+func (d *outputDigests) summary() map[string]any {
+	if d.all == nil {
+		d.add(1, nil)
+	}
+	hex := func(h hash.Hash) string { return fmt.Sprintf("%x", h.Sum(nil)) }
+	return map[string]any{
+		"sha256": hex(d.all), "stdoutSha256": hex(d.stdout), "stderrSha256": hex(d.stderr),
+		"stdoutBytes": d.stdoutBytes, "stderrBytes": d.stderrBytes,
+	}
+}
+
+// outputOffset is the total output the process has written so far.
+func (p *proc) outputOffset() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ring.end
 }
 
 func procSignal(c *conn, raw json.RawMessage) (any, func(), error) {
@@ -521,10 +576,11 @@ func procSignal(c *conn, raw json.RawMessage) (any, func(), error) {
 	}
 	// The process is a session (and group) leader, so -pid reaches everything it started that
 	// stayed in its group, even after the leader itself exited.
+	off := p.outputOffset()
 	if err := syscall.Kill(-p.pid, sig); err != nil && err != syscall.ESRCH {
 		return nil, nil, errorf("io", "kill: %v", err)
 	}
-	return nil, nil, nil
+	return map[string]any{"outputOffset": off}, nil, nil
 }
 
 func procResize(c *conn, raw json.RawMessage) (any, func(), error) {
@@ -543,10 +599,11 @@ func procResize(c *conn, raw json.RawMessage) (any, func(), error) {
 	if p.master == nil {
 		return nil, nil, errorf("bad_request", "process %q has no pty", rp.ID)
 	}
+	off := p.outputOffset()
 	if err := setWinsize(p.master, rp.Cols, rp.Rows); err != nil {
 		return nil, nil, mapErr(err)
 	}
-	return nil, nil, nil
+	return map[string]any{"outputOffset": off}, nil, nil
 }
 
 func procList(c *conn, raw json.RawMessage) (any, func(), error) {

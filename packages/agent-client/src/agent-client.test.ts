@@ -407,7 +407,13 @@ describe('agent client ↔ Go agent over stdio', () => {
   it('ends watches when the transport closes', async () => {
     const fresh = startAgent();
     await fresh.client.hello();
-    const ended = new Promise<AgentError>((resolve) => fresh.client.watch('w', tmp, { onEnd: resolve }, () => undefined));
+    let onEnd!: (err: AgentError) => void;
+    const ended = new Promise<AgentError>((resolve) => {
+      onEnd = resolve;
+    });
+    // Awaited before the kill: the agent answers calls concurrently, so a ping's reply can overtake the watch's, and a
+    // watch call still pending at the kill rejects with nothing to catch it.
+    await fresh.client.watch('w', tmp, { onEnd }, () => undefined);
     await fresh.client.ping();
     fresh.child.kill('SIGKILL');
     expect((await ended).code).toBe('agent_disconnected');

@@ -70,6 +70,16 @@ export interface AttachHandle extends AttachResult {
 
 export type OutputFd = 1 | 2;
 
+/** What the agent answers an input (stdin, signal, resize): the output offset when it arrived; null from an agent that predates it. */
+export interface InputResult {
+  outputOffset: number | null;
+}
+
+function inputResult(reply: unknown): InputResult {
+  const off = (reply as { outputOffset?: unknown } | null)?.outputOffset;
+  return { outputOffset: Number.isSafeInteger(off) && (off as number) >= 0 ? (off as number) : null };
+}
+
 export interface NetListenOptions extends CallOptions {
   /** IP address to listen on in the guest; default 127.0.0.1. */
   address?: string;
@@ -231,17 +241,18 @@ export class AgentClient extends EventEmitter {
     };
   }
 
-  async procStdin(id: string, data?: Buffer | string, opts: CallOptions & { eof?: boolean } = {}): Promise<void> {
+  /** Resolves once the bytes are written, with the process's output offset when they arrived. */
+  async procStdin(id: string, data?: Buffer | string, opts: CallOptions & { eof?: boolean } = {}): Promise<InputResult> {
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : (data ?? Buffer.alloc(0));
-    await this.call('proc.stdin', { id, data: bytes.toString('base64'), eof: opts.eof ?? false }, opts);
+    return inputResult(await this.call('proc.stdin', { id, data: bytes.toString('base64'), eof: opts.eof ?? false }, opts));
   }
 
-  async procSignal(id: string, signal: SignalName, opts?: CallOptions): Promise<void> {
-    await this.call('proc.signal', { id, signal }, opts);
+  async procSignal(id: string, signal: SignalName, opts?: CallOptions): Promise<InputResult> {
+    return inputResult(await this.call('proc.signal', { id, signal }, opts));
   }
 
-  async procResize(id: string, cols: number, rows: number, opts?: CallOptions): Promise<void> {
-    await this.call('proc.resize', { id, cols, rows }, opts);
+  async procResize(id: string, cols: number, rows: number, opts?: CallOptions): Promise<InputResult> {
+    return inputResult(await this.call('proc.resize', { id, cols, rows }, opts));
   }
 
   async procList(opts?: CallOptions): Promise<ProcInfo[]> {

@@ -4,6 +4,7 @@ export {
   type AgentClientOptions,
   type AttachHandle,
   type AttachOptions,
+  type InputResult,
   type NetListenOptions,
   type NetOpenListener,
   type OutputFd,

@@ -1,5 +1,6 @@
 // The frame multiplexer under the agent client: calls and their replies, stream ids, credit, resync after restore, quiesce.
 import { Duplex, type Readable, type Writable } from 'node:stream';
+import { failpoint } from '@sandglass/core';
 import { AgentError, agentErrorOf } from './errors.js';
 import { encodeFrame, encodeJsonFrame, FrameDecoder, FrameType, RESYNC_MAGIC, type Frame } from './frame.js';
 import type { AgentEvent, ErrorInfo } from './types.js';
@@ -366,6 +367,13 @@ export class FrameMux {
     if (this.held) {
       this.held.push(frame);
       return true;
+    }
+    if (failpoint('agent.frame') === 'drop') {
+      // The channel dies with half a frame on the wire: the agent must resync, the host must fail its calls cleanly.
+      this.writable.write(frame.subarray(0, frame.length >> 1));
+      this.writable.destroy();
+      this.readable.destroy();
+      return false;
     }
     return this.writable.write(frame);
   }

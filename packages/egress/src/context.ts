@@ -19,11 +19,28 @@ export interface Sandbox {
   ca: SandboxCa;
   policy: Policy;
   secrets: SecretBinding[];
+  /** A replay's fork: allowed requests are answered from its source's recorded exchanges and never sent upstream. */
+  replay?: ReplaySource;
   sockets: Set<Duplex>;
   listeners: Set<net.Server>;
   httpAgent: http.Agent;
   httpsAgent: https.Agent;
   removed: boolean;
+}
+
+/** A recorded answer: the status, headers and body the original guest got. */
+export interface RecordedAnswer {
+  status: number;
+  headers: [string, string][];
+  body: Buffer;
+}
+
+/**
+ * Where a replay's fork gets its answers. A request is named as the recording names it (method, URL and body with
+ * every secret value and placeholder redacted); undefined means the recording has no such exchange left.
+ */
+export interface ReplaySource {
+  answer(req: { method: string; url: string; requestBody: Buffer }): Promise<RecordedAnswer | undefined>;
 }
 
 /** A client stream: its sandbox (from where it came in, never from its content), and the tunnel it runs inside. */

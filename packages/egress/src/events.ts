@@ -94,4 +94,6 @@ export type EgressEvent =
   | { type: 'secret.approval_requested'; sandboxId: string; data: ApprovalRequestedData }
   | { type: 'secret.approval_decided'; sandboxId: string; data: ApprovalDecidedData }
   | { type: 'egress.exchange'; sandboxId: string; data: ExchangeData }
+  /** A replay's guest asked for an exchange its recording does not have: refused, and a divergence of the replay. */
+  | { type: 'egress.replay_unrecorded'; sandboxId: string; data: { method: string; url: string; requestBytes: number } }
   | { type: 'egress.rejected'; sandboxId: string; data: RejectedData };

@@ -5,7 +5,7 @@ import { PassThrough, type Duplex, type Readable } from 'node:stream';
 import { SandglassError } from '@sandglass/core';
 import { REFUSALS, type Conn, type Ex, type ProxyContext, type Sandbox } from './context.js';
 import { decideRequest, refusalError, type ApprovalFact, type Dest, type RequestFacts } from './decision.js';
-import { Capture, exchangeRecord } from './record.js';
+import { Capture, exchangeRecord, recordedRequestBody, recordedUrl } from './record.js';
 import { compileSecret, type CompiledSecret, type ResolvedBinding, type UnusableSecret } from './secrets.js';
 import { substituteRequest, maskText, type Prepared } from './substitute.js';
 import { forGuest, upstreamRequest, watch } from './upstream.js';
@@ -249,8 +249,50 @@ export class Exchanges {
     };
   }
 
+  /**
+   * A replay's fork: the request, judged like any, is answered with what the original guest got for the same one; a
+   * request the recording does not have is refused (egress_denied) and reported as `egress.replay_unrecorded`.
+   */
+  async #answerFromRecording(sb: Sandbox, ex: Ex, req: IncomingMessage, res: ServerResponse, dest: Dest, prep: Prepared): Promise<void> {
+    const ctx = this.#ctx;
+    try {
+      let raw = prep.recordBody ?? prep.body;
+      if (raw === undefined) {
+        const parts: Buffer[] = [];
+        let size = 0;
+        for await (const c of req as AsyncIterable<Buffer>) {
+          size += c.length;
+          if (size > ctx.limits.maxDecodedBodyBytes) throw tooLarge(ex, ctx.limits.maxDecodedBodyBytes);
+          parts.push(c);
+        }
+        raw = Buffer.concat(parts);
+      }
+      ex.bytesUp = raw.length;
+      const url = recordedUrl(dest, prep);
+      const requestBody = recordedRequestBody(raw, ctx.recordBytes ?? raw.length, prep.redactor);
+      const answer = await sb.replay!.answer({ method: ex.method, url, requestBody });
+      if (!answer) {
+        ctx.emit({ type: 'egress.replay_unrecorded', sandboxId: sb.id, data: { method: ex.method, url, requestBytes: raw.length } });
+        ex.allowed = false;
+        throw new SandglassError('egress_denied', `This replay's recording has no ${ex.method} ${url} (with this body) left to answer with.`, {
+          details: { rule: 'replay' },
+        });
+      }
+      ex.status = answer.status;
+      ex.bytesDown = answer.body.length;
+      const headers = answer.headers.filter(([k]) => !['content-length', 'transfer-encoding', 'connection'].includes(k.toLowerCase()));
+      headers.push(['content-length', String(answer.body.length)]);
+      res.writeHead(answer.status, headers.flat());
+      res.end(answer.body);
+      ctx.report(ex);
+    } catch (err) {
+      this.#fail(ex, req, res, err);
+    }
+  }
+
   #forward(sb: Sandbox, ex: Ex, req: IncomingMessage, res: ServerResponse, dest: Dest, addresses: string[], prep: Prepared): void {
     const ctx = this.#ctx;
+    if (sb.replay) return void this.#answerFromRecording(sb, ex, req, res, dest, prep);
     const headers = prep.headers.filter(([k]) => !['content-length', 'transfer-encoding'].includes(k.toLowerCase()));
     const streamed = prep.body === undefined && hasBody(req);
     if (prep.body !== undefined) headers.push(['content-length', String(prep.body.length)]);

@@ -14,3 +14,4 @@ export {
 export { newPlaceholder, REDACTED, type SecretBinding } from './secrets.js';
 export { EgressProxy, type EgressProxyOptions, type EgressLimits, type SandboxConfig, type SandboxEgress } from './proxy.js';
 export type * from './events.js';
+export type { RecordedAnswer, ReplaySource } from './context.js';

@@ -13,7 +13,7 @@ import { SandglassError, createLogger, systemClock, type Clock, type Logger } fr
 import { nodeAddresses, parsePrivateAllow } from './address.js';
 import type { ApprovalBroker } from './approvals.js';
 import { SandboxCa } from './ca.js';
-import { ProxyContext, type Sandbox } from './context.js';
+import { ProxyContext, type ReplaySource, type Sandbox } from './context.js';
 import type { EgressEvent } from './events.js';
 import { Exchanges } from './exchange.js';
 import { Policy } from './policy.js';
@@ -74,6 +74,8 @@ export interface SandboxConfig {
   secrets: SecretBinding[];
   /** Reuse a CA (a sandbox forked in this process keeps its parent's); default: a new one. */
   ca?: SandboxCa;
+  /** A replay's fork: answer from the recording, never connect upstream. */
+  replay?: ReplaySource;
 }
 
 export interface SandboxEgress {
@@ -191,6 +193,7 @@ export class EgressProxy {
       httpAgent: new http.Agent(agentOpts),
       httpsAgent: new https.Agent({ ...agentOpts, minVersion: 'TLSv1.2', ...(this.#upstreamContext ? { secureContext: this.#upstreamContext } : {}) }),
       removed: false,
+      ...(cfg.replay ? { replay: cfg.replay } : {}),
     };
     this.#sandboxes.set(sandboxId, sb);
     return this.#facade(sb);

@@ -35,6 +35,17 @@ function recordedBody(buf: Buffer, sizeBytes: number, cap: number, redactor: Red
     : { encoding: 'base64', data: data.toString('base64'), sizeBytes, truncated };
 }
 
+/** The URL an exchange is recorded under: origin plus the client's target, secrets and placeholders redacted. */
+export function recordedUrl(dest: Dest, prep: Prepared): string {
+  const origin = `${dest.scheme}://${hostForUrl(dest.host)}${dest.port === (dest.scheme === 'https' ? 443 : 80) ? '' : `:${dest.port}`}`;
+  return origin + prep.recordUrl;
+}
+
+/** A request body as the recording keeps it (redacted, then cut at the cap): what a replay matches on. */
+export function recordedRequestBody(buf: Buffer, cap: number, redactor: Redactor | undefined): Buffer {
+  return (redactor ? redactor.buffer(buf) : buf).subarray(0, cap);
+}
+
 /** One allowed exchange as the upstream saw it; the response is what the guest got (decoded and masked when it carried a secret). */
 export function exchangeRecord(r: {
   capBytes: number;
@@ -51,13 +62,12 @@ export function exchangeRecord(r: {
   const { dest, prep, capBytes } = r;
   const redactor = prep.redactor;
   const red = (s: string) => (redactor ? redactor.text(s) : s);
-  const origin = `${dest.scheme}://${hostForUrl(dest.host)}${dest.port === (dest.scheme === 'https' ? 443 : 80) ? '' : `:${dest.port}`}`;
   return {
     scheme: dest.scheme,
     host: dest.host.host,
     port: dest.port,
     method: r.method,
-    url: origin + prep.recordUrl,
+    url: recordedUrl(dest, prep),
     requestHeaders: prep.recordHeaders.map(([k, v]) => [k, red(v)]),
     requestBody: recordedBody(r.requestBody.buffer, r.requestBody.size, capBytes, redactor),
     status: r.status,

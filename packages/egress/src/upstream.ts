@@ -4,7 +4,7 @@ import https from 'node:https';
 import type net from 'node:net';
 import { Transform, pipeline, type Duplex, type Readable, type TransformCallback } from 'node:stream';
 import zlib from 'node:zlib';
-import { SandglassError } from '@sandglass/core';
+import { failpoint, SandglassError } from '@sandglass/core';
 import { destName } from './address.js';
 import type { Sandbox } from './context.js';
 import type { Dest } from './decision.js';
@@ -106,6 +106,10 @@ export function watch(upReq: http.ClientRequest, dest: Dest, limits: Required<Eg
     responseTimer = setTimeout(() => upReq.destroy(new UpstreamTimeout('response')), limits.upstreamResponseTimeoutMs);
   });
   upReq.on('error', fail);
+  if (failpoint('egress.upstream') === 'reset') {
+    // The upstream resets the connection once the request is out: the guest gets a clean error, no hang, no leak.
+    upReq.once('finish', () => upReq.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' })));
+  }
   return {
     responded: () => {
       clearTimeout(connectTimer);
