@@ -1,9 +1,15 @@
-// `sandglass audit` over a real session: a command, a file written and a snapshot show up as timeline entries, in order.
+// `sandglass audit` over a real session: a command, a file written and a snapshot show up as timeline entries, in order;
+// its signed export verifies offline, fails once a line is tampered with, and is another tenant's to read as little as its events.
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { type AuditEntry, Sandbox } from '@sandglass/sdk';
-import { config, home } from './helpers.js';
+import { type AuditEntry, Sandbox, verifyAuditExport } from '@sandglass/sdk';
+import { api, checkResponsesAgainstSpec, config, home } from './helpers.js';
+
+checkResponsesAgainstSpec();
 
 const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
 
@@ -46,8 +52,75 @@ describe('sandglass audit', () => {
       expect(entries.map((x) => x.kind)).toEqual(expect.arrayContaining(['lifecycle', 'command', 'file', 'snapshot']));
       expect(entries[0]).toMatchObject({ kind: 'lifecycle', summary: expect.stringMatching(/^created /) });
       expect(await (await Sandbox.connect(id, config())).audit()).toEqual(entries);
+
+      await exportAndVerify(id);
     } finally {
       sg(['kill', id]);
     }
   });
 });
+
+/** The session's export through the CLI and the SDK: both verify with the published key, and tampering is caught. */
+async function exportAndVerify(id: string): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'sg-audit-'));
+  try {
+    const file = join(dir, 'export.jsonl');
+    const keyFile = join(dir, 'audit.pem');
+    const key = sg(['keys', 'audit-public']);
+    expect(key.code, key.stderr).toBe(0);
+    expect(key.stdout).toMatch(/^-----BEGIN PUBLIC KEY-----\n/);
+    writeFileSync(keyFile, key.stdout);
+    expect((await Sandbox.auditPublicKey(config())).publicKeyPem).toBe(key.stdout);
+
+    const exported = sg(['audit', id, '--export', '-o', file]);
+    expect(exported.code, exported.stderr).toBe(0);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const text = readFileSync(file, 'utf8');
+    const lines = text.trimEnd().split('\n');
+    const events = lines.slice(1, -1).map((l) => JSON.parse(l) as { type: string; data: Record<string, unknown> });
+    expect(events.map((e) => e.type)).toEqual(
+      expect.arrayContaining(['sandbox.created', 'command.started', 'command.exited', 'file.written', 'snapshot.taken']),
+    );
+    const verified = sg(['events', 'verify', file, '--public-key', keyFile]);
+    expect(verified.code, verified.stdout + verified.stderr).toBe(0);
+    expect(verified.stdout).toMatch(new RegExp(`^OK ${id}: ${events.length} events, head [0-9a-f]{16}, signed by key [0-9a-f]{32} at `));
+
+    // The SDK's export holds the same events (and any recorded since), and verifies with the same key.
+    const viaSdk = await (await Sandbox.connect(id, config())).exportAudit();
+    expect(
+      viaSdk
+        .trimEnd()
+        .split('\n')
+        .slice(1, events.length + 1),
+    ).toEqual(lines.slice(1, -1));
+    expect(verifyAuditExport(viaSdk, key.stdout)).toMatchObject({ ok: true, sandboxId: id });
+
+    // The command's exit code rewritten on disk: the verdict names the line and the hash check.
+    const at = events.findIndex((e) => e.type === 'command.exited');
+    const edited = [...lines];
+    edited[at + 1] = lines[at + 1]!.replace('"exitCode":3', '"exitCode":0');
+    expect(edited[at + 1]).not.toBe(lines[at + 1]);
+    writeFileSync(file, `${edited.join('\n')}\n`);
+    const tampered = sg(['events', 'verify', file, '--public-key', keyFile]);
+    expect(tampered.code).toBe(1);
+    expect(tampered.stdout).toBe(
+      `FAILED line ${at + 2} (hash): the hash of event ${JSON.parse(lines[at + 1]!).id} does not match its content: a field was edited\n`,
+    );
+    // The last event cut: the count check; and without the key nothing passes.
+    writeFileSync(file, `${[...lines.slice(0, -2), lines.at(-1)].join('\n')}\n`);
+    expect(sg(['events', 'verify', file, '--public-key', keyFile, '--json']).stdout).toMatch(/"ok":false,"line":\d+,"check":"count"/);
+    writeFileSync(file, text);
+    expect(sg(['events', 'verify', file]).stdout).toMatch(/^FAILED line \d+ \(key\): no public key was given/);
+
+    // Another tenant's key learns nothing: the answer of an unknown sandbox.
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `audit-other-${Date.now()}` } });
+    expect(tenant.status).toBe(201);
+    const other = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: {} });
+    expect(other.status).toBe(201);
+    const theirs = await api('GET', `/v1/sandboxes/${id}/audit/export`, { key: other.body!.key });
+    expect(theirs.status).toBe(404);
+    expect(theirs.body!.error.code).toBe('sandbox_not_found');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -305,6 +305,15 @@ const sandboxEnvs: Migration = {
   },
 };
 
+const sandboxSubChain: Migration = {
+  async up(db: Kysely<any>) {
+    // Each event naming a sandbox also links to the previous event of that sandbox, so one sandbox's events verify on
+    // their own (an audit export cannot carry the other tenants' events between them). Null in events written before:
+    // their hashes never covered the field. The (sandbox_id, seq) index of 0001 finds the previous event.
+    await db.schema.alterTable('events').addColumn('sandbox_prev_hash', 'text').execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -320,5 +329,6 @@ export const migrationProvider: MigrationProvider = {
     '0006_cluster': cluster,
     '0007_postgres_bigint': postgresBigint,
     '0008_sandbox_envs': sandboxEnvs,
+    '0009_sandbox_sub_chain': sandboxSubChain,
   }),
 };

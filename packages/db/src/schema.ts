@@ -137,6 +137,8 @@ export interface EventsTable {
   /** Canonical JSON text (sorted keys), exactly what the hash covers. */
   data: string;
   prev_hash: string;
+  /** The hash of the sandbox's previous event (GENESIS_HASH for its first); null without a sandbox or before 0009. */
+  sandbox_prev_hash: string | null;
   hash: string;
 }
 

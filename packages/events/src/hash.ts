@@ -20,6 +20,8 @@ export function canonicalJson(value: unknown): string {
 /**
  * hash = sha256(prevHash + canonical JSON of the event without seq and hash), hex. seq is left out because the
  * database assigns it after the hash is computed (and PostgreSQL may skip values); prevHash is what links the chain.
+ * sandboxPrevHash is in the body when present, so both chains cover it; canonical JSON drops it when absent, which keeps
+ * the hashes of events written before it existed.
  */
 export function eventHash(event: Omit<StoredEvent, 'seq' | 'hash'>): string {
   const body = canonicalJson({
@@ -30,6 +32,7 @@ export function eventHash(event: Omit<StoredEvent, 'seq' | 'hash'>): string {
     at: event.at,
     data: event.data,
     prevHash: event.prevHash,
+    sandboxPrevHash: event.sandboxPrevHash,
   });
   return createHash('sha256').update(event.prevHash).update(body).digest('hex');
 }

@@ -3,9 +3,9 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import { ManualClock } from '@sandglass/core';
-import { isPostgres, openDatabase, toIso, type Database } from '@sandglass/db';
+import { GENESIS_HASH, isPostgres, openDatabase, toIso, type Database } from '@sandglass/db';
 import { createTestDatabase } from '@sandglass/db/test-postgres';
-import { canonicalJson, EventLog, eventHash, project, type AppendInput } from './index.js';
+import { canonicalJson, EventLog, eventHash, project, type AppendInput, type StoredEvent } from './index.js';
 
 let databases = 0;
 /** A new, empty database of each dialect: in memory for SQLite, a database of its own on the unit run's PostgreSQL. */
@@ -128,6 +128,49 @@ describe.each(dialects)('on $dialect', ({ fresh }) => {
       expect((await log.verifyChain()).ok).toBe(true);
     });
 
+    it("links each sandbox's events into a chain of their own, through other sandboxes' and tenants' events", async () => {
+      await script();
+      const all = await log.list();
+      expect(all.filter((e) => e.sandboxId === null).every((e) => e.sandboxPrevHash === undefined)).toBe(true);
+      for (const id of ['sbx_1', 'sbx_2', 'sbx_3', 'sbx_4']) {
+        const own = all.filter((e) => e.sandboxId === id);
+        expect(own.map((e) => e.sandboxPrevHash)).toEqual([GENESIS_HASH, ...own.slice(0, -1).map((e) => e.hash)]);
+      }
+      // The field is hashed: the stored hash covers it, and without it the hash differs.
+      const linked = all.find((e) => e.sandboxId === 'sbx_1' && e.type === 'sandbox.started')!;
+      expect(eventHash(linked)).toBe(linked.hash);
+      expect(eventHash({ ...linked, sandboxPrevHash: undefined })).not.toBe(linked.hash);
+    });
+
+    it('keeps the hashes of events written before the sub-chain, and links the next event to the last of them', async () => {
+      // Two events as an earlier version wrote them: no sandbox_prev_hash, hashed without it.
+      const overriding = isPostgres(database.db) ? sql`overriding system value` : sql``;
+      let prevHash = GENESIS_HASH;
+      const old: StoredEvent[] = [];
+      for (const [seq, type] of [
+        [1, 'sandbox.created'],
+        [2, 'command.started'],
+      ] as const) {
+        const data = type === 'sandbox.created' ? created('sbx_old').data : { commandId: 'cmd_1' };
+        const body = { id: `evt_old_${seq}`, type, tenantId: 'ten_a', sandboxId: 'sbx_old', at: toIso(seq), data, prevHash };
+        const e = { seq, ...body, hash: eventHash(body) };
+        await sql`insert into events (seq, id, type, tenant_id, sandbox_id, at, data, prev_hash, hash) ${overriding} values (${seq}, ${e.id}, ${type}, ${'ten_a'}, ${'sbx_old'}, ${e.at}, ${canonicalJson(data)}, ${prevHash}, ${e.hash})`.execute(
+          database.db,
+        );
+        old.push(e);
+        prevHash = e.hash;
+      }
+      await database.db.updateTable('event_chain_head').set({ seq: 2, hash: prevHash }).execute();
+      // Rows inserted with their own seq leave PostgreSQL's identity sequence behind: move it past them.
+      if (isPostgres(database.db)) await sql`select setval(pg_get_serial_sequence('events', 'seq'), 2)`.execute(database.db);
+      await log.rebuildProjections();
+
+      const next = await log.append({ type: 'command.exited', tenantId: 'ten_a', sandboxId: 'sbx_old', data: { commandId: 'cmd_1', exitCode: 0 } }, { clock });
+      expect(next.sandboxPrevHash).toBe(old[1]!.hash);
+      expect((await log.list()).slice(0, 2)).toEqual(old);
+      expect(await log.verifyChain()).toMatchObject({ ok: true, count: 3 });
+    });
+
     it('filters and pages', async () => {
       await script();
       const all = await log.list();
@@ -191,6 +234,30 @@ describe.each(dialects)('on $dialect', ({ fresh }) => {
         database.db,
       );
       expect(await log.verifyChain()).toMatchObject({ ok: false, seq: all[1]!.seq });
+    });
+
+    it("catches a sandbox link that points at another event than the sandbox's previous one", async () => {
+      // Rewritten from one event on with every later hash and the head recomputed, so only the sub-chain link is wrong.
+      const all = await log.list();
+      const at = all.findIndex((e) => e.sandboxId === 'sbx_4' && e.type === 'file.written');
+      let prevHash = all[at - 1]!.hash;
+      for (const [i, e] of all.slice(at).entries()) {
+        const rewritten = { ...e, prevHash, ...(i === 0 ? { sandboxPrevHash: all[0]!.hash } : {}) };
+        const hash = eventHash(rewritten);
+        await database.db
+          .updateTable('events')
+          .set({ prev_hash: `x${e.seq}`, hash: `y${e.seq}` })
+          .where('seq', '=', e.seq)
+          .execute();
+        await database.db
+          .updateTable('events')
+          .set({ prev_hash: prevHash, hash, sandbox_prev_hash: rewritten.sandboxPrevHash ?? null })
+          .where('seq', '=', e.seq)
+          .execute();
+        prevHash = hash;
+      }
+      await database.db.updateTable('event_chain_head').set({ hash: prevHash }).execute();
+      expect(await log.verifyChain()).toMatchObject({ ok: false, seq: all[at]!.seq, problem: expect.stringMatching(/sandbox's previous event/) });
     });
 
     it('catches a truncated tail', async () => {
@@ -364,6 +431,11 @@ describe('on postgres, three replicas appending at once', () => {
     const all = await log.list();
     expect(all).toHaveLength(300);
     expect(new Set(all.map((e) => e.prevHash)).size).toBe(300);
+    // Each sandbox's own chain is linear too: its events link in seq order, whichever replica appended them.
+    for (let i = 0; i < 30; i++) {
+      const own = all.filter((e) => e.sandboxId === `sbx_${i}`);
+      expect(own.map((e) => e.sandboxPrevHash)).toEqual([GENESIS_HASH, ...own.slice(0, -1).map((e) => e.hash)]);
+    }
     const { db } = replicas[2]!;
     const live = {
       sandboxes: await db.selectFrom('sandboxes').selectAll().orderBy('id').execute(),

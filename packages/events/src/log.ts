@@ -1,6 +1,6 @@
 // The append-only, hash-chained event log; each append updates the projections in the same transaction.
 import type { Kysely } from 'kysely';
-import { newId, SandglassError, systemRandom, type Clock, type Random } from '@sandglass/core';
+import { failpoint, newId, SandglassError, systemRandom, type Clock, type Random } from '@sandglass/core';
 import { GENESIS_HASH, fromIso, isPostgres, toIso, type EventRow, type Schema, type SandboxRow } from '@sandglass/db';
 import { canonicalJson, eventHash } from './hash.js';
 import { project, projectSnapshot } from './project.js';
@@ -23,6 +23,8 @@ export interface ListFilter {
   types?: string[];
   /** Only events with a larger seq: resume where a previous page ended. */
   afterSeq?: number;
+  /** Only events with this seq or a smaller one. */
+  untilSeq?: number;
   limit?: number;
 }
 
@@ -64,6 +66,7 @@ export class EventLog {
     // What is hashed must be exactly what a later read parses back, so normalise through canonical JSON first.
     const data = JSON.parse(canonicalJson(input.data ?? {})) as Record<string, unknown>;
     const run = async (trx: Kysely<Schema>): Promise<StoredEvent> => {
+      failpoint('events.append');
       const head = await this.#lockHead(trx);
       if (input.id !== undefined) {
         // A redelivery (the sender did not see our answer): the event is in the log once already. Checked under the
@@ -71,14 +74,18 @@ export class EventLog {
         const existing = await trx.selectFrom('events').selectAll().where('id', '=', input.id).executeTakeFirst();
         if (existing) return fromRow(existing);
       }
+      const sandboxId = input.sandboxId ?? null;
+      // Read under the head's lock like the head itself: the sandbox's chain cannot fork any more than the main one.
+      const sandboxPrevHash = sandboxId === null ? undefined : await sandboxHead(trx, input.tenantId, sandboxId);
       const body = {
         id: input.id ?? newId('evt', (opts.random ?? systemRandom).bytes),
         type: input.type,
         tenantId: input.tenantId,
-        sandboxId: input.sandboxId ?? null,
+        sandboxId,
         at: input.at === undefined ? toIso(opts.clock.nowMs()) : toIso(fromIso(input.at)),
         data,
         prevHash: head.hash,
+        ...(sandboxPrevHash === undefined ? {} : { sandboxPrevHash }),
       };
       const hash = eventHash(body);
       const { seq } = await trx
@@ -91,6 +98,7 @@ export class EventLog {
           at: body.at,
           data: canonicalJson(data),
           prev_hash: body.prevHash,
+          sandbox_prev_hash: sandboxPrevHash ?? null,
           hash,
         })
         .returning('seq')
@@ -102,6 +110,8 @@ export class EventLog {
       const event: StoredEvent = { seq, ...body, hash };
       if (event.sandboxId && event.type.startsWith('sandbox.')) await applyToProjection(trx, event);
       if (event.type.startsWith('snapshot.')) await applySnapshot(trx, event);
+      // Thrown here, the whole transaction rolls back: the commit that fails (or the crash just before it).
+      failpoint('db.commit');
       return event;
     };
     // In the caller's transaction a lost race cannot be retried here (the caller's own writes would be lost with it).
@@ -133,8 +143,24 @@ export class EventLog {
       );
     }
     if (filter.afterSeq !== undefined) q = q.where('seq', '>', filter.afterSeq);
+    if (filter.untilSeq !== undefined) q = q.where('seq', '<=', filter.untilSeq);
     if (filter.limit !== undefined) q = q.limit(filter.limit);
     return (await q.execute()).map(fromRow);
+  }
+
+  /**
+   * How many of the tenant's events name the sandbox, and the last one's seq, read in one statement. seq is commit order,
+   * so no event with a seq up to lastSeq commits later: paging with untilSeq = lastSeq reads exactly `count` events.
+   */
+  async sandboxExtent(tenantId: string, sandboxId: string): Promise<{ count: number; lastSeq: number }> {
+    const row = await this.db
+      .selectFrom('events')
+      .select((eb) => [eb.fn.countAll<number | string | bigint>().as('count'), eb.fn.max('seq').as('lastSeq')])
+      .where('sandbox_id', '=', sandboxId)
+      .where('tenant_id', '=', tenantId)
+      .executeTakeFirstOrThrow();
+    // PostgreSQL answers count(*) and a bigint max as strings.
+    return { count: Number(row.count), lastSeq: Number(row.lastSeq ?? 0) };
   }
 
   /** Walks the whole log: every hash recomputes, every link points at the previous event, and the head is the last. */
@@ -167,11 +193,33 @@ function lostTheRace(err: unknown): boolean {
   return e.code === 'SQLITE_CONSTRAINT_UNIQUE' && typeof e.message === 'string' && e.message.includes('events.prev_hash');
 }
 
-/** Walks the whole log: every hash recomputes, every link points at the previous event, and the head is the last. */
+/**
+ * The hash of the sandbox's last event (the (sandbox_id, seq) index finds it), or GENESIS_HASH before its first. The
+ * chain is the tenant's events of the sandbox, exactly what that tenant may export: an event some gateway recorded under
+ * another tenant for the same id starts a chain of its own rather than becoming a link the tenant could not show.
+ */
+async function sandboxHead(trx: Kysely<Schema>, tenantId: string, sandboxId: string): Promise<string> {
+  const last = await trx
+    .selectFrom('events')
+    .select('hash')
+    .where('sandbox_id', '=', sandboxId)
+    .where('tenant_id', '=', tenantId)
+    .orderBy('seq', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return last?.hash ?? GENESIS_HASH;
+}
+
+/**
+ * Walks the whole log: every hash recomputes, every link points at the previous event (and at the sandbox's previous
+ * event, where the event has that link), and the head is the last.
+ */
 async function verifyIn(db: Kysely<Schema>): Promise<ChainReport> {
   let prev = GENESIS_HASH;
   let count = 0;
   let last = { seq: 0, hash: GENESIS_HASH };
+  // Each sandbox's last hash so far; events from before the sub-chain count too, since the first linked event points at one.
+  const sandboxHeads = new Map<string, string>();
   for (const row of await db.selectFrom('events').selectAll().orderBy('seq', 'asc').execute()) {
     let event: StoredEvent;
     try {
@@ -181,6 +229,17 @@ async function verifyIn(db: Kysely<Schema>): Promise<ChainReport> {
     }
     if (event.prevHash !== prev) return { ok: false, seq: row.seq, problem: 'prev_hash does not match the previous event: an event was removed or reordered' };
     if (eventHash(event) !== event.hash) return { ok: false, seq: row.seq, problem: 'hash does not match the content: the event was edited' };
+    if (event.sandboxId !== null) {
+      const chain = `${event.tenantId}/${event.sandboxId}`;
+      if (event.sandboxPrevHash !== undefined && event.sandboxPrevHash !== (sandboxHeads.get(chain) ?? GENESIS_HASH)) {
+        return {
+          ok: false,
+          seq: row.seq,
+          problem: "sandbox_prev_hash does not match the sandbox's previous event: one of its events was removed or reordered",
+        };
+      }
+      sandboxHeads.set(chain, event.hash);
+    }
     prev = event.hash;
     last = { seq: row.seq, hash: event.hash };
     count++;
@@ -216,6 +275,7 @@ function fromRow(row: EventRow): StoredEvent {
     at: row.at,
     data: JSON.parse(row.data) as Record<string, unknown>,
     prevHash: row.prev_hash,
+    ...(row.sandbox_prev_hash === null ? {} : { sandboxPrevHash: row.sandbox_prev_hash }),
     hash: row.hash,
   };
 }

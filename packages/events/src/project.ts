@@ -79,6 +79,9 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
         ...(d.secrets === undefined ? {} : { secrets: canonicalJson(d.secrets) }),
       };
     }
+    case 'sandbox.synced':
+      // The guest's clock and entropy were set (a start); the recording keeps them, the projection has nothing to change.
+      return row;
     case 'sandbox.configured':
       return { ...row, snapshot_interval_s: (e.data as EventDataMap['sandbox.configured']).snapshotIntervalS };
     case 'sandbox.network_changed':

@@ -77,6 +77,13 @@ export interface EventDataMap {
     snapshotTakenAt: string;
   }>;
   'sandbox.configured': Open<{ snapshotIntervalS: number }>;
+  /**
+   * The gateway set the guest's clock and credited it entropy (every start: create, resume, fork). The entropy bytes
+   * are only in the tenant's chunk store (`entropyContentId`): an event reader must not learn what seeded the guest.
+   */
+  'sandbox.synced': Open<{ timeUnixNs: string; entropyContentId: string | null; replayOf?: string }>;
+  /** The sandbox's recording reached its cap: inputs after this event carry no content and cannot be replayed. */
+  'recording.capped': Open<{ capBytes: number; recordedBytes: number }>;
   /** The egress policy was replaced by this one (the gateway applied it first). */
   'sandbox.network_changed': Open<NetworkPolicyData>;
   'snapshot.taken': Open<SnapshotTakenData>;
@@ -101,6 +108,16 @@ export interface EventDataMap {
   /** A tenant secret was created or replaced: its configuration, never its value. */
   'secret.set': Open<{ name: string; hosts: string[]; header: string | null; approval: 'none' | 'required' }>;
   'secret.removed': Open<{ name: string }>;
+  /** The tenant's key provider was registered (token and key labels, never a PIN or key); byKeyId is the actor. */
+  'key.provider_set': Open<{ provider: 'keyring' | 'pkcs11'; token?: string; key?: string; currentVersion: number; byKeyId: string }>;
+  /** New writes use data key version toVersion; with an HSM every older version was wrapped again (rewrappedVersions). */
+  'key.rotated': Open<{ provider: string; fromVersion: number; toVersion: number; key?: string; rewrappedVersions?: number[]; byKeyId: string }>;
+  /** The tenant's wrapped data keys were destroyed: nothing of it can be read again. */
+  'key.revoked': Open<{ provider: string; versions: number[]; byKeyId: string }>;
+  /** A gateway stopped the tenant's sandboxes and wiped its plaintext: the control plane told it, or its provider refused. */
+  'tenant.plaintext_wiped': Open<{ trigger: 'api' | 'provider'; stoppedSandboxes: string[]; wipedFiles: number }>;
+  /** A revoked tenant's chunks and manifests, unreadable since the revocation, were deleted after the retention period. */
+  'tenant.data_purged': Open<{ manifests: number; chunks: number; freedBytes: number; revokedAt: string }>;
 }
 
 /** Lowercase dotted names: `sandbox.created`, `file.dir_created`. */
@@ -131,5 +148,10 @@ export interface StoredEvent {
   at: string;
   data: Record<string, unknown>;
   prevHash: string;
+  /**
+   * The hash of the previous event of the same sandbox (GENESIS_HASH for its first): the sandbox's own chain, which an
+   * export of that sandbox alone can verify. Absent on events without a sandbox and on those written before it existed.
+   */
+  sandboxPrevHash?: string;
   hash: string;
 }
