@@ -152,8 +152,9 @@ export class SecretStore {
     const { name } = input;
     checkSecretName(name);
     checkInput(input);
-    const key = await this.#keys.dataKey(tenantId, 'secret');
-    const sealed = seal(key, Buffer.from(input.value, 'utf8'), aadOf(tenantId, name)).toString('base64');
+    const version = (await this.#keys.keyVersion?.(tenantId)) ?? 1;
+    const key = await this.#keys.dataKey(tenantId, 'secret', version);
+    const sealed = withVersion(version, seal(key, Buffer.from(input.value, 'utf8'), aadOf(tenantId, name)).toString('base64'));
     const now = toIso(this.#clock.nowMs());
     const header = input.header ?? null;
     const config = {
@@ -249,9 +250,11 @@ export class SecretStore {
       ...info,
       value: async () => {
         const row = await this.#row(tenantId, name);
-        const key = await this.#keys.dataKey(tenantId, 'secret');
+        const { version, sealedB64 } = versionOf(row.value_sealed);
+        // Sealed under the data key version current when it was set: a rotation since leaves it readable.
+        const key = await this.#keys.dataKey(tenantId, 'secret', version);
         try {
-          return new Redacted(unseal(key, Buffer.from(row.value_sealed, 'base64'), aadOf(tenantId, name)).toString('utf8'));
+          return new Redacted(unseal(key, Buffer.from(sealedB64, 'base64'), aadOf(tenantId, name)).toString('utf8'));
         } catch (err) {
           throw new SandglassError('internal', `Secret ${name} could not be decrypted.`, { cause: new Error(`unseal failed: ${(err as Error).message}`) });
         }
@@ -264,4 +267,14 @@ export class SecretStore {
     if (!row) throw notFound(name);
     return row;
   }
+}
+
+/** Values sealed under data key version 1 are bare base64, as before rotations existed; later ones say their version. */
+function withVersion(version: number, sealedB64: string): string {
+  return version === 1 ? sealedB64 : `k${version}.${sealedB64}`;
+}
+
+function versionOf(stored: string): { version: number; sealedB64: string } {
+  const m = /^k([1-9][0-9]{0,8})\.(.*)$/s.exec(stored);
+  return m ? { version: Number(m[1]), sealedB64: m[2]! } : { version: 1, sealedB64: stored };
 }

@@ -1,4 +1,5 @@
 // The local keyring: keys are stable, wrapped at rest, separate per tenant and purpose, and revocation is final.
+import { createPrivateKey, createPublicKey, generateKeyPairSync, verify } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -59,9 +60,9 @@ describe('LocalKeyring', () => {
     await a.dataKey('ten_b', 'chunk-data');
     await a.revoke('ten_a');
     expect((await readdir(join(dir, 'tenants'))).sort()).toEqual(['ten_a.revoked', 'ten_b.key']);
-    await expect(a.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
-    await expect(b.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
-    await expect(new LocalKeyring({ dir }).dataKey('ten_a', 'secret')).rejects.toMatchObject({ code: 'key_unavailable' });
+    await expect(a.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_revoked' });
+    await expect(b.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_revoked' });
+    await expect(new LocalKeyring({ dir }).dataKey('ten_a', 'secret')).rejects.toMatchObject({ code: 'key_revoked' });
     expect((await a.dataKey('ten_b', 'chunk-data')).length).toBe(32);
     await a.revoke('ten_a');
   });
@@ -69,7 +70,7 @@ describe('LocalKeyring', () => {
   it('a tenant revoked before first use never gets a key', async () => {
     const keyring = new LocalKeyring({ dir });
     await keyring.revoke('ten_new');
-    await expect(keyring.dataKey('ten_new', 'chunk-id')).rejects.toMatchObject({ code: 'key_unavailable' });
+    await expect(keyring.dataKey('ten_new', 'chunk-id')).rejects.toMatchObject({ code: 'key_revoked' });
     expect(await readdir(join(dir, 'tenants'))).toEqual(['ten_new.revoked']);
   });
 
@@ -89,5 +90,30 @@ describe('LocalKeyring', () => {
     }
     await expect(keyring.dataKey('ten_a', 'nope' as 'secret')).rejects.toMatchObject({ code: 'invalid_argument', details: { field: 'purpose' } });
     expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('signs audit exports with one Ed25519 key per deployment, created on first use, 0600, sealed under the master key', async () => {
+    const keyrings = Array.from({ length: 4 }, () => new LocalKeyring({ dir }));
+    const pems = await Promise.all(keyrings.map((k) => k.auditPublicKeyPem()));
+    expect(new Set(pems).size).toBe(1);
+    const publicKey = createPublicKey(pems[0]!);
+    expect(publicKey.asymmetricKeyType).toBe('ed25519');
+    const message = Buffer.from('header and head hash');
+    const signature = await new LocalKeyring({ dir }).signAudit(message);
+    expect(verify(null, message, publicKey, signature)).toBe(true);
+    expect(verify(null, message, generateKeyPairSync('ed25519').publicKey, signature)).toBe(false);
+
+    const file = await stat(join(dir, 'audit-signing.key'));
+    expect(file.mode & 0o777).toBe(0o600);
+    expect((await readdir(dir)).sort()).toEqual(['audit-signing.key', 'master.key']);
+    // Sealed: the file is not a private key anyone can load without the master key.
+    const sealed = await readFile(join(dir, 'audit-signing.key'));
+    expect(() => createPrivateKey({ key: sealed, format: 'der', type: 'pkcs8' })).toThrow();
+  });
+
+  it('refuses an audit key that no longer opens under the master key', async () => {
+    await new LocalKeyring({ dir }).auditPublicKeyPem();
+    await writeFile(join(dir, 'master.key'), Buffer.alloc(32, 7));
+    await expect(new LocalKeyring({ dir }).signAudit(Buffer.from('x'))).rejects.toMatchObject({ code: 'key_unavailable' });
   });
 });

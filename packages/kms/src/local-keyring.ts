@@ -1,36 +1,43 @@
 // The default key provider: one random data key per tenant, wrapped under a master key file on local disk.
-import { randomBytes } from 'node:crypto';
+import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { invalidArgument, SandglassError } from '@sandglass/core';
 import { ensureDir, errorCode, exists, fsyncDir, readIfExists, writeExclusive } from './files.js';
-import { checkPurpose, derivePurposeKey, type KeyProvider, type KeyPurpose } from './provider.js';
+import { checkPurpose, derivePurposeKey, type AuditSigner, type KeyProvider, type KeyPurpose } from './provider.js';
 import { seal, unseal } from './seal.js';
 
 const KEY_BYTES = 32;
 /** A tenant id becomes a file name, so it must be a single path segment that cannot climb out of the directory. */
 const TENANT_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+const AUDIT_KEY_FILE = 'audit-signing.key';
+/** Binds the sealed audit key to its use: no tenant key file (aad = tenant id) can be swapped in for it. */
+const AUDIT_KEY_AAD = Buffer.from('sandglass/audit-signing');
 
 /**
  * Layout under dir: master.key (32 raw bytes, mode 0600); tenants/<tenantId>.key (the data key sealed under the
- * master key, aad = tenant id); tenants/<tenantId>.revoked (empty tombstone, so a revoked tenant never gets a new key).
+ * master key, aad = tenant id); tenants/<tenantId>.revoked (empty tombstone, so a revoked tenant never gets a new key);
+ * audit-signing.key (the deployment's Ed25519 private key, PKCS#8 DER sealed under the master key).
  */
-export class LocalKeyring implements KeyProvider {
+export class LocalKeyring implements KeyProvider, AuditSigner {
   readonly name = 'local';
   readonly #dir: string;
   readonly #tenantsDir: string;
   #master: Promise<Buffer> | undefined;
   /** Unwrapped data keys by tenant; promises, so concurrent first uses share one read or creation. */
   readonly #dataKeys = new Map<string, Promise<Buffer>>();
+  #auditKey: Promise<KeyObject> | undefined;
 
   constructor(opts: { dir: string }) {
     this.#dir = opts.dir;
     this.#tenantsDir = join(opts.dir, 'tenants');
   }
 
-  async dataKey(tenantId: string, purpose: KeyPurpose): Promise<Buffer> {
+  async dataKey(tenantId: string, purpose: KeyPurpose, version?: number): Promise<Buffer> {
     checkTenantId(tenantId);
     checkPurpose(purpose);
+    // Later versions are wrapped here but kept by TenantKeys: answering version 1 for them would decrypt nothing.
+    if (version !== undefined && version !== 1) throw unavailable(tenantId, `the local keyring alone holds only version 1, not ${version}`);
     // Checked on every call, cache hit or not: a revocation by another process must take effect here too.
     await this.#refuseIfRevoked(tenantId);
     let pending = this.#dataKeys.get(tenantId);
@@ -62,6 +69,79 @@ export class LocalKeyring implements KeyProvider {
     this.#dataKeys.delete(tenantId);
   }
 
+  /** Whether the tenant has a data key here: a tenant whose data this keyring encrypts cannot move to another provider. */
+  async hasKey(tenantId: string): Promise<boolean> {
+    checkTenantId(tenantId);
+    return exists(this.#keyPath(tenantId));
+  }
+
+  /**
+   * Seals a later version of a tenant's data key (a rotation) under the master key; aad = `<tenant>/v<version>`, so no
+   * version can stand in for another. The caller keeps the result: version 1 stays this keyring's own key file.
+   */
+  async wrapDataKey(tenantId: string, version: number, key: Buffer): Promise<Buffer> {
+    checkTenantId(tenantId);
+    await this.#refuseIfRevoked(tenantId);
+    return seal(await this.#masterKey(), key, versionAad(tenantId, version));
+  }
+
+  async unwrapDataKey(tenantId: string, version: number, wrapped: Buffer): Promise<Buffer> {
+    checkTenantId(tenantId);
+    await this.#refuseIfRevoked(tenantId);
+    try {
+      return unseal(await this.#masterKey(), wrapped, versionAad(tenantId, version));
+    } catch (err) {
+      if (err instanceof SandglassError) throw err;
+      throw unavailable(tenantId, `its key version ${version} does not open under ${join(this.#dir, 'master.key')}`, err);
+    }
+  }
+
+  async signAudit(message: Buffer): Promise<Buffer> {
+    return sign(null, message, await this.#auditSigningKey());
+  }
+
+  async auditPublicKeyPem(): Promise<string> {
+    return createPublicKey(await this.#auditSigningKey())
+      .export({ type: 'spki', format: 'pem' })
+      .toString();
+  }
+
+  #auditSigningKey(): Promise<KeyObject> {
+    this.#auditKey ??= this.#loadOrCreateAuditKey().catch((err: unknown) => {
+      this.#auditKey = undefined;
+      throw err;
+    });
+    return this.#auditKey;
+  }
+
+  async #loadOrCreateAuditKey(): Promise<KeyObject> {
+    const path = join(this.#dir, AUDIT_KEY_FILE);
+    let master: Buffer;
+    let wrapped: Buffer | undefined;
+    try {
+      master = await this.#masterKey();
+      wrapped = await readIfExists(path);
+      if (!wrapped) {
+        const { privateKey } = generateKeyPairSync('ed25519');
+        const fresh = seal(master, privateKey.export({ type: 'pkcs8', format: 'der' }), AUDIT_KEY_AAD);
+        // Replicas sharing this directory that create it at once all end up signing with the one that landed first.
+        wrapped = (await writeExclusive(path, fresh)) ? fresh : await readFile(path);
+      }
+    } catch (err) {
+      if (err instanceof SandglassError) throw err;
+      throw new SandglassError('key_unavailable', `The audit signing key in ${this.#dir} is unavailable (${(err as Error).message}).`, { cause: err });
+    }
+    try {
+      return createPrivateKey({ key: unseal(master, wrapped, AUDIT_KEY_AAD), format: 'der', type: 'pkcs8' });
+    } catch (err) {
+      throw new SandglassError(
+        'key_unavailable',
+        `The audit signing key ${path} does not open under ${join(this.#dir, 'master.key')}; the master key was replaced or the key file damaged.`,
+        { cause: err },
+      );
+    }
+  }
+
   async #refuseIfRevoked(tenantId: string): Promise<void> {
     let revoked: boolean;
     try {
@@ -69,7 +149,7 @@ export class LocalKeyring implements KeyProvider {
     } catch (err) {
       throw unavailable(tenantId, `its revocation state cannot be read (${(err as Error).message})`, err);
     }
-    if (revoked) throw unavailable(tenantId, 'it was revoked');
+    if (revoked) throw revokedError(tenantId);
   }
 
   async #loadOrCreate(tenantId: string): Promise<Buffer> {
@@ -88,7 +168,7 @@ export class LocalKeyring implements KeyProvider {
         // A revocation racing this creation wins: no key file may outlive its tombstone.
         if (await exists(this.#tombstonePath(tenantId))) {
           await unlink(path).catch(() => undefined);
-          throw unavailable(tenantId, 'it was revoked');
+          throw revokedError(tenantId);
         }
       }
     } catch (err) {
@@ -141,6 +221,17 @@ function checkTenantId(tenantId: string): void {
   if (typeof tenantId !== 'string' || !TENANT_ID.test(tenantId)) {
     throw invalidArgument('tenantId', 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit');
   }
+}
+
+function versionAad(tenantId: string, version: number): Buffer {
+  if (!Number.isInteger(version) || version < 2) throw invalidArgument('version', 'must be a whole number from 2: version 1 is the key file itself');
+  return Buffer.from(`${tenantId}/v${version}`);
+}
+
+function revokedError(tenantId: string): SandglassError {
+  return new SandglassError('key_revoked', `The data key of tenant ${tenantId} was revoked; nothing of the tenant can be read or booted.`, {
+    details: { tenantId },
+  });
 }
 
 function unavailable(tenantId: string, why: string, cause?: unknown): SandglassError {

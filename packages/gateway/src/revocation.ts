@@ -1,0 +1,161 @@
+// A tenant's key revoked: its sandboxes stop, every plaintext of it on this node is wiped, and its boots are refused.
+import { existsSync, rmSync } from 'node:fs';
+import { SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
+import type { GatewayEvents } from './events.js';
+import type { Sandbox } from './sandbox.js';
+import type { SnapshotManager } from './snapshots.js';
+
+/** How often the node asks the provider about each tenant it holds plaintext of. */
+export const DEFAULT_KEY_POLL_INTERVAL_MS = 2_000;
+
+export interface RevocationOptions {
+  sandboxes: ReadonlyMap<string, Sandbox>;
+  snapshots: SnapshotManager;
+  /** Asks the tenant's key provider (verify when it has one: past every cache). */
+  verify: (tenantId: string) => Promise<void>;
+  events: GatewayEvents;
+  clock: Clock;
+  logger: Logger;
+  pollIntervalMs?: number;
+}
+
+/** Where a tenant's plaintext lives on this node, and the sandboxes that make more of it. */
+export interface TenantPlaintext {
+  sandboxes: Sandbox[];
+  paths: string[];
+}
+
+/**
+ * The one list of a tenant's plaintext on this node. A new cache of tenant data must be added here, or a revocation
+ * leaves it behind (tests/byok.test.ts lists the tmpfs and run directories after a revocation and finds nothing).
+ * - each sandbox's guest RAM file on tmpfs (`<vm>.mem`) and its run directory (qcow2 overlays with the guest's disk
+ *   writes, device state, sockets);
+ * - the snapshot RAM images cached on tmpfs for forks and resumes (`snap-<id>.img`); a capture's RAM copy in flight
+ *   (`<snap>.capture`) becomes one when it commits or is removed when it fails, and the wipe waits for it;
+ * - unwrapped data keys (the key provider's cache, dropped by the provider's revoke; a node's RemoteKeys cache is
+ *   useless without the sandboxes, which stop first).
+ * Decrypted secret values are never held past one proxied request, and a sandbox's connections close with it.
+ */
+export function tenantPlaintext(o: Pick<RevocationOptions, 'sandboxes' | 'snapshots'>, tenantId: string): TenantPlaintext {
+  const sandboxes = [...o.sandboxes.values()].filter((s) => s.tenantId === tenantId);
+  const paths: string[] = [];
+  for (const s of sandboxes) {
+    paths.push(s.dir);
+    if (s.vm) paths.push(s.vm.memPath);
+  }
+  paths.push(...o.snapshots.imagesOf(tenantId));
+  return { sandboxes, paths };
+}
+
+export class TenantRevocation {
+  readonly #o: RevocationOptions;
+  /** Tenants revoked through the control plane: final, so refused here even while the provider cannot be asked. */
+  readonly #revoked = new Set<string>();
+  readonly #running = new Map<string, Promise<{ stoppedSandboxes: string[]; wipedFiles: number }>>();
+  #timer: Timer | undefined;
+  #polling = false;
+
+  constructor(opts: RevocationOptions) {
+    this.#o = opts;
+  }
+
+  /** Every boot path (create, resume, fork) asks first; nothing boots on a key the provider does not give now. */
+  async requireKey(tenantId: string): Promise<void> {
+    if (this.#revoked.has(tenantId)) throw revokedError(tenantId);
+    await this.#o.verify(tenantId);
+  }
+
+  /**
+   * Stops the tenant's sandboxes and wipes its plaintext; `api` (the control plane said so) also refuses the
+   * tenant's boots from now on. Concurrent calls for one tenant share one run.
+   */
+  revoke(tenantId: string, trigger: 'api' | 'provider', reason?: string): Promise<{ stoppedSandboxes: string[]; wipedFiles: number }> {
+    if (trigger === 'api') this.#revoked.add(tenantId);
+    let run = this.#running.get(tenantId);
+    if (!run) {
+      run = this.#wipe(tenantId, trigger, reason).finally(() => this.#running.delete(tenantId));
+      this.#running.set(tenantId, run);
+    }
+    return run;
+  }
+
+  /** Polls the provider for every tenant this node holds plaintext of, so an HSM-side revocation needs no API call. */
+  start(): void {
+    this.#timer ??= this.#o.clock.setInterval(() => void this.poll(), this.#o.pollIntervalMs ?? DEFAULT_KEY_POLL_INTERVAL_MS);
+  }
+
+  stop(): void {
+    this.#timer?.cancel();
+    this.#timer = undefined;
+  }
+
+  /** One round of the poll; exported for tests. A provider that cannot answer is logged: running guests keep running. */
+  async poll(): Promise<void> {
+    if (this.#polling) return;
+    this.#polling = true;
+    try {
+      const tenants = new Set<string>();
+      for (const s of this.#o.sandboxes.values()) tenants.add(s.tenantId);
+      for (const t of this.#revoked) tenants.add(t);
+      for (const tenantId of tenants) {
+        if (this.#revoked.has(tenantId)) {
+          // A boot that raced the revocation: stopped and wiped again.
+          if (tenantPlaintext(this.#o, tenantId).sandboxes.length > 0) await this.revoke(tenantId, 'api');
+          continue;
+        }
+        try {
+          await this.#o.verify(tenantId);
+        } catch (err) {
+          if (err instanceof SandglassError && err.code === 'key_revoked') {
+            await this.revoke(tenantId, 'provider', err.message);
+          } else {
+            this.#o.logger.warn({ tenantId, err: (err as Error).message }, "the tenant's key provider did not answer the poll");
+          }
+        }
+      }
+    } finally {
+      this.#polling = false;
+    }
+  }
+
+  async #wipe(tenantId: string, trigger: 'api' | 'provider', reason?: string): Promise<{ stoppedSandboxes: string[]; wipedFiles: number }> {
+    const { sandboxes } = tenantPlaintext(this.#o, tenantId);
+    const why = trigger === 'api' ? "the tenant's key was revoked" : `the tenant's key provider refused its key (${reason ?? 'revoked'})`;
+    await Promise.all(
+      sandboxes.map(async (s) => {
+        const wasRunning = s.state === 'running' || s.state === 'starting';
+        await s.end('killed');
+        // A capture in flight finishes or fails before its files are counted: it may rename its RAM copy into an image.
+        await this.#o.snapshots.untrack(s.id);
+        if (wasRunning) {
+          await this.#o.events.append({ type: 'sandbox.failed', tenantId, sandboxId: s.id, data: { reason: why, code: 'key_revoked' } });
+        }
+      }),
+    );
+    // Listed again after the stops: what the captures that were in flight left is in it now.
+    const { paths } = tenantPlaintext(this.#o, tenantId);
+    for (const s of sandboxes) paths.push(s.dir, ...(s.vm ? [s.vm.memPath] : []));
+    let wipedFiles = 0;
+    for (const p of new Set(paths)) {
+      if (!existsSync(p)) continue;
+      rmSync(p, { recursive: true, force: true });
+      wipedFiles++;
+    }
+    await this.#o.events.append({
+      type: 'tenant.plaintext_wiped',
+      tenantId,
+      data: { trigger, stoppedSandboxes: sandboxes.map((s) => s.id), wipedFiles },
+    });
+    this.#o.logger.warn(
+      { tenantId, trigger, stopped: sandboxes.length, wipedFiles },
+      "a tenant's key was revoked: its sandboxes stopped and its plaintext wiped",
+    );
+    return { stoppedSandboxes: sandboxes.map((s) => s.id), wipedFiles };
+  }
+}
+
+function revokedError(tenantId: string): SandglassError {
+  return new SandglassError('key_revoked', `The key of tenant ${tenantId} was revoked; its sandboxes cannot be created, resumed or forked.`, {
+    details: { tenantId },
+  });
+}
