@@ -2,16 +2,20 @@
 // Prepares a machine to run Sandglass: system packages, npm dependencies, the guest agent and the jailer; idempotent and quick when all is in place.
 // Plain Node ESM without dependencies: it runs on a fresh clone, before `npm ci`.
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, existsSync, readdirSync, statSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 for (const a of args) {
-  if (a !== '--test') fail(`unknown option ${a} (usage: node scripts/setup.mjs [--test])`);
+  if (a !== '--test' && a !== '--list-packages') fail(`unknown option ${a} (usage: node scripts/setup.mjs [--test] [--list-packages])`);
 }
 const testing = args.includes('--test');
+/** An offline bundle (npm run bundle) carries everything: nothing is downloaded, from apt or npm. */
+const bundleDir = join(repo, 'bundle');
+const bundled = existsSync(join(bundleDir, 'bundle.json'));
 
 /** Command that must be on the machine → Debian package that provides it. */
 const REQUIRED = [
@@ -26,13 +30,19 @@ const REQUIRED = [
   ['python3', 'python3'],
 ];
 /**
- * Needed to run the tests (`--test`) only: the unit run's throwaway PostgreSQL (packages/db/src/test-postgres.ts) and the
- * multi-node test's load balancer. Each: what is looked for → its Debian package → whether it is there.
+ * Needed to run the tests (`--test`) only: the unit run's throwaway PostgreSQL (packages/db/src/test-postgres.ts), the
+ * multi-node test's load balancer and the BYOK tests' SoftHSM2. Each: what is looked for → its Debian package → whether it is there.
  */
 const TEST_REQUIRED = [
   // Not a command on PATH: Debian keeps a server version's programs in a directory of their own.
   ['/usr/lib/postgresql/15/bin/initdb', 'postgresql-15', () => existsSync('/usr/lib/postgresql/15/bin/initdb')],
   ['haproxy', 'haproxy', () => hasCommand('haproxy')],
+  // The PKCS#11 HSM of the BYOK tests (packages/kms, tests/byok.test.ts): its module and the token tool.
+  ['/usr/lib/softhsm/libsofthsm2.so', 'softhsm2', () => existsSync('/usr/lib/softhsm/libsofthsm2.so') && hasCommand('softhsm2-util')],
+  // The air-gap proof (tests/airgap.test.ts): every connect() of a session in a loopback-only namespace, recorded.
+  ['strace', 'strace', () => hasCommand('strace')],
+  // The web console's browser tests (tests/console.test.ts) drive Debian's Chromium through playwright-core.
+  ['/usr/bin/chromium', 'chromium', () => existsSync('/usr/bin/chromium')],
 ];
 const isRoot = process.getuid?.() === 0;
 
@@ -73,16 +83,31 @@ function ensureSystemPackages() {
     return;
   }
   const packages = [...new Set(missing.map(([, pkg]) => pkg))];
-  const install = ['apt-get', 'install', '-y', '--no-install-recommends', ...packages];
+  // From a bundle: every .deb it carries, resolved among themselves and what is installed, with no package lists
+  // and no download (apt fails rather than fetch anything missing).
+  const install = bundled
+    ? [
+        'apt-get',
+        'install',
+        '-y',
+        '--no-install-recommends',
+        '--no-download',
+        '-o',
+        'Dir::Etc::SourceList=/dev/null',
+        '-o',
+        'Dir::Etc::SourceParts=/dev/null',
+        ...readdirSync(join(bundleDir, 'debs')).map((f) => join(bundleDir, 'debs', f)),
+      ]
+    : ['apt-get', 'install', '-y', '--no-install-recommends', ...packages];
   if (!isRoot) {
     console.error(`[setup] missing commands: ${missing.map(([c, p]) => `${c} (package ${p})`).join(', ')}`);
     console.error('[setup] install them as root, then run setup again:');
-    console.error(`  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive ${install.join(' ')}`);
+    console.error(`  ${bundled ? '' : 'sudo apt-get update && '}sudo DEBIAN_FRONTEND=noninteractive ${install.join(' ')}`);
     process.exit(1);
   }
   log(`installing ${packages.join(' ')} (missing: ${missing.map(([c]) => c).join(', ')})`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  run('apt-get', ['update'], { env });
+  if (!bundled) run('apt-get', ['update'], { env });
   run(install[0], install.slice(1), { env });
   const still = required.filter(([, , present]) => !present());
   if (still.length > 0) fail(`still missing after apt-get install: ${still.map(([c]) => c).join(', ')}`);
@@ -103,6 +128,7 @@ function ensureNodeModules() {
     log('npm dependencies up to date');
     return;
   }
+  if (bundled) fail('node_modules is missing or older than package-lock.json, and an offline bundle cannot run npm ci: unpack the bundle again');
   log(installed === undefined ? 'installing npm dependencies (npm ci)' : 'package-lock.json changed: npm ci');
   run('npm', ['ci', '--no-audit', '--no-fund']);
 }
@@ -122,9 +148,55 @@ function ensureGoBinary(dirName, binaryName, what) {
   run('bash', [join(srcDir, 'build.sh'), binary], { stdio: ['ignore', 'ignore', 'inherit'] });
 }
 
+/** Builds the web console (packages/console) into its dist/ when a source is newer than the build; served under /console. */
+function ensureConsole() {
+  const dir = join(repo, 'packages/console');
+  const built = mtimeMs(join(dir, 'dist/index.html'));
+  const newestIn = (d) =>
+    Math.max(...readdirSync(d, { withFileTypes: true }).map((e) => (e.isDirectory() ? newestIn(join(d, e.name)) : (mtimeMs(join(d, e.name)) ?? Infinity))));
+  const newest = Math.max(newestIn(join(dir, 'src')), ...['index.html', 'vite.config.ts', 'package.json'].map((f) => mtimeMs(join(dir, f)) ?? Infinity));
+  if (built !== undefined && built >= newest) {
+    log('web console up to date');
+    return;
+  }
+  log('building the web console (packages/console, vite build)');
+  run('npx', ['vite', 'build', '--logLevel', 'warn'], { cwd: dir });
+}
+
+/** Checks the bundle's SHA256SUMS once, before anything from it is installed or run. */
+function verifyBundle() {
+  const stamp = join(bundleDir, '.verified');
+  if (existsSync(stamp)) return;
+  log('offline bundle: checking SHA256SUMS');
+  const r = spawnSync('sha256sum', ['--check', '--quiet', '--strict', join(bundleDir, 'SHA256SUMS')], { stdio: 'inherit', cwd: repo });
+  if (r.status !== 0) fail('the bundle does not match its SHA256SUMS (listed above): it is damaged or was altered; unpack a good copy');
+  writeFileSync(stamp, `${new Date().toISOString()}\n`);
+}
+
+/** Puts the bundle's guest artifacts into the home, so the first start builds nothing that would need the network. */
+function seedArtifacts() {
+  const home = testing ? (process.env.SANDGLASS_TEST_HOME ?? join(repo, '.sandglass-test')) : (process.env.SANDGLASS_HOME ?? join(homedir(), '.sandglass'));
+  const target = join(home, 'artifacts');
+  for (const name of readdirSync(join(bundleDir, 'artifacts'))) {
+    if (existsSync(join(target, name))) continue;
+    mkdirSync(target, { recursive: true });
+    // cp keeps the root filesystem image sparse, as it is in the bundle.
+    run('cp', ['-a', '--sparse=always', join(bundleDir, 'artifacts', name), join(target, name)]);
+  }
+  log(`guest artifacts from the bundle in ${target}`);
+}
+
+// What an offline bundle must carry (scripts/bundle.mjs asks): every Debian package setup may install, tests included.
+if (args.includes('--list-packages')) {
+  console.log(JSON.stringify([...new Set([...REQUIRED, ...TEST_REQUIRED].map(([, pkg]) => pkg))]));
+  process.exit(0);
+}
+if (bundled) verifyBundle();
 ensureSystemPackages();
 ensureNodeModules();
+if (bundled) seedArtifacts();
 ensureGoBinary('agent', 'sandglass-agent', 'guest agent');
+ensureConsole();
 // Every VM starts through it when Sandglass runs as root (docs/design/jailer.md).
 ensureGoBinary('jailer', 'sandglass-jailer', 'jailer');
 if (!isRoot) log('not root: VMs will run without the jailer, as this user (docs/design/jailer.md)');

@@ -37,7 +37,7 @@ export function artifactDir(artifactsDir: string, name: string, key: string): st
   return join(artifactsDir, `${name}-${key}`);
 }
 
-async function exists(path: string): Promise<boolean> {
+export async function exists(path: string): Promise<boolean> {
   try {
     await stat(path);
     return true;

@@ -2,8 +2,9 @@
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandglassError } from '@sandglass/core';
-import { cacheKey, ensureArtifact, sha256Hex } from './cache.js';
+import { artifactDir, cacheKey, ensureArtifact, exists, sha256Hex } from './cache.js';
 import { exec } from './exec.js';
+import { isOffline, requireOnline } from './offline.js';
 import { GUEST_MODULES, readModuleFile, resolveModules } from './modules.js';
 import { extractVmlinux } from './vmlinux.js';
 
@@ -92,13 +93,25 @@ async function aptStateFingerprint(): Promise<string> {
 export async function resolveKernelPackageCached(artifactsDir: string): Promise<KernelPackage> {
   const memo = join(artifactsDir, 'kernel-package.json');
   const fingerprint = await aptStateFingerprint();
+  let saved: { fingerprint: string; package: KernelPackage } | undefined;
   try {
-    const saved = JSON.parse(await readFile(memo, 'utf8')) as { fingerprint: string; package: KernelPackage };
+    saved = JSON.parse(await readFile(memo, 'utf8')) as { fingerprint: string; package: KernelPackage };
     if (saved.fingerprint === fingerprint) return saved.package;
   } catch {
     // no memo yet, or unreadable: ask apt
   }
-  const pkg = await resolveKernelPackage();
+  // The kernel the artifacts were built from, already unpacked beside this memo.
+  const unpacked = saved && (await exists(artifactDir(artifactsDir, 'kernel', kernelKey(saved.package)))) ? saved.package : undefined;
+  // An offline host keeps the kernel its bundle carries, whatever its own apt lists (if any) name.
+  if (unpacked && isOffline()) return unpacked;
+  let pkg: KernelPackage;
+  try {
+    pkg = await resolveKernelPackage();
+  } catch (err) {
+    // No package lists to ask (a host that never ran apt-get update): the unpacked kernel serves.
+    if (unpacked) return unpacked;
+    throw err;
+  }
   await mkdir(artifactsDir, { recursive: true });
   const tmp = `${memo}.${process.pid}.tmp`;
   await writeFile(tmp, `${JSON.stringify({ fingerprint, package: pkg }, null, 2)}\n`);
@@ -121,6 +134,7 @@ export async function ensureKernel(artifactsDir: string, pkg: KernelPackage, onM
   const { dir } = await ensureArtifact(artifactsDir, 'kernel', key, async (tmp) => {
     const work = join(tmp, 'work');
     await mkdir(work);
+    requireOnline(`the guest kernel (${pkg.name} ${pkg.version})`);
     onMessage(`downloading ${pkg.name} ${pkg.version}`);
     // apt drops to user _apt for downloads, which cannot write into our private temp dir.
     const sandbox = process.getuid?.() === 0 ? ['-o', 'APT::Sandbox::User=root'] : [];

@@ -3,6 +3,7 @@ import { chmod, copyFile, cp, lchown, mkdir, open, readdir, readFile, rm, writeF
 import { join } from 'node:path';
 import { SandglassError } from '@sandglass/core';
 import { cacheKey, ensureArtifact } from './cache.js';
+import { requireOnline } from './offline.js';
 import { exec } from './exec.js';
 
 export const DEBIAN_SUITE = 'bookworm';
@@ -112,6 +113,7 @@ export async function ensureDebootstrap(artifactsDir: string, onMessage: (m: str
   const key = debootstrapKey();
   const { dir } = await ensureArtifact(artifactsDir, 'debootstrap', key, async (tmp) => {
     requireRoot('building the guest root filesystem');
+    requireOnline(`the guest root filesystem (debootstrap ${DEBIAN_SUITE})`);
     const mirror = await hostAptMirror();
     const root = join(tmp, 'root');
     onMessage(`debootstrap ${DEBIAN_SUITE} from ${mirror}`);
