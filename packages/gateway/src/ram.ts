@@ -1,8 +1,82 @@
 // Guest RAM files on tmpfs: every VM maps its own file shared, so a live snapshot reads guest memory straight from it.
 import { createHash } from 'node:crypto';
-import { closeSync, constants as fsc, existsSync, openSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { closeSync, constants as fsc, existsSync, lstatSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import { join } from 'node:path';
+import { homeLockHeld, processRecordAlive, processStartTime } from '@sandglass/core';
 import { chownToVm, copyCompacting, copySparse, ensurePrivateDir, warmCopier } from '@sandglass/vmm';
+
+/** Who made a RAM directory: its server process (pid and start time) and home, so a later one can tell it is orphaned. */
+interface RamOwner {
+  pid: number;
+  startTime: string;
+  home: string;
+}
+
+const OWNER_FILE = 'owner.json';
+
+/**
+ * The default ceiling on the node's tmpfs caches (template RAM images and snapshot RAM images kept for forks and
+ * resumes): a sixteenth of the host's memory, between 256 MiB and 2 GiB. Tmpfs pages are host memory that no guest
+ * owns, so the gateway takes this much off the guest memory budget up front.
+ */
+export function defaultImageCacheBytes(hostBytes = totalmem()): number {
+  return Math.min(2 * 1024 ** 3, Math.max(256 * 1024 ** 2, Math.floor(hostBytes / 16)));
+}
+
+/** Bytes of tmpfs a file really holds (holes are free). */
+export function heldBytes(path: string): number {
+  try {
+    return statSync(path).blocks * 512;
+  } catch {
+    return 0;
+  }
+}
+
+function readJson(path: string): { pid?: unknown; startTime?: unknown; home?: unknown } | undefined {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as { pid?: unknown; startTime?: unknown; home?: unknown };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Removes the RAM directories under `shmRoot` that servers of other homes left when they died: each names its owner
+ * process and home in owner.json, and one whose owner is dead (or whose pid now names a later process) is orphaned —
+ * unless its home's lock is held by a live process, which is that home's next server starting up and about to
+ * claim the directory. Only directories this user owns, that are real directories, and that carry a readable owner
+ * file are touched: a directory without one may belong to a running server of an older version, and is left alone.
+ */
+export function reapOrphanRamDirs(shmRoot = '/dev/shm', except?: string): string[] {
+  const uid = process.getuid?.();
+  const reaped: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(shmRoot);
+  } catch {
+    return reaped;
+  }
+  for (const name of names) {
+    if (!/^sandglass-[0-9a-f]{12}$/.test(name)) continue;
+    const dir = join(shmRoot, name);
+    if (dir === except) continue;
+    try {
+      const st = lstatSync(dir);
+      if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
+    } catch {
+      continue;
+    }
+    const owner = readJson(join(dir, OWNER_FILE));
+    if (!owner || typeof owner.home !== 'string' || processRecordAlive(owner)) continue;
+    if (homeLockHeld(owner.home)) continue;
+    // Read again right before removing: a server that claimed the directory meanwhile has rewritten it.
+    if (JSON.stringify(readJson(join(dir, OWNER_FILE))) !== JSON.stringify(owner)) continue;
+    rmSync(dir, { recursive: true, force: true });
+    reaped.push(dir);
+  }
+  return reaped;
+}
 
 /**
  * One directory per Sandglass home under /dev/shm. Guest RAM is RAM either way; on tmpfs it is never written back
@@ -19,7 +93,21 @@ export class RamFiles {
     const tag = createHash('sha256').update(homeRoot).digest('hex').slice(0, 12);
     this.root = join(shmRoot, `sandglass-${tag}`);
     ensurePrivateDir(this.root, [0o711, 0o700]);
+    const owner: RamOwner = { pid: process.pid, startTime: processStartTime(process.pid) ?? '', home: homeRoot };
+    writeFileSync(join(this.root, OWNER_FILE), `${JSON.stringify(owner)}\n`, { mode: 0o600 });
     warmCopier();
+  }
+
+  /** Tmpfs bytes held by the node's caches: template images and snapshot images (not the running VMs' RAM). */
+  cacheBytes(): number {
+    let total = 0;
+    for (const name of readdirSync(this.root)) if (name.endsWith('.img')) total += heldBytes(join(this.root, name));
+    return total;
+  }
+
+  /** Gives every byte back to the host: the whole directory goes (called once every VM has stopped). */
+  release(): void {
+    rmSync(this.root, { recursive: true, force: true });
   }
 
   /** The RAM file of VM `vmId`. */
@@ -70,8 +158,11 @@ export class RamFiles {
     rmSync(path, { force: true });
   }
 
-  /** Drops RAM files of VMs a previous gateway left behind (their QEMUs were killed first). */
-  removeStale(keep: (name: string) => boolean = () => false): void {
-    for (const name of readdirSync(this.root)) if (!keep(name)) rmSync(join(this.root, name), { force: true, recursive: true });
+  /**
+   * Drops everything a previous gateway of this home left behind (its QEMUs were killed first): RAM files, half
+   * copies and its caches, which are rebuilt on demand rather than trusted to still be wanted.
+   */
+  removeStale(): void {
+    for (const name of readdirSync(this.root)) if (name !== OWNER_FILE) rmSync(join(this.root, name), { force: true, recursive: true });
   }
 }

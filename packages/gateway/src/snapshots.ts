@@ -1,7 +1,7 @@
 // The node's time machine: rolling live snapshots of running sandboxes into the chunk store, restores for resume and fork, retention and GC.
 import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
+import { failpoint, newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import {
   CaptureScheduler,
@@ -22,12 +22,12 @@ import {
 import { chownToVm, prepareVmDir, type Accel } from '@sandglass/vmm';
 import { inProcessGate, type CaptureGate } from './capture-gate.js';
 import type { GatewayEvents } from './events.js';
-import { failpoint } from './failpoints.js';
-import type { RamFiles } from './ram.js';
+import { defaultImageCacheBytes, heldBytes, type RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
 import type { CaptureBase, CommandRecord, Sandbox } from './sandbox.js';
-import type { TemplateSnapshot } from './templates.js';
+import { TEMPLATE_TENANT, type TemplateSnapshot } from './templates.js';
 import type { NetworkSpec } from './network.js';
+import { recordingManifestId } from './recording.js';
 
 export const MIN_SNAPSHOT_INTERVAL_S = 5;
 export const DEFAULT_SNAPSHOT_INTERVAL_S = 60;
@@ -68,7 +68,10 @@ export interface SnapshotManagerOptions {
   /** Captures running at once on this node. */
   concurrency?: number;
   retention: RetentionPolicy;
-  /** Bytes of restored RAM images kept on tmpfs for fast forks and resumes. */
+  /**
+   * Ceiling on the node's tmpfs caches: template RAM images (always kept) plus restored snapshot RAM images for fast
+   * forks and resumes (least recently used dropped first).
+   */
   imageCacheBytes?: number;
   /** Unreferenced chunks younger than this survive GC (a capture in another process may be about to commit them). */
   gcGraceMs?: number;
@@ -95,12 +98,23 @@ interface Pending {
 export class SnapshotManager {
   readonly scheduler: CaptureScheduler;
   private readonly pending = new Map<string, Pending[]>();
+  /** Snapshot ids of the captures running now: their manifests may be committed before their snapshot.taken is. */
+  private readonly capturing = new Set<string>();
+  /**
+   * Per sandbox, when its last snapshot was taken (ms). "Latest" is read by taken-at time (resume, reconcile), so a
+   * capture is never stamped before its predecessor, even when the host clock steps back.
+   */
+  private readonly lastTakenMs = new Map<string, number>();
+  /** RAM images being written from the store, by path: two restores of one snapshot share one writer. */
+  private readonly materializing = new Map<string, Promise<void>>();
   private readonly random: Random;
   private readonly imageCacheBytes: number;
+  /** The tenant of every snapshot image named since start (the cache's files are removed at start and stop). */
+  private readonly imageTenants = new Map<string, string>();
 
   constructor(private readonly opts: SnapshotManagerOptions) {
     this.random = opts.random ?? systemRandom;
-    this.imageCacheBytes = opts.imageCacheBytes ?? 2 * 1024 ** 3;
+    this.imageCacheBytes = opts.imageCacheBytes ?? defaultImageCacheBytes();
     this.scheduler = new CaptureScheduler({ clock: opts.clock, random: this.random, concurrency: opts.concurrency ?? 2 });
   }
 
@@ -166,12 +180,18 @@ export class SnapshotManager {
     // swept by a GC elsewhere before this manifest references it.
     const pass = await (this.opts.gate ?? inProcessGate).enter(id, { waitMs: reason === 'rolling' ? 0 : (this.opts.gateWaitMs ?? 5 * 60_000) });
     const lease = tenant.lease();
-    const takenAt = new Date(clock.nowMs()).toISOString();
+    const takenAtMs = Math.max(clock.nowMs(), (this.lastTakenMs.get(sbx.id) ?? 0) + 1);
+    const takenAt = new Date(takenAtMs).toISOString();
+    this.capturing.add(id);
     try {
       // The agent's reader must be between frames when the guest stops: restoring, the host starts a fresh frame.
       const release = await sbx.requireRunning().quiesce({ timeoutMs: 15_000 });
       let cap: Awaited<ReturnType<typeof vm.captureLive>>;
       try {
+        // QEMU dies mid-capture (the OOM killer, a crash): the capture must fail cleanly and the sandbox with it.
+        if (failpoint('capture.qemu') === 'kill-qemu') process.kill(vm.pid, 'SIGKILL');
+        // /dev/shm full while the RAM image is copied out.
+        failpoint('shm.write');
         cap = await vm.captureLive({ statePath, memCopyPath: memCopy, newLayerPath: newLayer });
       } finally {
         release();
@@ -253,9 +273,10 @@ export class SnapshotManager {
           newChunks: body.stats.newChunks,
         },
       });
+      this.lastTakenMs.set(sbx.id, takenAtMs);
       sbx.captureCommitted({ snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] });
       // The copy is exactly this snapshot's RAM: keep it as the node's image of it for forks and resumes.
-      renameSync(memCopy, this.imagePath(id));
+      renameSync(memCopy, this.imagePath(id, sbx.tenantId));
       this.trimImageCache();
       await this.mergeLayers(sbx, own);
       return info;
@@ -271,6 +292,7 @@ export class SnapshotManager {
       throw e;
     } finally {
       rmSync(statePath, { force: true });
+      this.capturing.delete(id);
     }
   }
 
@@ -318,14 +340,23 @@ export class SnapshotManager {
     dir: string,
     template: TemplateSnapshot,
   ): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; network?: NetworkSpec }> {
+    // A resumed sandbox's next snapshot comes after this one, whatever the clock says now.
+    this.lastTakenMs.set(m.sandboxId, Math.max(this.lastTakenMs.get(m.sandboxId) ?? 0, Date.parse(m.takenAt)));
     const tenant = await this.opts.store.tenant(m.tenantId);
-    const image = this.imagePath(m.snapshotId);
-    if (existsSync(image)) {
+    const image = this.imagePath(m.snapshotId, m.tenantId);
+    // A second writer of the same image would truncate the first's temp file under it, and the first could rename a
+    // half-written image into place for its VM to map: concurrent restores of one snapshot wait on one writer.
+    let making = this.materializing.get(image);
+    if (!making && !existsSync(image)) {
+      making = materializeMemory(tenant, m, image).finally(() => this.materializing.delete(image));
+      this.materializing.set(image, making);
+    }
+    if (making) {
+      await making;
+      this.trimImageCache();
+    } else {
       const now = new Date();
       utimesSync(image, now, now);
-    } else {
-      await materializeMemory(tenant, m, image);
-      this.trimImageCache();
     }
     // The VM restored here is named like its run directory (the sandbox id).
     const vmId = basename(dir);
@@ -351,7 +382,8 @@ export class SnapshotManager {
   async delete(tenantId: string, sandboxId: string, snapshotId: string, why: 'user' | 'retention'): Promise<void> {
     await this.opts.events.append({ type: 'snapshot.deleted', tenantId, sandboxId, data: { snapshotId, why } });
     await (await this.opts.store.tenant(tenantId)).deleteManifest(snapshotId);
-    rmSync(this.imagePath(snapshotId), { force: true });
+    rmSync(this.imagePath(snapshotId, tenantId), { force: true });
+    this.imageTenants.delete(snapshotId);
   }
 
   /**
@@ -363,6 +395,8 @@ export class SnapshotManager {
       throw new SandglassError('conflict', 'This gateway runs in a cluster: snapshot retention and GC run in the control plane, not on the node.');
     }
     const all = await this.opts.index.all();
+    // An ended sandbox takes no more snapshots; a paused one is re-seeded from its manifest when it resumes.
+    for (const s of all) if (s.sandboxState === 'ended' || s.sandboxState === 'failed') this.lastTakenMs.delete(s.sandboxId);
     const drop = new Set(
       planRetention(
         all.map((s) => ({
@@ -382,29 +416,75 @@ export class SnapshotManager {
       await this.delete(s.tenantId, s.sandboxId, s.id, 'retention');
       deleted++;
     }
+    // An ended sandbox's recording lives as long as a snapshot a replay could start from; its chunks go in this GC.
+    const replayable = new Set(all.filter((s) => !drop.has(s.id)).map((s) => s.sandboxId));
+    const done = new Set<string>();
+    for (const s of all) {
+      if (replayable.has(s.sandboxId) || done.has(s.sandboxId) || (s.sandboxState !== 'ended' && s.sandboxState !== 'failed')) continue;
+      done.add(s.sandboxId);
+      await (await this.opts.store.tenant(s.tenantId)).deleteManifest(recordingManifestId(s.sandboxId)).catch(() => undefined);
+    }
+    const orphans = await this.dropOrphanManifests(new Set(all.map((s) => s.tenantId)));
+    if (orphans > 0) this.opts.logger.warn({ orphans }, 'deleted manifests no snapshot in the log names (captures that died before recording them)');
     const gc = await this.opts.store.gc({ graceMs: opts.graceMs ?? this.opts.gcGraceMs ?? 15 * 60_000 });
     await this.opts.events.append({ type: 'gc.completed', tenantId: 'system', data: { thinned: deleted, ...gc } });
     return { deleted, gc };
   }
 
-  private imagePath(snapshotId: string): string {
+  /**
+   * Deletes the manifests of captures that died between committing the manifest and recording snapshot.taken (a crash,
+   * a failed append): no API reaches them, yet GC would keep every chunk they name forever. Listed first, then the
+   * running captures, then the log: a capture that finished after the listing recorded its event before leaving
+   * `capturing`, so the index read last names it; one still running is in `capturing`.
+   */
+  private async dropOrphanManifests(tenants: Set<string>): Promise<number> {
+    const listed: Array<{ tenantId: string; id: string }> = [];
+    for (const tenantId of tenants) {
+      if (tenantId === TEMPLATE_TENANT) continue;
+      for (const id of await (await this.opts.store.tenant(tenantId)).listManifests()) if (id.startsWith('snap_')) listed.push({ tenantId, id });
+    }
+    const capturing = new Set(this.capturing);
+    const known = new Set((await this.opts.index!.all()).map((s) => s.id));
+    let dropped = 0;
+    for (const m of listed) {
+      if (capturing.has(m.id) || known.has(m.id)) continue;
+      await (await this.opts.store.tenant(m.tenantId)).deleteManifest(m.id);
+      dropped++;
+    }
+    return dropped;
+  }
+
+  /** Noted with its tenant when named, so a revocation finds every cached image of the tenant (imagesOf). */
+  private imagePath(snapshotId: string, tenantId: string): string {
+    this.imageTenants.set(snapshotId, tenantId);
     return join(this.opts.ram.root, `snap-${snapshotId}.img`);
   }
 
-  /** Keeps the RAM image cache under its budget, least recently used first. */
+  /** The snapshot RAM images of a tenant this node has cached or is making (plaintext of its guests' memory). */
+  imagesOf(tenantId: string): string[] {
+    const paths: string[] = [];
+    for (const [snapshotId, t] of this.imageTenants) if (t === tenantId) paths.push(join(this.opts.ram.root, `snap-${snapshotId}.img`));
+    return paths;
+  }
+
+  /** Keeps the tmpfs caches under their ceiling: template images count first, then snapshot images by recent use. */
   private trimImageCache(): void {
-    const images = readdirSync(this.opts.ram.root)
+    const names = readdirSync(this.opts.ram.root);
+    const images = names
       .filter((n) => n.startsWith('snap-') && n.endsWith('.img'))
       .map((n) => {
         const p = join(this.opts.ram.root, n);
-        const st = statSync(p);
-        return { p, bytes: st.blocks * 512, used: st.mtimeMs };
+        return { p, bytes: heldBytes(p), used: statSync(p, { throwIfNoEntry: false })?.mtimeMs ?? 0 };
       })
       .sort((a, b) => b.used - a.used);
     let total = 0;
+    for (const n of names) if (n.startsWith('template-') && n.endsWith('.img')) total += heldBytes(join(this.opts.ram.root, n));
     for (const img of images) {
       total += img.bytes;
-      if (total > this.imageCacheBytes) rmSync(img.p, { force: true });
+      if (total > this.imageCacheBytes) {
+        rmSync(img.p, { force: true });
+        this.imageTenants.delete(basename(img.p).slice('snap-'.length, -'.img'.length));
+      }
     }
   }
 
