@@ -1,0 +1,301 @@
+// The console's pages: sign-in, the live sandbox list, and a sandbox's terminal, snapshot timeline and event log.
+import { StrictMode, useCallback, useEffect, useState } from 'react';
+import { createRoot } from 'react-dom/client';
+import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot } from './api.tsx';
+import { Terminal } from './terminal.tsx';
+import './styles.css';
+
+interface SessionInfo {
+  tenantId: string;
+  keyId: string;
+  role: string;
+}
+
+function useRoute(): string {
+  const [hash, setHash] = useState(location.hash);
+  useEffect(() => {
+    const on = () => setHash(location.hash);
+    window.addEventListener('hashchange', on);
+    return () => window.removeEventListener('hashchange', on);
+  }, []);
+  return hash.replace(/^#/, '') || '/';
+}
+
+function App() {
+  const [session, setSession] = useState<SessionInfo | null | undefined>(undefined);
+  useEffect(() => {
+    call<SessionInfo>('GET', '/console/api/session').then(setSession, () => setSession(null));
+  }, []);
+  const route = useRoute();
+  if (session === undefined) return <p>Loading…</p>;
+  if (session === null) return <SignIn onSignedIn={setSession} />;
+  const signOut = async () => {
+    await call('DELETE', '/console/api/session');
+    setSession(null);
+  };
+  const m = /^\/sandboxes\/([\w-]+)$/.exec(route);
+  return (
+    <>
+      <header>
+        <a href="#/">Sandglass</a>
+        <span>
+          tenant <code>{session.tenantId}</code> ({session.role})
+        </span>
+        <button type="button" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      <main>{m ? <SandboxPage id={m[1]!} /> : <SandboxList />}</main>
+    </>
+  );
+}
+
+function SignIn({ onSignedIn }: { onSignedIn: (s: SessionInfo) => void }) {
+  const [error, setError] = useState('');
+  const submit = async (e: React.FormEvent<HTMLFormElement>) => {
+    e.preventDefault();
+    const form = e.currentTarget;
+    const input = form.elements.namedItem('apiKey') as HTMLInputElement;
+    try {
+      const s = await call<SessionInfo>('POST', '/console/api/session', { apiKey: input.value });
+      // The key leaves the page: only the HttpOnly cookie the answer set stands for it now.
+      input.value = '';
+      onSignedIn(s);
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  };
+  return (
+    <main>
+      <h1>Sign in to Sandglass</h1>
+      <form onSubmit={submit}>
+        <label htmlFor="apiKey">API key</label>
+        <input id="apiKey" name="apiKey" type="password" autoComplete="off" required />
+        <button type="submit">Sign in</button>
+      </form>
+      {error && <p role="alert">{error}</p>}
+    </main>
+  );
+}
+
+function age(iso: string): string {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  return s < 120 ? `${s} s` : s < 7200 ? `${Math.round(s / 60)} min` : `${Math.round(s / 3600)} h`;
+}
+
+function SandboxList() {
+  const [sandboxes, setSandboxes] = useState<Sandbox[]>([]);
+  const [filter, setFilter] = useState('');
+  const [error, setError] = useState('');
+  const load = useCallback(() => {
+    call<{ sandboxes: Sandbox[] }>('GET', '/v1/sandboxes').then(
+      (r) => setSandboxes(r.sandboxes),
+      (e: Error) => setError(e.message),
+    );
+  }, []);
+  useEffect(() => {
+    load();
+    // One stream for the page; each sandbox event reloads the list once.
+    return followEvents({}, (ev) => {
+      if (ev.type.startsWith('sandbox.')) load();
+    });
+  }, [load]);
+  const act = (fn: () => Promise<unknown>) => fn().then(load, (e: Error) => setError(e.message));
+  const shown = sandboxes.filter((s) => filter === '' || s.state === filter);
+  return (
+    <section aria-label="Sandboxes">
+      <h1>Sandboxes</h1>
+      <div className="toolbar">
+        <button type="button" onClick={() => act(() => call('POST', '/v1/sandboxes', {}))}>
+          New sandbox
+        </button>
+        <label>
+          State{' '}
+          <select value={filter} onChange={(e) => setFilter(e.target.value)}>
+            <option value="">all</option>
+            {['starting', 'running', 'paused', 'ended', 'failed'].map((s) => (
+              <option key={s}>{s}</option>
+            ))}
+          </select>
+        </label>
+      </div>
+      {error && <p role="alert">{error}</p>}
+      <table>
+        <thead>
+          <tr>
+            <th>Id</th>
+            <th>State</th>
+            <th>Template</th>
+            <th>Age</th>
+            <th>Memory</th>
+            <th>vCPUs</th>
+            <th>Node</th>
+            <th>Actions</th>
+          </tr>
+        </thead>
+        <tbody>
+          {shown.map((s) => (
+            <tr key={s.id} data-testid="sandbox-row">
+              <td>
+                <a href={`#/sandboxes/${s.id}`}>{s.id}</a>
+              </td>
+              <td data-testid="sandbox-state">{s.state}</td>
+              <td>{s.template}</td>
+              <td>{age(s.createdAt)}</td>
+              <td>{s.memoryMib} MiB</td>
+              <td>{s.vcpus}</td>
+              <td>{s.gatewayId ?? ''}</td>
+              <td>
+                {s.state === 'running' && (
+                  <button type="button" onClick={() => act(() => call('POST', `/v1/sandboxes/${s.id}/pause`))}>
+                    Pause
+                  </button>
+                )}
+                {s.state === 'paused' && (
+                  <button type="button" onClick={() => act(() => call('POST', `/v1/sandboxes/${s.id}/resume`, {}))}>
+                    Resume
+                  </button>
+                )}
+                {(s.state === 'running' || s.state === 'paused') && (
+                  <button type="button" onClick={() => act(() => call('DELETE', `/v1/sandboxes/${s.id}`))}>
+                    Kill
+                  </button>
+                )}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+function SandboxPage({ id }: { id: string }) {
+  const [sandbox, setSandbox] = useState<Sandbox>();
+  const [snapshots, setSnapshots] = useState<Snapshot[]>([]);
+  const [events, setEvents] = useState<LogEvent[]>([]);
+  const [approvals, setApprovals] = useState<Approval[]>([]);
+  const [typeFilter, setTypeFilter] = useState('');
+  const [error, setError] = useState('');
+  const fail = useCallback((e: Error) => setError(e instanceof ApiError ? `${e.code}: ${e.message}` : e.message), []);
+  const load = useCallback(() => {
+    call<Sandbox>('GET', `/v1/sandboxes/${id}`).then(setSandbox, fail);
+    call<{ snapshots: Snapshot[] }>('GET', `/v1/sandboxes/${id}/snapshots`).then((r) => setSnapshots(r.snapshots), fail);
+  }, [id, fail]);
+  const loadApprovals = useCallback(() => {
+    call<{ approvals: Approval[] }>('GET', `/v1/sandboxes/${id}/approvals`).then(
+      (r) => setApprovals(r.approvals),
+      () => setApprovals([]),
+    );
+  }, [id]);
+  const decide = (a: Approval, decision: 'approve' | 'deny', ttlS?: number) =>
+    call('POST', `/v1/approvals/${encodeURIComponent(a.requestId)}`, { sandboxId: id, decision, ...(ttlS ? { ttlS } : {}) }).then(loadApprovals, fail);
+  useEffect(() => {
+    load();
+    loadApprovals();
+    setEvents([]);
+    return followEvents({ sandboxId: id }, (ev) => {
+      setEvents((prev) => [...prev, ev]);
+      if (ev.type.startsWith('sandbox.') || ev.type.startsWith('snapshot.')) load();
+      // A request waiting for a human shows the moment its event is logged.
+      if (ev.type.startsWith('secret.approval_')) loadApprovals();
+    });
+  }, [id, load, loadApprovals]);
+  const fork = (snapshotId: string) =>
+    call<{ sandboxes: Sandbox[] }>('POST', '/v1/forks', { snapshotId }).then((r) => {
+      if (r.sandboxes[0]) location.hash = `#/sandboxes/${r.sandboxes[0].id}`;
+    }, fail);
+  const times = snapshots.map((s) => Date.parse(s.takenAt));
+  const t0 = Math.min(...times);
+  const span = Math.max(1, Math.max(...times) - t0);
+  const shown = events.filter((e) => typeFilter === '' || e.type.startsWith(typeFilter));
+  return (
+    <>
+      <h1>
+        Sandbox <code>{id}</code> <small data-testid="sandbox-state">{sandbox?.state}</small>
+      </h1>
+      {error && <p role="alert">{error}</p>}
+      <div className="toolbar">
+        <button type="button" onClick={() => call('POST', `/v1/sandboxes/${id}/snapshots`, {}).then(load, fail)}>
+          Take snapshot
+        </button>
+      </div>
+      {approvals.length > 0 && (
+        <section aria-label="Pending approvals" className="approvals">
+          <h2>Pending approvals</h2>
+          <ul>
+            {approvals.map((a) => (
+              <li key={a.requestId} data-testid="approval">
+                <code>{a.secret}</code> for {a.method} {a.host}:{a.port}
+                {a.path}{' '}
+                <button type="button" onClick={() => decide(a, 'approve')}>
+                  Approve
+                </button>
+                <button type="button" onClick={() => decide(a, 'approve', 600)}>
+                  Approve for 10 min
+                </button>
+                <button type="button" onClick={() => decide(a, 'deny')}>
+                  Deny
+                </button>
+              </li>
+            ))}
+          </ul>
+        </section>
+      )}
+      {/* Only once this page's sandbox is loaded: after a fork the previous one's state is still shown for a moment. */}
+      {sandbox?.id === id && sandbox.state === 'running' && <Terminal key={id} sandboxId={id} />}
+      <section aria-label="Snapshot timeline">
+        <h2>Timeline</h2>
+        <fieldset className="axis" aria-label="Snapshots on a time axis">
+          {snapshots.map((s, i) => (
+            <button
+              type="button"
+              key={s.id}
+              className={`tick ${s.reason}`}
+              style={{ left: `${(((times[i] ?? t0) - t0) / span) * 95}%` }}
+              title={`${s.reason} ${s.name ?? ''} ${s.takenAt}`}
+              onClick={() => fork(s.id)}
+              aria-label={`Fork from snapshot ${s.id} taken ${s.takenAt}`}
+            />
+          ))}
+        </fieldset>
+        <ol data-testid="snapshots">
+          {snapshots.map((s) => (
+            <li key={s.id}>
+              {s.takenAt} {s.reason} {s.name ?? ''} <code>{s.id}</code>{' '}
+              <button type="button" onClick={() => fork(s.id)}>
+                Fork
+              </button>
+            </li>
+          ))}
+        </ol>
+      </section>
+      <section aria-label="Events">
+        <h2>Events</h2>
+        <label>
+          Type starts with <input value={typeFilter} onChange={(e) => setTypeFilter(e.target.value)} placeholder="egress" />
+        </label>
+        <table>
+          <tbody>
+            {shown.map((e) => (
+              <tr key={e.seq}>
+                <td>{e.seq}</td>
+                <td>{e.at}</td>
+                <td>{e.type}</td>
+                <td>
+                  <code>{JSON.stringify(e.data)}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </section>
+    </>
+  );
+}
+
+createRoot(document.getElementById('root')!).render(
+  <StrictMode>
+    <App />
+  </StrictMode>,
+);
