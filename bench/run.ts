@@ -16,6 +16,8 @@ import { nodeAccel, start } from '@sandglass/server';
 import { BASE_TEMPLATE, bootAgentTimeoutMs, bootGuest, connectAgent, vmConfig } from '@sandglass/gateway';
 import { egressBench } from './egress.js';
 import { e2bBench } from './e2b.js';
+import { keysBench } from './keys.js';
+import { inputCosts, replaySpeed } from './replay.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -243,7 +245,7 @@ async function egressPhase(): Promise<void> {
 
 /**
  * BENCH_ONLY=snapshots|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
- * BENCH_ONLY=cluster and BENCH_ONLY=e2b also replace their own sections of docs/benchmarks.md.
+ * BENCH_ONLY=cluster, BENCH_ONLY=e2b and BENCH_ONLY=replay also replace their own sections of docs/benchmarks.md.
  */
 const only = process.env.BENCH_ONLY;
 
@@ -655,6 +657,29 @@ function writeSection(phase: string, section: string): void {
   writeFileSync(file, at < 0 || end < 0 ? `${doc}\n${section}` : doc.slice(0, at) + section + doc.slice(end + close.length));
 }
 
+/** Phase 9, keys (BYOK): a keyring tenant and a PKCS#11 tenant on one server (its own, so it also runs alone). */
+async function keysPhase(): Promise<Row[]> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  try {
+    const apiKey = readFileSync(running.adminKeyFile, 'utf8').trim();
+    const out: Row[] = [];
+    for (const r of await keysBench({ apiUrl: running.url, apiKey, home, quick })) addLatencyTo(out, r.what, r.samplesMs, [r.note]);
+    return out;
+  } finally {
+    await running.stop();
+  }
+}
+
+function keysSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- keys phase -->\n## Tenant keys (BYOK)\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}. ` +
+    'A tenant on the built-in keyring and one on PKCS#11 (SoftHSM2, AES key wrap) on one server with the warm pool off, ' +
+    'alternating create and fork operation by operation (`BENCH_ONLY=keys`). Every boot asks the provider past its cache ' +
+    'first: for the PKCS#11 tenant an unwrap inside the token; the rest of the restore is the same.\n\n' +
+    `${mdRows(rs)}<!-- /keys phase -->\n`
+  );
+}
+
 /** Phase 7: the E2B SDK against `@sandglass/sdk` on one sandbox (its own server, so it also runs alone). */
 async function e2bPhase(): Promise<Row[]> {
   const running = await start({ home, port, warmPoolSize: 0 });
@@ -679,14 +704,86 @@ function e2bSection(header: string, rs: Row[]): string {
   );
 }
 
+/**
+ * Phase 8, replay (BENCH_ONLY=replay): exec and file writes on a server recording inputs (the default) and then on one
+ * with SANDGLASS_RECORDING_CAP_BYTES=0, in one run; and a recorded session replayed in a fork.
+ */
+async function replayPhase(): Promise<{ rows: Row[]; speed: Awaited<ReturnType<typeof replaySpeed>> }> {
+  const measured: Awaited<ReturnType<typeof inputCosts>> = [];
+  let speed: Awaited<ReturnType<typeof replaySpeed>>;
+  let running = await start({ home, port, warmPoolSize: 0 });
+  try {
+    const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+    measured.push(...(await inputCosts(config, 'on', quick)));
+    speed = await replaySpeed(config, quick);
+  } finally {
+    await running.stop();
+  }
+  process.env.SANDGLASS_RECORDING_CAP_BYTES = '0';
+  try {
+    running = await start({ home, port, warmPoolSize: 0 });
+    try {
+      const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+      measured.push(...(await inputCosts(config, 'off', quick)));
+    } finally {
+      await running.stop();
+    }
+  } finally {
+    delete process.env.SANDGLASS_RECORDING_CAP_BYTES;
+  }
+  const out: Row[] = [];
+  for (const m of measured) addLatencyTo(out, m.what, m.samplesMs, [m.note]);
+  for (let i = 0; i < 3; i++) {
+    const on = measured[i]!;
+    const off = measured[i + 3]!;
+    const ratio = pct(on.samplesMs, 50) / pct(off.samplesMs, 50);
+    out.push({ what: `${off.what.replace(/, recording off$/, '')}: on / off (p50)`, n: on.samplesMs.length, p50: `×${ratio.toFixed(2)}`, p95: '', other: '' });
+  }
+  out.push({
+    what: `replay of a recorded session (fork included)`,
+    n: speed.inputs,
+    p50: ms(speed.durationMs),
+    p95: '',
+    other: `${speed.inputsPerSecond} inputs/s; ${speed.different} different`,
+  });
+  return { rows: out, speed };
+}
+
+function replaySection(header: string, rs: Row[]): string {
+  return (
+    `<!-- replay phase -->\n## Recording and replay\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}. ` +
+    'One sandbox on a server that records inputs (the default) and then one on a server started with ' +
+    '`SANDGLASS_RECORDING_CAP_BYTES=0`, in one run (`BENCH_ONLY=replay`); written content is random, so nothing ' +
+    'deduplicates. The replay row re-runs a recorded session of file writes, commands and stdin in a fork ' +
+    '(`Sandbox.replay`), its restore included.\n\n' +
+    `${mdRows(rs)}<!-- /replay phase -->\n`
+  );
+}
+
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
+  if (only === 'replay') {
+    const { rows: replayRows } = await replayPhase();
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Recording and replay', replayRows);
+    if (!quick) writeSection('replay', replaySection(header, replayRows));
+    return;
+  }
   if (only === 'cluster') {
     const result = await clusterPhase();
     const header = hostLine(result.accel);
     console.log(header);
     for (const t of result.tables) printTable(t.title, t.rows);
     if (!quick) writeSection('cluster', clusterSection(header, result));
+    return;
+  }
+  if (only === 'keys') {
+    const keyRows = await keysPhase();
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Tenant keys (BYOK)', keyRows);
+    if (!quick) writeSection('keys', keysSection(header, keyRows));
     return;
   }
   if (only === 'e2b') {

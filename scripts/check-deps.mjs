@@ -6,7 +6,7 @@
 // Rules, per packages/<name>:
 // - A file of src/ is runtime code when it is reachable through relative imports from an entry point: src/index.ts
 //   (the package's export) or a file nothing imports (a program such as the CLI's main.ts). Every other file, that is
-//   *.test.ts and the helpers only tests import, is test code.
+//   *.test.ts and the helpers only tests import, is test code. So is a build configuration beside src/ (vite.config.ts).
 // - Every package that runtime code imports, type-only imports included, is in "dependencies": workspace packages
 //   publish their TypeScript sources, so a consumer's type check reads these imports too.
 // - A package that only test code imports is in the package's "devDependencies" or the root package.json (where the
@@ -23,7 +23,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const SOURCE = /\.(ts|mts|cts|js|mjs|cjs)$/;
+const SOURCE = /\.(ts|tsx|mts|cts|js|mjs|cjs)$/;
 const builtins = new Set(builtinModules);
 
 function readJson(path) {
@@ -109,7 +109,12 @@ const rootFiles = [
     .filter((f) => /\.config\.(ts|mts|js|mjs)$/.test(f))
     .map((f) => join(repo, f)),
 ].filter((f, i, all) => all.indexOf(f) === i && statSync(f).isFile());
-const packageFiles = workspaces.flatMap((w) => walk(join(w.dir, 'src')));
+/** A package's build configuration (packages/console's vite.config.ts): build-time code, so its imports are devDependencies. */
+const buildConfigsOf = (dir) =>
+  readdirSync(dir)
+    .filter((f) => /\.config\.(ts|mts|js|mjs)$/.test(f))
+    .map((f) => join(dir, f));
+const packageFiles = workspaces.flatMap((w) => [...walk(join(w.dir, 'src')), ...buildConfigsOf(w.dir)]);
 
 // Who imports whom (relative imports only, across the whole repo): a file nobody imports is an entry point.
 const importsByFile = new Map();
@@ -130,8 +135,9 @@ const isTest = (f) => /\.test\.[cm]?[jt]s$/.test(f);
 for (const { dir, manifest } of workspaces) {
   const name = manifest.name;
   const where = relative(repo, join(dir, 'package.json'));
-  const files = walk(join(dir, 'src'));
-  const entries = files.filter((f) => !isTest(f) && (f === join(dir, 'src', 'index.ts') || !imported.has(f)));
+  const sources = walk(join(dir, 'src'));
+  const entries = sources.filter((f) => !isTest(f) && (f === join(dir, 'src', 'index.ts') || !imported.has(f)));
+  const files = [...sources, ...buildConfigsOf(dir)];
   const runtime = new Set();
   const visit = (f) => {
     if (runtime.has(f) || !f.startsWith(dir + '/')) return;

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
 import { makeUpstreamPki } from '../packages/egress/src/test-support.js';
+import { softHsmConf } from '../packages/kms/src/softhsm-fixture.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 let server: ChildProcess | undefined;
@@ -53,6 +54,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
       SANDGLASS_EGRESS_CA_FILES: caFile,
       // Approval requests time out in seconds, so the timeout case is quick to test.
       SANDGLASS_APPROVAL_TIMEOUT_MS: '4000',
+      // The BYOK test's HSM: SoftHSM2 tokens under the home, which the test initialises (tests/byok.test.ts).
+      SOFTHSM2_CONF: softHsmConf(join(home, 'softhsm')),
+      // A revocation on the HSM is noticed within a second.
+      SANDGLASS_KEY_POLL_INTERVAL_MS: '1000',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

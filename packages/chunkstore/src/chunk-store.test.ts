@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decompress } from 'zstd-napi';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { LocalKeyring } from '@sandglass/kms';
+import { LocalKeyring, TenantKeys } from '@sandglass/kms';
 import { ChunkStore, type ChunkBackend, type TenantStore } from './index.js';
 import { BACKEND_KINDS, backendFixtures, type BackendFixture } from './store-fixtures.js';
 
@@ -122,7 +122,7 @@ describe.each(BACKEND_KINDS)('chunk store on %s', (kind) => {
 
     it('a revoked tenant cannot be opened', async () => {
       await keys.revoke('ten_a');
-      await expect(store.tenant('ten_a')).rejects.toMatchObject({ code: 'key_unavailable' });
+      await expect(store.tenant('ten_a')).rejects.toMatchObject({ code: 'key_revoked' });
     });
   });
 
@@ -170,6 +170,45 @@ describe.each(BACKEND_KINDS)('chunk store on %s', (kind) => {
         code: 'invalid_argument',
         details: { field: 'manifest.body' },
       });
+    });
+  });
+
+  describe('key rotation', () => {
+    it('new writes use the new version, old chunks and manifests read back unchanged, ids and dedup stay', async () => {
+      const tenantKeys = new TenantKeys({ dir: join(dir, 'keys'), keyring: keys });
+      const rotating = new ChunkStore({ backend, keys: tenantKeys });
+      const before = await rotating.tenant('ten_r');
+      const old = Buffer.from('written before the rotation '.repeat(100));
+      const { id: oldId } = await before.put(old);
+      await before.putManifest('snap_old', { refs: [oldId], body: { n: 1 } });
+      const oldBytes = await raw(chunkKey('ten_r', oldId));
+      await tenantKeys.rotate('ten_r');
+      const after = await rotating.tenant('ten_r');
+      expect(after.chunkId(old)).toBe(oldId);
+      // Deduplicated, not rewritten under the new key.
+      expect(await after.put(old)).toMatchObject({ id: oldId, isNew: false, storedBytes: 0 });
+      expect((await raw(chunkKey('ten_r', oldId))).equals(oldBytes)).toBe(true);
+      const fresh = Buffer.from('written after the rotation '.repeat(100));
+      const { id: newId } = await after.put(fresh);
+      await after.putManifest('snap_new', { refs: [oldId, newId], body: { n: 2 } });
+      const newBytes = await raw(chunkKey('ten_r', newId));
+      expect([newBytes[0], newBytes.readUInt32BE(1)]).toEqual([0x80, 2]);
+      for (const t of [
+        after,
+        await new ChunkStore({ backend, keys: new TenantKeys({ dir: join(dir, 'keys'), keyring: new LocalKeyring({ dir: join(dir, 'keys') }) }) }).tenant(
+          'ten_r',
+        ),
+      ]) {
+        expect((await t.get(oldId)).equals(old)).toBe(true);
+        expect((await t.get(newId)).equals(fresh)).toBe(true);
+        expect((await t.getManifest('snap_old')).body).toEqual({ n: 1 });
+        expect((await t.getManifest('snap_new')).body).toEqual({ n: 2 });
+      }
+      // GC reads manifests of both versions: both chunks are live.
+      expect(await rotating.gc({ graceMs: 0 })).toMatchObject({ deletedChunks: 0, undecidedTenants: [] });
+      await tenantKeys.revoke('ten_r');
+      await expect(rotating.tenant('ten_r')).rejects.toMatchObject({ code: 'key_revoked' });
+      expect((await rotating.gc({ graceMs: 0 })).undecidedTenants).toEqual(['ten_r']);
     });
   });
 

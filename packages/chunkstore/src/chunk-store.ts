@@ -1,7 +1,7 @@
 // Per-tenant encrypted, content-addressed chunks and snapshot manifests over a ChunkBackend, with crash-safe mark-and-sweep GC.
 import { createBLAKE3, type IHasher } from 'hash-wasm';
 import { compress, decompress } from 'zstd-napi';
-import { invalidArgument, SandglassError, systemClock, type Clock } from '@sandglass/core';
+import { failpoint, invalidArgument, SandglassError, systemClock, type Clock } from '@sandglass/core';
 import { seal, unseal, type KeyProvider } from '@sandglass/kms';
 import type { ChunkBackend } from './backend.js';
 
@@ -111,17 +111,46 @@ export class ChunkStore {
     };
   }
 
-  /** Resolves the tenant's keys once; key_unavailable propagates. */
+  /**
+   * Resolves the tenant's keys once: those of its current data key version for writes, older versions when a read
+   * meets a blob sealed under one; key_unavailable and key_revoked propagate.
+   */
   async tenant(tenantId: string): Promise<TenantStore> {
     checkSegment('tenantId', tenantId);
-    const [chunkIdKey, chunkDataKey, manifestSealKey] = await Promise.all([
-      this.#keys.dataKey(tenantId, 'chunk-id'),
-      this.#keys.dataKey(tenantId, 'chunk-data'),
-      this.#keys.dataKey(tenantId, 'manifest'),
-    ]);
+    const version = (await this.#keys.keyVersion?.(tenantId)) ?? 1;
+    const [chunkIdKey, current] = await Promise.all([this.#keys.dataKey(tenantId, 'chunk-id'), this.#versionKeys(tenantId, version)]);
     // Keyed BLAKE3 (WASM): the hasher keeps the key and is re-initialised per chunk.
     const idHasher = await createBLAKE3(256, chunkIdKey);
-    return new Tenant(this.#shared, tenantId, { chunkData: chunkDataKey, manifest: manifestSealKey }, idHasher);
+    return new Tenant(this.#shared, tenantId, version, current, (v) => this.#versionKeys(tenantId, v), idHasher);
+  }
+
+  async #versionKeys(tenantId: string, version: number): Promise<VersionKeys> {
+    const [chunkData, manifest] = await Promise.all([this.#keys.dataKey(tenantId, 'chunk-data', version), this.#keys.dataKey(tenantId, 'manifest', version)]);
+    return { chunkData, manifest };
+  }
+
+  /**
+   * Deletes every manifest and chunk of a tenant: how a revoked tenant's store, which nobody can read any more, is
+   * reclaimed after its retention period. Needs no key (none exists); manifests go first, so no manifest ever points at a
+   * deleted chunk.
+   */
+  async purgeTenant(tenantId: string): Promise<{ manifests: number; chunks: number; freedBytes: number }> {
+    checkSegment('tenantId', tenantId);
+    const backend = this.#shared.backend;
+    const out = { manifests: 0, chunks: 0, freedBytes: 0 };
+    for (const [prefix, field] of [
+      [`manifests/${tenantId}/`, 'manifests'],
+      [`chunks/${tenantId}/`, 'chunks'],
+    ] as const) {
+      const entries: Array<{ key: string; sizeBytes: number }> = [];
+      for await (const e of backend.list(prefix)) entries.push(e);
+      for (const e of entries) {
+        await backend.delete(e.key);
+        out[field]++;
+        out.freedBytes += e.sizeBytes;
+      }
+    }
+    return out;
   }
 
   /**
@@ -204,20 +233,20 @@ export class ChunkStore {
     let manifests = 0;
     for (const [tenantId, snapshotIds] of byTenant) {
       if (undecided.has(tenantId)) continue;
-      let sealKey: Buffer;
-      try {
-        sealKey = await this.#keys.dataKey(tenantId, 'manifest');
-      } catch {
-        undecided.add(tenantId);
-        continue;
-      }
+      const sealKeys = new Map<number, Buffer>();
       const refs: string[] = [];
       let readable = true;
       for (const snapshotId of snapshotIds) {
-        const sealed = await backend.get(manifestKey(tenantId, snapshotId));
+        const stored = await backend.get(manifestKey(tenantId, snapshotId));
         // Deleted since the listing: it no longer protects anything.
-        if (!sealed) continue;
+        if (!stored) continue;
         try {
+          const { version, sealed } = unwrapVersion(stored);
+          let sealKey = sealKeys.get(version);
+          if (!sealKey) {
+            sealKey = await this.#keys.dataKey(tenantId, 'manifest', version);
+            sealKeys.set(version, sealKey);
+          }
           // A loop, not push(...refs): a big snapshot's refs would exceed the argument limit.
           for (const id of openManifest(sealKey, tenantId, snapshotId, sealed).refs) refs.push(id);
         } catch {
@@ -236,13 +265,36 @@ export class ChunkStore {
   }
 }
 
+/** A tenant's keys of one data key version. */
+interface VersionKeys {
+  chunkData: Buffer;
+  manifest: Buffer;
+}
+
 class Tenant implements TenantStore {
+  /** Keys of older versions met while reading, fetched once per TenantStore. */
+  private readonly older = new Map<number, Promise<VersionKeys>>();
+
   constructor(
     private readonly shared: Shared,
     readonly tenantId: string,
-    private readonly keys: { chunkData: Buffer; manifest: Buffer },
+    private readonly version: number,
+    private readonly keys: VersionKeys,
+    private readonly keysOf: (version: number) => Promise<VersionKeys>,
     private readonly idHasher: IHasher,
   ) {}
+
+  /** The keys a stored blob was sealed under: this version's, or an older one's (written before a rotation). */
+  private keysFor(version: number): Promise<VersionKeys> {
+    if (version === this.version) return Promise.resolve(this.keys);
+    let keys = this.older.get(version);
+    if (!keys) {
+      keys = this.keysOf(version);
+      keys.catch(() => this.older.delete(version));
+      this.older.set(version, keys);
+    }
+    return keys;
+  }
 
   chunkId(data: Buffer): string {
     return this.idHasher.init().update(data).digest('hex');
@@ -272,10 +324,11 @@ class Tenant implements TenantStore {
     this.shared.gcProtected?.add(key);
     await this.shared.deleting.get(key)?.catch(() => undefined);
     if (this.shared.staged.has(key) || (await this.shared.backend.has(key))) return { id: computed, storedBytes: 0, isNew: false };
-    const sealed = seal(this.keys.chunkData, compressFrames(data, this.shared.zstdLevel), aad(this.tenantId, computed));
+    const sealed = wrapVersion(this.version, seal(this.keys.chunkData, compressFrames(data, this.shared.zstdLevel), aad(this.tenantId, computed)));
     // Staged: durable and visible at the next flush, which putManifest does before it commits.
     this.shared.staged.add(key);
     try {
+      failpoint('chunkstore.write');
       await this.shared.backend.stage(key, sealed);
     } catch (err) {
       this.shared.staged.delete(key);
@@ -286,12 +339,18 @@ class Tenant implements TenantStore {
 
   async get(id: string): Promise<Buffer> {
     checkChunkId('id', id);
-    const sealed = await this.shared.backend.get(chunkKey(this.tenantId, id));
-    if (!sealed) throw corruptChunk(id, 'is missing');
+    const stored = await this.shared.backend.get(chunkKey(this.tenantId, id));
+    if (!stored) throw corruptChunk(id, 'is missing');
     let data: Buffer;
     try {
-      data = decompress(unseal(this.keys.chunkData, sealed, aad(this.tenantId, id)));
+      const { version, sealed } = unwrapVersion(stored);
+      // A revoked or unreachable key is not corruption: its own error goes up.
+      const keys = await this.keysFor(version).catch((err: unknown) => {
+        throw new KeyError(err);
+      });
+      data = decompress(unseal(keys.chunkData, sealed, aad(this.tenantId, id)));
     } catch (err) {
+      if (err instanceof KeyError) throw err.cause;
       throw corruptChunk(id, 'failed authentication or decompression', err);
     }
     if (this.chunkId(data) !== id) throw corruptChunk(id, 'does not hash to its id');
@@ -318,7 +377,12 @@ class Tenant implements TenantStore {
     await this.flush();
     const missing = await this.#firstMissing([...new Set(manifest.refs)]);
     if (missing !== undefined) throw corruptChunk(missing, `is missing, so manifest ${snapshotId} was not written`);
-    const sealed = seal(this.keys.manifest, compressFrames(Buffer.from(json), this.shared.zstdLevel), aad(this.tenantId, snapshotId));
+    const sealed = wrapVersion(
+      this.version,
+      seal(this.keys.manifest, compressFrames(Buffer.from(json), this.shared.zstdLevel), aad(this.tenantId, snapshotId)),
+    );
+    // A crash here leaves flushed chunks no manifest names: GC's to collect, never a half-written snapshot.
+    failpoint('chunkstore.manifest_commit');
     await this.shared.backend.put(manifestKey(this.tenantId, snapshotId), sealed);
     return { storedBytes: sealed.length };
   }
@@ -327,7 +391,13 @@ class Tenant implements TenantStore {
     checkSegment('snapshotId', snapshotId);
     const sealed = await this.shared.backend.get(manifestKey(this.tenantId, snapshotId));
     if (!sealed) throw new SandglassError('snapshot_not_found', `No manifest ${snapshotId} exists for tenant ${this.tenantId}.`, { details: { snapshotId } });
-    return openManifest(this.keys.manifest, this.tenantId, snapshotId, sealed);
+    let opened: { version: number; sealed: Buffer };
+    try {
+      opened = unwrapVersion(sealed);
+    } catch (err) {
+      throw corruptManifest(snapshotId, 'has a malformed key version header', err);
+    }
+    return openManifest((await this.keysFor(opened.version)).manifest, this.tenantId, snapshotId, opened.sealed);
   }
 
   async listManifests(): Promise<string[]> {
@@ -397,6 +467,34 @@ function openManifest(key: Buffer, tenantId: string, snapshotId: string, sealed:
     throw corruptManifest(snapshotId, 'has no valid list of chunk ids');
   }
   return { refs, body };
+}
+
+/**
+ * Blobs sealed under data key version 1 are the bare seal (its first byte is the seal format's version, 1), as before
+ * versions existed; later versions are prefixed with KEY_VERSION_TAG and the version (u32 BE), so a reader picks the
+ * key without trying each. A rotation leaves every stored blob as it is.
+ */
+const KEY_VERSION_TAG = 0x80;
+
+function wrapVersion(version: number, sealed: Buffer): Buffer {
+  if (version === 1) return sealed;
+  const header = Buffer.alloc(5);
+  header[0] = KEY_VERSION_TAG;
+  header.writeUInt32BE(version, 1);
+  return Buffer.concat([header, sealed]);
+}
+
+function unwrapVersion(stored: Buffer): { version: number; sealed: Buffer } {
+  if (stored[0] !== KEY_VERSION_TAG) return { version: 1, sealed: stored };
+  if (stored.length < 5) throw new Error('key version header is truncated');
+  return { version: stored.readUInt32BE(1), sealed: stored.subarray(5) };
+}
+
+/** Carries a key provider's error through a read's corruption handling unchanged. */
+class KeyError extends Error {
+  constructor(override readonly cause: unknown) {
+    super('key unavailable');
+  }
 }
 
 /** Several zstd frames for big inputs: decompress reads concatenated frames back as one buffer. */

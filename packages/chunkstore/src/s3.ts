@@ -10,7 +10,7 @@ import {
   PutObjectCommand,
   S3Client,
 } from '@aws-sdk/client-s3';
-import { invalidArgument, SandglassError } from '@sandglass/core';
+import { failpoint, invalidArgument, SandglassError } from '@sandglass/core';
 import { checkKey, checkPrefix, isKey, type BackendEntry, type ChunkBackend } from './backend.js';
 
 export interface S3BackendOptions {
@@ -104,6 +104,7 @@ export class S3Backend implements ChunkBackend {
 
   async put(key: string, data: Buffer): Promise<void> {
     checkKey(key);
+    failpoint('s3.put');
     await this.#send('put', key, () => this.#client.send(new PutObjectCommand({ Bucket: this.#bucket, Key: this.#root + key, Body: data })));
   }
 
@@ -209,6 +210,7 @@ export class S3Backend implements ChunkBackend {
 
   async get(key: string): Promise<Buffer | undefined> {
     checkKey(key);
+    failpoint('s3.get');
     try {
       const out = await this.#client.send(new GetObjectCommand({ Bucket: this.#bucket, Key: this.#root + key }));
       const bytes = await out.Body?.transformToByteArray();

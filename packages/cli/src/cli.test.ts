@@ -485,6 +485,31 @@ describe('sandglass egress', () => {
     expect(received.get(`GET /v1/sandboxes/${SBX}/events`)).toEqual(['egress,secret', null]);
   });
 
+  it('verifies an audit export offline: one-line verdict or JSON, exit 1 on failure; `events <id> --json` still lists', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sg-verify-'));
+    try {
+      const file = join(dir, 'export.jsonl');
+      await writeFile(file, '{"format":"something else"}\n');
+      const text = await cli(['events', 'verify', file]);
+      expect(text.code).toBe(1);
+      expect(text.stdout.toString()).toBe('FAILED line 1 (header): the first line is not a sandglass-audit/1 header\n');
+      // --json after the file is verify's flag, not the event listing's.
+      const asJson = await cli(['events', 'verify', file, '--json']);
+      expect(asJson.code).toBe(1);
+      expect(JSON.parse(asJson.stdout.toString())).toEqual({
+        ok: false,
+        line: 1,
+        check: 'header',
+        problem: 'the first line is not a sandglass-audit/1 header',
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    const listed = await cli(['events', SBX, '--json']);
+    expect(listed.code).toBe(0);
+    expect(Array.isArray(JSON.parse(listed.stdout.toString()))).toBe(true);
+  });
+
   it('prints the audit timeline as aligned lines or JSON lines, filtered by kind and time; refuses an unknown kind', async () => {
     const r = await cli(['audit', SBX]);
     expect(r.code).toBe(0);

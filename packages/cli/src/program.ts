@@ -1,7 +1,9 @@
 // The `sandglass` command line: the program and its command groups, one module each under commands/.
 import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
-import { registerAuditCommand } from './commands/audit.js';
+import { registerKeyCommands } from './commands/keys.js';
+import { registerAuditCommand, registerAuditKeyCommand } from './commands/audit.js';
+import { registerReplayCommand } from './commands/replay.js';
 import { registerControlPlaneCommand } from './commands/control-plane.js';
 import { registerApprovalCommands, registerNetworkCommands, registerSecretCommands } from './commands/egress.js';
 import { registerEventCommands } from './commands/events.js';
@@ -18,6 +20,8 @@ export function buildProgram(state: RunState): Command {
   const program = new Command('sandglass')
     .description('Sandglass: disposable Linux sandboxes for AI agents')
     .showHelpAfterError('(run with --help for usage)')
+    // A group's options stop at its subcommand, so `events verify … --json` is verify's flag, not the `events` listing's.
+    .enablePositionalOptions()
     // Usage errors exit 2 (main maps commander's errors); actions report their own exit status.
     .exitOverride();
   const act = actFor(state);
@@ -29,10 +33,14 @@ export function buildProgram(state: RunState): Command {
   registerGuestCommands(program, act);
   registerEventCommands(program, act);
   registerAuditCommand(program, act);
+  registerReplayCommand(program, act);
   registerTimeTravelCommands(program, act);
   registerNetworkCommands(program, act);
   registerSecretCommands(program, act);
   registerApiKeyCommands(program, act);
+  registerKeyCommands(program, act);
   registerApprovalCommands(program, act);
+  // Last: it joins the `keys` group wherever that was made.
+  registerAuditKeyCommand(program, act);
   return program;
 }

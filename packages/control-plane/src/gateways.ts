@@ -91,6 +91,12 @@ export class GatewayClient {
     await this.#call(gateway, 'POST', '/internal/v1/revoked-keys', { keyIds, untilMs }, this.#requestTimeoutMs);
   }
 
+  /** Tells a gateway that a tenant's key was revoked: it stops the tenant's sandboxes and wipes its plaintext. */
+  async tenantKeyRevoked(gateway: GatewayEndpoint, tenantId: string): Promise<{ stoppedSandboxes: string[]; wipedFiles: number }> {
+    const path = `/internal/v1/tenants/${encodeURIComponent(tenantId)}/key-revoked`;
+    return (await this.#call(gateway, 'POST', path, undefined, this.#requestTimeoutMs)) as { stoppedSandboxes: string[]; wipedFiles: number };
+  }
+
   async killSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<void> {
     await this.#call(gateway, 'DELETE', sandboxPath(sandboxId), undefined, this.#requestTimeoutMs);
   }

@@ -120,6 +120,9 @@ describe('node API', () => {
     expect((await call('POST', '/node/v1/events', { body: { events: [mine] } })).json()).toEqual({ appended: 0, duplicates: 1, dropped: [] });
     const stored = await events.list({ sandboxId: onN1, types: ['command'] });
     expect(stored.map((e) => [e.id, e.at])).toEqual([[mine.id, mine.at]]);
+    // Through the same append as the control plane's own events, so linked into the sandbox's chain: its exports verify.
+    const chain = await events.list({ sandboxId: onN1 });
+    expect(chain.at(-1)).toMatchObject({ id: mine.id, sandboxPrevHash: chain.at(-2)!.hash });
 
     // n2 cannot end or alter n1's sandbox, nor speak for a tenant about no sandbox.
     const forged = { ...mine, id: newId('evt'), type: 'sandbox.killed', data: { reason: 'killed' } };

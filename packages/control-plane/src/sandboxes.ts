@@ -3,7 +3,7 @@ import type { Kysely } from 'kysely';
 import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock, type ControlPlaneApi } from '@sandglass/core';
 import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
-import type { EventLog, StoredEvent } from '@sandglass/events';
+import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import {
   toSandbox,
   toSnapshot,
@@ -19,7 +19,7 @@ import {
   type Sandbox,
   type Snapshot,
 } from './api.js';
-import type { GatewayClient, GatewayDirectory, GatewayEndpoint, GatewayForkReply } from './gateways.js';
+import type { GatewayClient, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
 import type { Principal } from './keys.js';
 import { renameRuleField, type SecretStore } from './secrets.js';
 import { findTemplate } from './templates.js';
@@ -215,6 +215,12 @@ export class SandboxService {
     await this.#own(who, id);
     const { type, ...page } = query;
     return this.deps.events.list({ sandboxId: id, tenantId: who.tenantId, ...page, ...(type === undefined ? {} : { types: type.split(',') }) });
+  }
+
+  /** The sandbox's signed audit export (spec/audit-export.md), as lines to stream; the tenant's own sandboxes only. */
+  async auditExport(who: Principal, id: string, signer: AuditExportSigner): Promise<AsyncIterable<string>> {
+    await this.#own(who, id);
+    return auditExport(this.deps.events, { tenantId: who.tenantId, sandboxId: id }, { clock: this.deps.clock, signer });
   }
 
   /** Replaces the egress policy of a running sandbox: on the gateway first (it enforces it), then in the log. */
@@ -432,12 +438,14 @@ export class SandboxService {
       await events.append({ type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data }, { clock });
     }
 
+    const replay = req.replay === true ? await this.#replayPlan(who, source, snap) : undefined;
     let reply: GatewayForkReply;
     try {
       reply = await gatewayClient.forkSandboxes(gateway, {
         snapshotId: snap.id,
         tenantId: who.tenantId,
         ...(envs === undefined ? {} : { envs }),
+        ...(replay === undefined ? {} : { replay }),
         sandboxes: ids.map((id) => ({ id, timeoutS: req.timeoutS, snapshotIntervalS: source.snapshot_interval_s })),
       });
     } catch (err) {
@@ -461,6 +469,47 @@ export class SandboxService {
     }
     if (started.length === 0) throw firstError!;
     return { snapshotId: snap.id, sandboxes: started };
+  }
+
+  /**
+   * What a replay's fork needs from its source's log: the guest's time at the snapshot, the entropy of the source's
+   * last sync before it (a content id: the bytes never leave the store), and the exchanges recorded after it in order.
+   */
+  async #replayPlan(who: Principal, source: SandboxRow, snap: SnapshotRow): Promise<NonNullable<GatewayForkRequest['replay']>> {
+    const takenMs = Date.parse(snap.taken_at);
+    const events = await this.deps.events.list({ sandboxId: source.id, tenantId: who.tenantId, types: ['sandbox.synced', 'egress.exchange'] });
+    let entropyContentId: string | undefined;
+    const exchanges: NonNullable<GatewayForkRequest['replay']>['exchanges'] = [];
+    const content = (b: unknown) => {
+      const c = b as { contentId?: unknown; recordedBytes?: unknown } | undefined;
+      return typeof c?.contentId === 'string' && Number.isSafeInteger(c.recordedBytes)
+        ? { contentId: c.contentId, recordedBytes: c.recordedBytes as number }
+        : undefined;
+    };
+    for (const e of events) {
+      const d = e.data as Record<string, unknown>;
+      if (e.type === 'sandbox.synced') {
+        if (Date.parse(e.at) <= takenMs && typeof d.entropyContentId === 'string') entropyContentId = d.entropyContentId;
+        continue;
+      }
+      const requestBody = content(d.requestBody);
+      const responseBody = content(d.responseBody);
+      // Exchanges without recorded bodies (recording off or capped) cannot be answered: the replay reports them.
+      if (typeof d.startedAtMs !== 'number' || d.startedAtMs < takenMs || !requestBody || !responseBody) continue;
+      exchanges.push({
+        method: String(d.method),
+        url: String(d.url),
+        requestBody,
+        status: Number(d.status),
+        responseHeaders: Array.isArray(d.responseHeaders) ? (d.responseHeaders as string[][]) : [],
+        responseBody,
+      });
+    }
+    return {
+      sourceSandboxId: source.id,
+      ...(entropyContentId === undefined ? {} : { sync: { timeUnixNs: (BigInt(takenMs) * 1_000_000n).toString(), entropyContentId } }),
+      exchanges,
+    };
   }
 
   async #saveEnvs(sandboxId: string, tenantId: string, envs: Record<string, string>): Promise<void> {

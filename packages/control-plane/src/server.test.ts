@@ -1,4 +1,5 @@
 // The control plane over fastify's inject, with a tiny real HTTP server standing in for the gateway's internal API; every response is held against the spec.
+import { createPublicKey, verify } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
@@ -12,7 +13,7 @@ import addFormats from 'ajv-formats';
 import { createLogger, derefSchema, deriveNodeKeys, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
 import { openDatabase, toIso, type Database } from '@sandglass/db';
 import { createTestDatabase, resetTestDatabase } from '@sandglass/db/test-postgres';
-import { EventLog } from '@sandglass/events';
+import { canonicalJson, EventLog } from '@sandglass/events';
 import { LocalKeyring } from '@sandglass/kms';
 import {
   bootstrapLocal,
@@ -189,7 +190,7 @@ beforeAll(async () => {
 afterAll(() => new Promise<void>((resolve) => fakeGateway.close(() => resolve())));
 
 async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl })): Promise<void> {
-  cp = createControlPlane({ db: database.db, events, gateways, nodeSecret: SECRET, clock, logger: createLogger('test', 'silent'), keys });
+  cp = createControlPlane({ db: database.db, events, gateways, nodeSecret: SECRET, clock, logger: createLogger('test', 'silent'), keys, auditSigner: keys });
   await cp.app.ready();
 }
 
@@ -242,7 +243,8 @@ function checkAgainstSpec(method: string, url: string, status: number, body: str
     ? (spec as unknown as { components: { responses: Record<string, typeof declared> } }).components.responses[declared.$ref.split('/').pop()!]!
     : declared;
   const schema = resolved.content?.['application/json']?.schema;
-  if (!schema) return void (body === '' || violations.push(`${where}: a body where the spec declares none`));
+  // A body of another type (the audit export's JSON lines) is the spec's too; only no content at all means no body.
+  if (!schema) return void (body === '' || resolved.content !== undefined || violations.push(`${where}: a body where the spec declares none`));
   if (!ajv.validate(derefSchema(spec, schema) as object, JSON.parse(body))) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
 }
 
@@ -532,6 +534,7 @@ describe('sandboxes of a tenant', () => {
       ['POST', '/timeout', { timeoutS: 10 }],
       ['POST', '/access', undefined],
       ['GET', '/events', undefined],
+      ['GET', '/audit/export', undefined],
     ] as const) {
       const theirs = await call(method, `/v1/sandboxes/${a.id}${suffix}`, { key: b.key, json });
       const none = await call(method, `/v1/sandboxes/${unknown}${suffix}`, { key: b.key, json });
@@ -549,6 +552,7 @@ describe('sandboxes of a tenant', () => {
       ['DELETE', ''],
       ['POST', '/access'],
       ['GET', '/events'],
+      ['GET', '/audit/export'],
     ] as const) {
       const res = await call(method, `/v1/sandboxes/sbx_nope${suffix}`);
       expect(res.statusCode).toBe(404);
@@ -638,6 +642,59 @@ describe('GET /v1/sandboxes/{id}/events', () => {
     expect(page).toEqual([all[1]]);
     const bad = await call('GET', `/v1/sandboxes/${sbx.id}/events?limit=0`);
     expect(bad.json().error).toMatchObject({ code: 'invalid_argument', details: { field: 'querystring.limit' } });
+  });
+});
+
+describe('audit export', () => {
+  it('streams the header, the events as /events serves them and a trailer signed by the published key', async () => {
+    const sbx = await createSandbox();
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    const res = await call('GET', `/v1/sandboxes/${sbx.id}/audit/export`);
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.headers['content-type']).toBe('application/x-ndjson');
+    const [header, ...rest] = res.body
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const trailer = rest.pop()!;
+    const served = (await call('GET', `/v1/sandboxes/${sbx.id}/events`)).json().events;
+    expect(rest).toEqual(served);
+    expect(header).toEqual({ format: 'sandglass-audit/1', sandboxId: sbx.id, tenantId: sbx.tenantId, exportedAt: toIso(clock.nowMs()), count: 3 });
+
+    // The key needs no API key to fetch; the trailer names it and its signature verifies over the signed fields.
+    const published = await call('GET', '/v1/audit/public-key', { key: null });
+    expect(published.statusCode).toBe(200);
+    const { keyId, publicKeyPem } = published.json();
+    expect(publicKeyPem).toBe(await keys.auditPublicKeyPem());
+    const { signature, ...signed } = trailer as { signature: string };
+    expect(signed).toEqual({
+      format: 'sandglass-audit/1',
+      sandboxId: sbx.id,
+      tenantId: sbx.tenantId,
+      exportedAt: header!.exportedAt,
+      count: 3,
+      headHash: served[2].hash,
+      keyId,
+    });
+    expect(verify(null, Buffer.from(canonicalJson(signed)), createPublicKey(publicKeyPem), Buffer.from(signature, 'base64'))).toBe(true);
+  });
+
+  it('answers key_unavailable, before any line, where the deployment has no audit key', async () => {
+    const sbx = await createSandbox();
+    await cp.close();
+    cp = createControlPlane({
+      db: database.db,
+      events,
+      gateways: singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }),
+      nodeSecret: SECRET,
+      clock,
+      logger: createLogger('test', 'silent'),
+    });
+    for (const url of [`/v1/sandboxes/${sbx.id}/audit/export`, '/v1/audit/public-key']) {
+      const res = await call('GET', url);
+      expect(res.statusCode, url).toBe(503);
+      expect(res.json().error.code).toBe('key_unavailable');
+    }
   });
 });
 

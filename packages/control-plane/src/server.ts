@@ -1,5 +1,6 @@
 // The control plane's HTTP edge: auth, spec-driven validation and routes that turn requests into service calls.
 import { readFileSync } from 'node:fs';
+import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type RouteHandlerMethod } from 'fastify';
 import type { Kysely } from 'kysely';
@@ -20,8 +21,8 @@ import {
   type RequestBody,
 } from '@sandglass/core';
 import type { Schema } from '@sandglass/db';
-import type { EventLog } from '@sandglass/events';
-import type { KeyProvider } from '@sandglass/kms';
+import { auditKeyId, type EventLog } from '@sandglass/events';
+import type { AuditSigner, KeyProvider } from '@sandglass/kms';
 import { toTemplate, toTenant } from './api.js';
 import { Failover } from './failover.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
@@ -29,14 +30,17 @@ import { nodeApi } from './node-api.js';
 import type { NodeDirectory } from './nodes.js';
 import { ApiKeyService, authenticate, createTenant, type Principal } from './keys.js';
 import { e2bApi } from './e2b.js';
+import { ConsoleSessions, consoleApi, cookiePrincipal } from './console.js';
 import { LONGEST_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
 import { SecretStore } from './secrets.js';
+import { TenantKeyService, type TenantKeyAdmin } from './tenant-keys.js';
 import { listTemplates } from './templates.js';
 
 export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 const BODY_LIMIT_BYTES = 1024 * 1024;
-const PUBLIC_ROUTES = new Set(['/v1/health']);
+// The audit public key is for auditors, who hold no API key of the deployment.
+const PUBLIC_ROUTES = new Set(['/v1/health', '/v1/audit/public-key']);
 
 type Paths = ControlPlaneApi.paths;
 type Operation<P extends keyof Paths, M extends MethodsAt<Paths, P>> = OperationAt<Paths, P, M>;
@@ -58,6 +62,10 @@ export interface ControlPlaneOptions {
   gatewayClient?: GatewayClient;
   /** Seals tenant secrets (purpose 'secret'). Without one, storing a secret answers key_unavailable. */
   keys?: KeyProvider;
+  /** Signs audit exports (the keyring's Ed25519 key). Without one, exporting answers key_unavailable. */
+  auditSigner?: AuditSigner;
+  /** Per-tenant key providers, rotation and revocation (kms TenantKeys). Without it the key routes answer key_unavailable. */
+  keyAdmin?: TenantKeyAdmin;
   /**
    * Gateways as separate processes (`sandglass control-plane`): `gateways` is this directory, the node API
    * (spec/node.yaml) is served under /node/v1, and silent nodes' sandboxes move. Absent in `sandglass up`.
@@ -73,6 +81,24 @@ const NO_KEYS: KeyProvider = {
   },
   revoke: async () => undefined,
 };
+
+const NO_KEY_ADMIN: TenantKeyAdmin = {
+  use: () => noKeyAdmin(),
+  status: () => noKeyAdmin(),
+  rotate: () => noKeyAdmin(),
+  revoke: () => noKeyAdmin(),
+};
+function noKeyAdmin(): never {
+  throw new SandglassError('key_unavailable', "This deployment has no per-tenant key providers configured, so tenants' keys cannot be managed.");
+}
+
+const NO_AUDIT_KEY: AuditSigner = {
+  signAudit: () => noAuditKey(),
+  auditPublicKeyPem: () => noAuditKey(),
+};
+function noAuditKey(): never {
+  throw new SandglassError('key_unavailable', 'This deployment has no key provider configured, so it has no key to sign audit exports with.');
+}
 
 export interface ControlPlane {
   app: FastifyInstance;
@@ -108,6 +134,15 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     }
   };
   const apiKeys = new ApiKeyService({ db, events, clock, onRevoked: tellGateways });
+  const tenantKeys = new TenantKeyService({
+    db,
+    events,
+    clock,
+    logger: opts.logger,
+    admin: opts.keyAdmin ?? NO_KEY_ADMIN,
+    gateways: opts.gateways,
+    gatewayClient,
+  });
   const sandboxes = new SandboxService({
     secrets,
     db,
@@ -119,6 +154,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     publicGatewayUrl: opts.publicGatewayUrl,
   });
 
+  const consoleSessions = new ConsoleSessions(db, clock);
   // Authenticated before the body is even parsed, so an anonymous caller learns nothing from validation errors.
   const principals = new WeakMap<FastifyRequest, Principal>();
   app.addHook('onRequest', async (req) => {
@@ -128,7 +164,11 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     // The E2B layer takes the key from X-API-Key and answers in E2B's error format: its own plugin's hook checks it.
     // An unmatched URL (no route) is judged by its path, so a 404 under /e2b is also answered in that format.
     if ((req.routeOptions.url ?? req.url).startsWith('/e2b/')) return;
-    principals.set(req, await authenticate(db, req.headers.authorization, clock));
+    // The console's own routes check its session themselves; its files are public.
+    if ((req.routeOptions.url ?? req.url).startsWith('/console')) return;
+    // A bearer key wins; without one, the console's session cookie, accepted only with its CSRF header.
+    const bySession = req.headers.authorization === undefined ? await cookiePrincipal(consoleSessions, req) : undefined;
+    principals.set(req, bySession ?? (await authenticate(db, req.headers.authorization, clock)));
   });
   // A POST without a body means "all defaults"; validation then names any field that is required.
   app.addHook('preValidation', async (req) => {
@@ -166,6 +206,16 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/sandboxes/{id}/timeout', async (req) => sandboxes.setTimeout(who(req), idOf(req), req.body.timeoutS));
   route('POST', '/v1/sandboxes/{id}/access', async (req) => sandboxes.access(who(req), idOf(req)));
   route('GET', '/v1/sandboxes/{id}/events', async (req) => ({ events: await sandboxes.events(who(req), idOf(req), req.query) }));
+  const auditSigner = opts.auditSigner ?? NO_AUDIT_KEY;
+  route('GET', '/v1/sandboxes/{id}/audit/export', async (req, reply) => {
+    const lines = await sandboxes.auditExport(who(req), idOf(req), auditSigner);
+    // An error once streaming has begun cuts the body: the export then lacks its trailer and fails verification.
+    return reply.header('content-type', 'application/x-ndjson').code(200).send(Readable.from(lines));
+  });
+  route('GET', '/v1/audit/public-key', async () => {
+    const publicKeyPem = await auditSigner.auditPublicKeyPem();
+    return { algorithm: 'ed25519' as const, keyId: auditKeyId(publicKeyPem), publicKeyPem };
+  });
   route('PUT', '/v1/sandboxes/{id}/network', async (req) => sandboxes.setNetwork(who(req), idOf(req), req.body));
   route('GET', '/v1/sandboxes/{id}/approvals', async (req) => ({ approvals: await sandboxes.approvals(who(req), idOf(req)) }));
   route('POST', '/v1/approvals/{requestId}', async (req, reply) => {
@@ -203,8 +253,13 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/api-keys', async (req, reply) => reply.code(201).send(await apiKeys.create(who(req), req.body)));
   route('GET', '/v1/api-keys', async (req) => ({ apiKeys: await apiKeys.list(who(req), req.query.tenantId) }));
   route('DELETE', '/v1/api-keys/{id}', async (req) => apiKeys.revoke(who(req), idOf(req)));
+  route('GET', '/v1/tenants/{id}/keys', async (req) => tenantKeys.status(who(req), idOf(req)));
+  route('PUT', '/v1/tenants/{id}/keys', async (req) => tenantKeys.use(who(req), idOf(req), req.body));
+  route('POST', '/v1/tenants/{id}/keys/rotate', async (req) => tenantKeys.rotate(who(req), idOf(req), req.body));
+  route('POST', '/v1/tenants/{id}/keys/revoke', async (req) => tenantKeys.revoke(who(req), idOf(req)));
 
   app.register(e2bApi({ db, sandboxes, clock, controlPlaneSpec: spec }), { prefix: '/e2b' });
+  app.register(consoleApi({ db, events, sessions: consoleSessions, gateways: opts.gateways, publicGatewayUrl: opts.publicGatewayUrl, clock }));
 
   let failover: Failover | undefined;
   if (opts.cluster) {

@@ -30,6 +30,7 @@ export const ERROR_CATALOGUE = {
   snapshot_failed: { status: 500, retryable: true, message: "The snapshot could not be taken; the sandbox keeps running and earlier snapshots are intact." },
   sandbox_running: { status: 409, retryable: false, message: "The sandbox is running; pause it first (or fork it instead of resuming)." },
   key_unavailable: { status: 503, retryable: false, message: "The tenant's data key cannot be obtained from the key provider (revoked or unreachable)." },
+  key_revoked: { status: 403, retryable: false, message: "The tenant's key was revoked (by an operator, or deleted or refused by its HSM); its data can no longer be read or booted." },
   storage_full: { status: 507, retryable: true, message: "The snapshot store has no room left; free space or thin retention." },
   storage_unavailable: { status: 503, retryable: true, message: "The snapshot store could not be reached or refused the request; check its address, bucket and credentials." },
   egress_denied: { status: 403, retryable: false, message: "The sandbox's network policy does not allow this destination; details say which rule decided." },

@@ -18,7 +18,7 @@ const KEYS = deriveNodeKeys(SECRET);
 const clock = new ManualClock(Date.UTC(2025, 5, 1, 12));
 const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const OTHER = 'sbx_bbbbbbbbbbbbbbbbbbbb';
-const ids = { id: SBX, cid: 'cmd_1', requestId: 'apr_1' };
+const ids = { id: SBX, cid: 'cmd_1', requestId: 'apr_1', contentId: 'c'.repeat(64), tenantId: 'ten_a' };
 const ops = specOperations(fileURLToPath(new URL('../../../spec/gateway.yaml', import.meta.url)));
 const dataOps = ops.filter((o) => o.security.includes('accessToken'));
 const internalOps = ops.filter((o) => o.security.includes('nodeSecret'));

@@ -6,9 +6,9 @@ import type { WebSocket } from 'ws';
 import { SandglassError, invalidArgument, toSandglassError, type GatewayApi, type NodeKeys, type OperationRoute } from '@sandglass/core';
 import type { SignalName } from '@sandglass/agent-client';
 import type { Gateway } from './gateway.js';
-import type { CommandRecord } from './sandbox.js';
+import type { CommandInput, CommandRecord } from './sandbox.js';
 import { guestPath } from './paths.js';
-import { mapAgentError, viaAgent } from './agent-link.js';
+import { mapAgentError } from './agent-link.js';
 import { operation, specRoutes } from './spec.js';
 import { accessTokenHook } from './auth.js';
 import { OUTPUT_WINDOW_BYTES, pacedSender } from './output-pacing.js';
@@ -94,7 +94,7 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     };
 
     route('POST', '/v1/sandboxes/{id}/commands/{cid}/stdin', async (req, reply) => {
-      const { rec, agent } = runningCommand(req);
+      const { sbx, rec } = runningCommand(req);
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const c of req.raw as AsyncIterable<Buffer>) {
@@ -103,21 +103,21 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
         chunks.push(c);
       }
       const eof = req.query.eof === true;
-      await viaAgent(agent.procStdin(rec.id, Buffer.concat(chunks), { eof }));
+      await sbx.commandInput(rec, { kind: 'stdin', data: Buffer.concat(chunks), eof });
       return reply.status(204).send();
     });
 
     route('POST', '/v1/sandboxes/{id}/commands/{cid}/signal', async (req, reply) => {
-      const { rec, agent } = runningCommand(req);
-      await viaAgent(agent.procSignal(rec.id, req.body.signal));
+      const { sbx, rec } = runningCommand(req);
+      await sbx.commandInput(rec, { kind: 'signal', signal: req.body.signal });
       return reply.status(204).send();
     });
 
     route('POST', '/v1/sandboxes/{id}/commands/{cid}/resize', async (req, reply) => {
-      const { rec, agent } = runningCommand(req);
+      const { sbx, rec } = runningCommand(req);
       if (!rec.pty) throw invalidArgument('cid', 'the command has no PTY to resize');
       const { cols, rows } = req.body;
-      await viaAgent(agent.procResize(rec.id, cols, rows));
+      await sbx.commandInput(rec, { kind: 'resize', cols, rows });
       return reply.status(204).send();
     });
 
@@ -160,6 +160,14 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     route('DELETE', '/v1/sandboxes/{id}/files', async (req, reply) => {
       await sbxOf(req).files.remove(guestPath(req.query.path), { recursive: req.query.recursive });
       return reply.status(204).send();
+    });
+
+    // A replay's driver reads its source's recorded inputs through the fork, with the fork's token.
+    route('GET', '/v1/sandboxes/{id}/recording/{contentId}', async (req, reply) => {
+      const source = gw.replays.get(req.params.id);
+      if (!source) throw new SandglassError('not_found', `Sandbox ${req.params.id} is not a replay; only a replay's fork reads its source's recording.`);
+      const data = await source.read(req.params.contentId, req.query.sizeBytes);
+      return reply.header('content-type', 'application/octet-stream').code(200).send(data);
     });
 
     route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => fileView(await sbxOf(req).files.stat(guestPath(req.query.path))));
@@ -255,7 +263,7 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest<Strea
   }, sendError);
   socket.on('message', (data: Buffer, isBinary: boolean) => {
     if (isBinary) {
-      agent.procStdin(rec.id, data).catch(() => {});
+      sbx.commandInput(rec, { kind: 'stdin', data, eof: false }).catch(() => {});
       return;
     }
     let msg: { type?: string; cols?: number; rows?: number; signal?: string };
@@ -264,9 +272,11 @@ function streamCommand(gw: Gateway, socket: WebSocket, req: FastifyRequest<Strea
     } catch {
       return;
     }
-    if (msg.type === 'stdin_eof') agent.procStdin(rec.id, undefined, { eof: true }).catch(() => {});
-    else if (msg.type === 'resize' && rec.pty && msg.cols && msg.rows) agent.procResize(rec.id, msg.cols, msg.rows).catch(() => {});
-    else if (msg.type === 'signal' && typeof msg.signal === 'string') agent.procSignal(rec.id, msg.signal as SignalName).catch(() => {});
+    let input: CommandInput | undefined;
+    if (msg.type === 'stdin_eof') input = { kind: 'stdin', data: Buffer.alloc(0), eof: true };
+    else if (msg.type === 'resize' && rec.pty && msg.cols && msg.rows) input = { kind: 'resize', cols: msg.cols, rows: msg.rows };
+    else if (msg.type === 'signal' && typeof msg.signal === 'string') input = { kind: 'signal', signal: msg.signal as SignalName };
+    if (input) sbx.commandInput(rec, input).catch(() => {});
   });
   socket.on('close', () => {
     handle.then((h) => h.detach()).catch(() => {});

@@ -1,13 +1,17 @@
 // A sandbox's files as the data plane uses them: agent errors mapped onto the catalogue, and every change recorded.
 import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { SandglassError } from '@sandglass/core';
 import { type AgentClient, AgentError, type FileStat, type FsEventOp } from '@sandglass/agent-client';
 import { mapAgentError, viaAgent } from './agent-link.js';
+import type { Recorder } from './recording.js';
 
 /** What the files of one sandbox need from it: its agent while it runs, and its event record. */
 export interface FilesHost {
   requireRunning(): AgentClient;
   record(type: string, data: Record<string, unknown>): Promise<unknown>;
+  /** Where written content is recorded, when the sandbox records its inputs. */
+  recorder?(): Recorder | undefined;
 }
 
 /**
@@ -56,10 +60,16 @@ export class SandboxFiles {
    * the file, and every directory the write created, belong to that guest user and its primary group.
    */
   async write(path: string, data: Readable, opts: { mode?: number; owner?: GuestOwner } = {}): Promise<{ sizeBytes: number }> {
-    const { sizeBytes } = await viaAgent(this.host.requireRunning().writeFile(path, data, { mode: opts.mode ?? 0o644, owner: opts.owner }), {
-      path,
-    });
-    await this.host.record('file.written', { path, sizeBytes });
+    const agent = this.host.requireRunning();
+    // The content is recorded as it streams past (parts staged behind the write), never held whole.
+    const tee = this.host.recorder?.()?.tee();
+    let source = data;
+    if (tee) {
+      source = tee.stream;
+      pipeline(data, tee.stream).catch((e: unknown) => tee.stream.destroy(e as Error));
+    }
+    const { sizeBytes } = await viaAgent(agent.writeFile(path, source, { mode: opts.mode ?? 0o644, owner: opts.owner }), { path });
+    await this.host.record('file.written', { path, sizeBytes, ...(tee ? { contentId: tee.ref().contentId } : {}) });
     return { sizeBytes };
   }
 

@@ -1,22 +1,25 @@
 // The node gateway: runs sandbox VMs restored from templates and serves their data plane (commands, files, PTYs).
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { SandglassError, lockHome, type Clock, type GatewayApi, type HomeLayout, type Logger } from '@sandglass/core';
 import { configureJail, killLeftoverVms, type Accel, type AccelChoice, type JailContext } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
+import type { KeyProvider } from '@sandglass/kms';
 import type { RetentionPolicy } from '@sandglass/snapshots';
-import { Sandbox, sandboxDir, type HealthPolicy } from './sandbox.js';
+import { Sandbox, sandboxDir, type HealthPolicy, type SandboxOptions } from './sandbox.js';
 import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateRegistry, type TemplateSnapshot } from './templates.js';
 import { WarmPool } from './pool.js';
-import { RamFiles } from './ram.js';
+import { defaultImageCacheBytes, RamFiles, reapOrphanRamDirs } from './ram.js';
 import type { CaptureGate } from './capture-gate.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
 import { EventQuota, type GatewayEvents } from './events.js';
 import { NetworkManager, type NetworkSpec, type SecretResolver } from './network.js';
+import { DEFAULT_RECORDING_CAP_BYTES, SourceRecording, type ReplayPlan } from './recording.js';
 import { RevokedKeys } from './auth.js';
-import type { PolicyInput } from '@sandglass/egress';
+import { TenantRevocation } from './revocation.js';
+import type { PolicyInput, ReplaySource } from '@sandglass/egress';
 
 export const DEFAULT_WARM_POOL = 2;
 /** Fork restores in flight at once: each is CPU-bound under TCG, more only queue for the same cores. */
@@ -33,8 +36,13 @@ export interface GatewayOptions {
   logger: Logger;
   /** The accelerator and CPU model the probe proved for this host (chooseAccel). */
   accel: AccelChoice;
-  /** Host memory the node may give to guests; default 75% of the host's RAM. */
+  /**
+   * Host memory the node may give to guests; default 75% of the host's RAM less the tmpfs cache ceiling
+   * (`imageCacheBytes`), which is host memory too.
+   */
   guestMemoryBudgetMib?: number;
+  /** Ceiling on the tmpfs caches (template and snapshot RAM images); default `defaultImageCacheBytes()`. */
+  imageCacheBytes?: number;
   /** How a hung VM is told from a slow one. */
   health?: HealthPolicy;
   /** Restores of the base template kept running and warmed for instant creates; 0 turns the pool off. */
@@ -65,7 +73,23 @@ export interface GatewayOptions {
     approvalTimeoutMs?: number;
     recordExchanges?: boolean;
   };
+  /**
+   * Bytes of input content (command specs, stdin, file writes, egress bodies, sync entropy) each sandbox may record
+   * for replay; default DEFAULT_RECORDING_CAP_BYTES, 0 turns recording off.
+   */
+  recordingCapBytes?: number;
+  /**
+   * The tenants' key provider, asked before every boot and polled for each tenant with plaintext here, so a key
+   * revoked on its HSM stops the tenant's sandboxes without an API call. Absent: the chunk store's provider is asked
+   * at boots, and nothing is polled.
+   */
+  keys?: KeyProvider;
+  /** How often the provider is polled; default DEFAULT_KEY_POLL_INTERVAL_MS. */
+  keyPollIntervalMs?: number;
 }
+
+/** Egress bodies up to this size are recorded whole for a replay (the proxy holds them in memory meanwhile). */
+const RECORDED_EXCHANGE_BODY_BYTES = 8 * 1024 * 1024;
 
 /** Restoring a snapshot into a sandbox: a resume keeps the sandbox's id, a fork gets a new one. */
 export interface RestoreRequest {
@@ -79,6 +103,8 @@ export interface RestoreRequest {
   secrets?: string[];
   /** The sandbox's own environment variables (a fork: its source's); given at every start, never kept in snapshots. */
   envs?: Record<string, string>;
+  /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
+  replay?: ReplayPlan;
 }
 
 export interface CreateSandboxRequest {
@@ -113,7 +139,11 @@ export class Gateway {
   readonly network: NetworkManager;
   /** API keys revoked on the control plane whose access tokens may still be unexpired. */
   readonly revokedKeys = new RevokedKeys();
+  /** Tenants whose key was revoked: their sandboxes stop and their plaintext on this node is wiped. */
+  readonly revocation: TenantRevocation;
   readonly jail: JailContext;
+  /** Replays running on this node: each fork's source recording, the only content its recording route may read. */
+  readonly replays = new Map<string, SourceRecording>();
 
   constructor(readonly opts: GatewayOptions) {
     // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
@@ -136,8 +166,11 @@ export class Gateway {
         onReplaced: (key) => this.ram.removeTemplateImage(key),
       },
     );
-    this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75);
+    const imageCacheBytes = opts.imageCacheBytes ?? defaultImageCacheBytes();
+    this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75 - imageCacheBytes / 1024 ** 2);
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
+    for (const dir of reapOrphanRamDirs(opts.shmRoot, this.ram.root))
+      opts.logger.warn({ dir }, 'removed RAM files a dead server of another home left on tmpfs');
     this.cleanStaleRunDirs();
     this.network = new NetworkManager({
       events: this.opts.events,
@@ -145,6 +178,9 @@ export class Gateway {
       logger: opts.logger,
       tenantOf: (id) => this.sandboxes.get(id)?.tenantId,
       ...opts.egress,
+      // A replay answers requests from the recorded exchanges: with recording on, every exchange is recorded.
+      ...(this.recordingCapBytes > 0 ? { recordExchanges: { maxBodyBytes: RECORDED_EXCHANGE_BODY_BYTES } } : {}),
+      recorderOf: (id) => this.sandboxes.get(id)?.recorder,
     });
     this.snapshots = new SnapshotManager({
       store: opts.store,
@@ -158,7 +194,22 @@ export class Gateway {
       concurrency: opts.captureConcurrency,
       retention: opts.retention,
       gate: opts.captureGate,
+      imageCacheBytes,
     });
+    const keys = opts.keys;
+    this.revocation = new TenantRevocation({
+      sandboxes: this.sandboxes,
+      snapshots: this.snapshots,
+      verify: async (tenantId) => {
+        if (keys?.verify) await keys.verify(tenantId);
+        else await opts.store.tenant(tenantId);
+      },
+      events: this.opts.events,
+      clock: opts.clock,
+      logger: opts.logger,
+      pollIntervalMs: opts.keyPollIntervalMs,
+    });
+    if (keys) this.revocation.start();
   }
 
   /**
@@ -173,13 +224,8 @@ export class Gateway {
     } catch {
       // No run directory yet.
     }
-    // RAM files of those VMs and half-written captures go; snapshot images and the images of templates that still
-    // exist are good caches (a template rebuilt under a new key leaves its old image behind otherwise).
-    this.ram.removeStale((name) => {
-      if (name.startsWith('snap-') && name.endsWith('.img')) return true;
-      const tpl = /^template-([0-9a-f]{16})\.img$/.exec(name);
-      return tpl !== null && existsSync(join(this.opts.home.artifacts, `template-${tpl[1]}`));
-    });
+    // RAM files of those VMs, half-written captures and the caches go: a stopped server holds no host memory.
+    this.ram.removeStale();
   }
 
   async ensureBaseTemplate(onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
@@ -213,6 +259,8 @@ export class Gateway {
       throw new SandglassError('template_not_ready', `Template ${req.template} is ${this.baseStatus.status}.`);
     }
     if (this.sandboxes.has(req.id)) throw new SandglassError('conflict', `Sandbox ${req.id} already exists on this node.`);
+    // A warm-pool VM needs no key, but a tenant whose key is revoked or unreachable gets no sandbox.
+    await this.revocation.requireKey(req.tenantId);
     if (this.committedMib() + req.memoryMib > this.budgetMib) {
       throw new SandglassError(
         'capacity_exhausted',
@@ -246,17 +294,29 @@ export class Gateway {
   }
 
   /** Gives a started sandbox its network; if that fails the sandbox fails with it (it would not be what was asked). */
-  private async connectNetwork(sbx: Sandbox, spec: NetworkSpec, envs: Record<string, string> = {}): Promise<void> {
+  private async connectNetwork(sbx: Sandbox, spec: NetworkSpec, envs: Record<string, string> = {}, replay?: ReplaySource): Promise<void> {
     sbx.assignNetwork(spec);
     try {
-      await this.network.attach(sbx.id, sbx.tenantId, sbx.requireRunning(), spec, envs);
+      await this.network.attach(sbx.id, sbx.tenantId, sbx.requireRunning(), spec, envs, replay);
     } catch (err) {
       await sbx.fail(`setting up the sandbox's network failed: ${(err as Error).message}`);
       throw err;
     }
   }
 
-  private newSandbox(id: string, tenantId: string, template: TemplateSnapshot, dir: string, timeoutS: number, snapshotIntervalS?: number): Sandbox {
+  get recordingCapBytes(): number {
+    return this.opts.recordingCapBytes ?? DEFAULT_RECORDING_CAP_BYTES;
+  }
+
+  private newSandbox(
+    id: string,
+    tenantId: string,
+    template: TemplateSnapshot,
+    dir: string,
+    timeoutS: number,
+    snapshotIntervalS?: number,
+    replaySync?: SandboxOptions['replaySync'],
+  ): Sandbox {
     return new Sandbox({
       id,
       tenantId,
@@ -270,10 +330,13 @@ export class Gateway {
       ram: this.ram,
       onGone: (s) => {
         this.sandboxes.delete(s.id);
+        this.replays.delete(s.id);
         this.network.detach(s.id);
         void this.snapshots.untrack(s.id);
       },
       health: this.opts.health,
+      ...(this.recordingCapBytes > 0 ? { recording: { store: this.opts.store, capBytes: this.recordingCapBytes } } : {}),
+      ...(replaySync ? { replaySync } : {}),
     });
   }
 
@@ -285,6 +348,7 @@ export class Gateway {
     if (this.sandboxes.has(req.id)) {
       throw new SandglassError(kind === 'resume' ? 'sandbox_running' : 'conflict', `Sandbox ${req.id} is already running on this node.`);
     }
+    await this.revocation.requireKey(req.tenantId);
     const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
     if (kind === 'resume' && m.sandboxId !== req.id) {
       throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, {
@@ -305,8 +369,17 @@ export class Gateway {
         `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which neither this node nor the template registry has.`,
       );
     }
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS);
+    // A replay reads only its source's recording: refused before anything starts when there is none.
+    const source = kind === 'fork' && req.replay ? await SourceRecording.open(this.opts.store, req.tenantId, req.replay.sourceSandboxId) : undefined;
+    const sync = source && req.replay?.sync;
+    const replaySync = source && {
+      sourceSandboxId: source.sourceSandboxId,
+      timeUnixNs: sync ? BigInt(sync.timeUnixNs) : BigInt(Date.parse(m.takenAt)) * 1_000_000n,
+      entropy: sync ? await source.read(sync.entropyContentId) : Buffer.alloc(64),
+    };
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replaySync);
     this.sandboxes.set(req.id, sbx);
+    if (source) this.replays.set(req.id, source);
     const t0 = performance.now();
     let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
     try {
@@ -319,7 +392,7 @@ export class Gateway {
     sbx.adoptSnapshot(prepared);
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
     const network = this.restoredNetwork(prepared.network, req);
-    await this.connectNetwork(sbx, network, req.envs);
+    await this.connectNetwork(sbx, network, req.envs, source && req.replay ? source.answers(req.replay.exchanges) : undefined);
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
     if (kind === 'resume') {
@@ -346,6 +419,7 @@ export class Gateway {
           sourceSandboxId: sourceSandboxId ?? m.sandboxId,
           network: network.policy ?? null,
           secrets: network.secrets,
+          ...(source ? { replayOf: source.sourceSandboxId } : {}),
         },
       });
     }
@@ -385,6 +459,7 @@ export class Gateway {
     tenantId: string,
     forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
     envs?: Record<string, string>,
+    replay?: ReplayPlan,
   ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
     const m = await this.snapshots.manifest(tenantId, snapshotId);
     const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
@@ -395,7 +470,15 @@ export class Gateway {
         const f = forks[i]!;
         try {
           const sbx = await this.restoreSandbox(
-            { id: f.id, tenantId, snapshotId, timeoutS: f.timeoutS, snapshotIntervalS: f.snapshotIntervalS, ...(envs === undefined ? {} : { envs }) },
+            {
+              id: f.id,
+              tenantId,
+              snapshotId,
+              timeoutS: f.timeoutS,
+              snapshotIntervalS: f.snapshotIntervalS,
+              ...(envs === undefined ? {} : { envs }),
+              ...(replay === undefined ? {} : { replay }),
+            },
             'fork',
             m.sandboxId,
           );
@@ -462,9 +545,12 @@ export class Gateway {
    * newest snapshot instead of ending them.
    */
   async shutdown(opts: { end?: boolean } = {}): Promise<void> {
+    this.revocation.stop();
     await this.snapshots.stop();
     await this.pool?.close();
     if (opts.end === false) await this.evictAll();
     else await Promise.all([...this.sandboxes.values()].map((s) => s.end('shutdown')));
+    // Every VM is down: the caches on tmpfs are host memory no one will use until the next start rebuilds them.
+    this.ram.release();
   }
 }

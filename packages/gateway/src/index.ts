@@ -16,6 +16,7 @@ export {
 } from './templates.js';
 export { connectAgent } from './agent-link.js';
 export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';
+export { DEFAULT_RECORDING_CAP_BYTES, readContent, recordingManifestId, type ContentRef } from './recording.js';
 export { kvmProbeAttempt } from './accel-probe.js';
 export {
   NodeApiClient,

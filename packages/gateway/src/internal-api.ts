@@ -1,6 +1,6 @@
 // The gateway's internal node API, for the control plane only: served on its own listener, never the data plane's.
 import type { FastifyPluginAsync } from 'fastify';
-import { SandglassError, type GatewayApi, type NodeKeys } from '@sandglass/core';
+import { armedFailpoints, armFailpoint, chaosEnabled, firedFailpoints, SandglassError, type GatewayApi, type NodeKeys } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
 import type { Sandbox } from './sandbox.js';
 import { internalBearerHook } from './auth.js';
@@ -47,6 +47,7 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       gw.revokedKeys.add(req.body.keyIds, req.body.untilMs);
       return reply.status(204).send();
     });
+    route('POST', '/internal/v1/tenants/{tenantId}/key-revoked', async (req) => gw.revocation.revoke(req.params.tenantId, 'api'));
     route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates() }));
 
     // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
@@ -61,8 +62,8 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
-      const { snapshotId, tenantId, sandboxes, envs } = req.body;
-      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes, envs);
+      const { snapshotId, tenantId, sandboxes, envs, replay } = req.body;
+      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes, envs, replay);
       return { sandboxes: forks.map((f) => ('error' in f ? f : sandboxView(f))) };
     });
     route('DELETE', '/internal/v1/snapshots/{id}', async (req, reply) => {
@@ -111,5 +112,14 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       const graceMs = req.body?.gcGraceMs;
       return gw.snapshots.maintain({ graceMs });
     });
+    // A way to make this process fail on purpose: registered only for a chaos run, so a production node has no such
+    // route at all (404), whoever holds the node secret.
+    if (chaosEnabled()) {
+      route('GET', '/internal/v1/failpoints', async () => ({ armed: armedFailpoints(), fired: [...firedFailpoints()] }));
+      route('POST', '/internal/v1/failpoints', async (req, reply) => {
+        armFailpoint(req.body.name, req.body.spec);
+        return reply.status(204).send();
+      });
+    }
   };
 }

@@ -9,10 +9,12 @@ import {
   newPlaceholder,
   parsePolicy,
   type PolicyInput,
+  type ReplaySource,
   type SandboxEgress,
   type SecretBinding,
 } from '@sandglass/egress';
 import type { GatewayEvents } from './events.js';
+import type { Recorder } from './recording.js';
 
 /** Where guest programs find the proxy: the agent listens on guest loopback and relays each connection to the host. */
 export const PROXY_PORT = 3128;
@@ -63,7 +65,23 @@ export interface NetworkOptions {
   privateAllow?: string[];
   upstreamCAs?: string[];
   approvalTimeoutMs?: number;
-  recordExchanges?: boolean;
+  recordExchanges?: boolean | { maxBodyBytes?: number };
+  /** A sandbox's recording: an exchange's bodies go there, and its event names them by content id. */
+  recorderOf?: (sandboxId: string) => Recorder | undefined;
+}
+
+/**
+ * An egress.exchange as the log keeps it when the sandbox records its inputs: each body (already redacted by the
+ * proxy) moves to the tenant's chunk store, and the event keeps its content id, its size and whether it was cut.
+ */
+export function recordedExchange(data: Record<string, unknown>, recorder: Recorder): Record<string, unknown> {
+  const body = (b: unknown) => {
+    const rb = b as { encoding: 'utf8' | 'base64'; data: string; sizeBytes: number; truncated: boolean };
+    const bytes = Buffer.from(rb.data, rb.encoding);
+    const ref = recorder.content(bytes);
+    return { contentId: ref.contentId, recordedBytes: bytes.length, sizeBytes: rb.sizeBytes, truncated: rb.truncated };
+  };
+  return { ...data, requestBody: body(data.requestBody), responseBody: body(data.responseBody) };
 }
 
 /** The node's egress proxy and approval broker, and the per-sandbox plumbing between them and the guest. */
@@ -76,6 +94,8 @@ export class NetworkManager {
     const record = (type: string, sandboxId: string, data: Record<string, unknown>) => {
       const tenantId = opts.tenantOf(sandboxId);
       if (!tenantId) return;
+      const recorder = type === 'egress.exchange' ? opts.recorderOf?.(sandboxId) : undefined;
+      if (recorder) data = recordedExchange(data, recorder);
       Promise.resolve(opts.events.append({ type, tenantId, sandboxId, data })).catch((err: unknown) =>
         opts.logger.warn({ sandboxId, type, err: (err as Error).message }, 'recording an egress event failed'),
       );
@@ -112,7 +132,14 @@ export class NetworkManager {
    * `envs`, the sandbox's own variables, go into the same defaults under the egress ones: a sandbox cannot point its
    * programs past the proxy or shadow a secret's placeholder by naming a variable HTTPS_PROXY or after the secret.
    */
-  async attach(sandboxId: string, tenantId: string, agent: AgentClient, spec: NetworkSpec, envs: Record<string, string> = {}): Promise<void> {
+  async attach(
+    sandboxId: string,
+    tenantId: string,
+    agent: AgentClient,
+    spec: NetworkSpec,
+    envs: Record<string, string> = {},
+    replay?: ReplaySource,
+  ): Promise<void> {
     if (!spec.policy && spec.secrets.length === 0) {
       if (Object.keys(envs).length > 0) await agent.envDefaults(envs);
       return;
@@ -136,7 +163,11 @@ export class NetworkManager {
       },
     }));
     this.proxy.removeSandbox(sandboxId);
-    const egress = await this.proxy.addSandbox(sandboxId, { policy: spec.policy ? parsePolicy(spec.policy) : DENY_ALL, secrets: bindings });
+    const egress = await this.proxy.addSandbox(sandboxId, {
+      policy: spec.policy ? parsePolicy(spec.policy) : DENY_ALL,
+      secrets: bindings,
+      ...(replay ? { replay } : {}),
+    });
     this.egress.set(sandboxId, egress);
     await this.installCa(agent, egress);
     const env: Record<string, string> = {

@@ -67,7 +67,7 @@ export class RemoteKeys implements KeyProvider {
     try {
       sealed = await this.#client.dataKey(tenantId, purpose);
     } catch (err) {
-      if (err instanceof SandglassError && err.code === 'key_unavailable') throw err;
+      if (err instanceof SandglassError && (err.code === 'key_unavailable' || err.code === 'key_revoked')) throw err;
       throw new SandglassError(
         'key_unavailable',
         `Tenant ${tenantId}'s ${purpose} key could not be obtained from the control plane: ${(err as Error).message}`,

@@ -1,9 +1,11 @@
 // One running sandbox on this node: its VM, its agent connection, its commands, its deadline and its health.
+import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { newId, SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
+import { failpoint, newId, SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
-import type { AgentClient, ProtocolViolation } from '@sandglass/agent-client';
+import type { AgentClient, InputResult, ProtocolViolation, SignalName } from '@sandglass/agent-client';
+import type { ChunkStore } from '@sandglass/chunkstore';
 import type { PolicyInput } from '@sandglass/egress';
 import { mapAgentError } from './agent-link.js';
 import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
@@ -12,6 +14,7 @@ import type { NetworkSpec } from './network.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 import { SandboxFiles } from './files.js';
+import { Recorder, type ContentRef } from './recording.js';
 
 export interface CommandRecord {
   id: string;
@@ -78,7 +81,17 @@ export interface SandboxOptions {
   /** Called once, when it is gone (ended, failed or paused): the node forgets it. */
   onGone: (sbx: Sandbox) => void;
   health?: HealthPolicy;
+  /** Where its inputs' bytes are recorded, up to capBytes; absent: nothing is recorded (events still name the inputs). */
+  recording?: { store: ChunkStore; capBytes: number };
+  /** A replay's fork: the guest's clock and entropy come from the source's recording instead of fresh. */
+  replaySync?: { timeUnixNs: bigint; entropy: Buffer; sourceSandboxId: string };
 }
+
+/** An input to a running command, as the recording keeps it. */
+export type CommandInput =
+  | { kind: 'stdin'; data: Buffer; eof: boolean }
+  | { kind: 'signal'; signal: SignalName }
+  | { kind: 'resize'; cols: number; rows: number };
 
 /**
  * The sandbox owns its state: only its own methods move `state`, set the VM and agent, the network it was given
@@ -100,6 +113,9 @@ export class Sandbox {
   #expiresAtMs: number;
   #snapshotIntervalS: number;
   #failureReason?: string;
+  #recorder?: Recorder;
+  private readonly recordingOpts?: SandboxOptions['recording'];
+  private readonly replaySync?: SandboxOptions['replaySync'];
   /** Commands whose proc.start is in flight, with their exit event if it came first. */
   private readonly starting = new Map<string, Record<string, unknown> | undefined>();
   private timeoutTimer?: Timer;
@@ -124,10 +140,16 @@ export class Sandbox {
     this.ram = opts.ram;
     this.onGone = opts.onGone;
     this.health = opts.health ?? DEFAULT_HEALTH;
+    this.recordingOpts = opts.recording;
+    this.replaySync = opts.replaySync;
     this.#snapshotIntervalS = opts.snapshotIntervalS;
     this.startedAt = new Date(opts.clock.nowMs()).toISOString();
     this.#expiresAtMs = opts.clock.nowMs() + opts.timeoutS * 1000;
-    this.files = new SandboxFiles({ requireRunning: () => this.requireRunning(), record: (type, data) => this.record(type, data) });
+    this.files = new SandboxFiles({
+      requireRunning: () => this.requireRunning(),
+      record: (type, data) => this.record(type, data),
+      recorder: () => this.#recorder,
+    });
   }
 
   get state(): SandboxState {
@@ -140,6 +162,11 @@ export class Sandbox {
 
   get failureReason(): string | undefined {
     return this.#failureReason;
+  }
+
+  /** Its recording while it runs (absent when recording is off). */
+  get recorder(): Recorder | undefined {
+    return this.#recorder;
   }
 
   get expiresAtMs(): number {
@@ -212,7 +239,7 @@ export class Sandbox {
         void this.fail(`VM exited unexpectedly: ${why} ${exit.stderrTail}`.trim());
       });
       this.abortIfEnded();
-      await agent.sync();
+      await this.sync(agent);
       this.abortIfEnded();
       agent.on('event', (ev) => this.onAgentEvent(ev as unknown as Record<string, unknown>));
       if (this.commands.size > 0) await this.reconcileCommands(agent);
@@ -242,6 +269,34 @@ export class Sandbox {
     this.armTimeout();
     this.healthTimer = this.clock.setInterval(() => void this.checkHealth(), this.health.intervalMs);
     return { restoreMs: performance.now() - t0, pooled: warm !== undefined };
+  }
+
+  /**
+   * Sets the guest's clock and credits it entropy, and records both: the time in the event, the entropy only in the
+   * chunk store (whoever reads events must not be able to predict the guest's random numbers). A replay's fork gets
+   * its source's recorded values instead of fresh ones.
+   */
+  private async sync(agent: AgentClient): Promise<void> {
+    if (this.recordingOpts) {
+      const { store, capBytes } = this.recordingOpts;
+      this.#recorder = await Recorder.open({
+        store,
+        capBytes,
+        tenantId: this.tenantId,
+        sandboxId: this.id,
+        logger: this.log,
+        onCapped: (d) => void this.record('recording.capped', d).catch(() => undefined),
+      });
+    }
+    const entropy = this.replaySync?.entropy ?? randomBytes(64);
+    const timeUnixNs = this.replaySync?.timeUnixNs ?? BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000)) * 1000n;
+    await agent.sync({ timeUnixNs, entropy });
+    const ref = this.#recorder?.content(entropy);
+    await this.record('sandbox.synced', {
+      timeUnixNs: timeUnixNs.toString(),
+      entropyContentId: ref?.contentId ?? null,
+      ...(this.replaySync ? { replayOf: this.replaySync.sourceSandboxId } : {}),
+    });
   }
 
   /**
@@ -350,9 +405,35 @@ export class Sandbox {
       startedAt: new Date(this.clock.nowMs()).toISOString(),
     };
     this.commands.set(id, rec);
+    // QEMU dies while a command runs: the command and the sandbox must end with a reason, never hang.
+    if (failpoint('exec.qemu') === 'kill-qemu' && this.#vm) process.kill(this.#vm.pid, 'SIGKILL');
     const earlyExit = this.starting.get(id);
     this.starting.delete(id);
-    await this.record('command.started', { commandId: id, argv: req.argv, cwd: req.cwd ?? null, pty: rec.pty, user: req.user ?? 'root' });
+    // The event names the environment's variables; their values (which may be credentials) only in the recording.
+    const spec: ContentRef | undefined = this.#recorder?.content(
+      Buffer.from(
+        JSON.stringify({
+          argv: req.argv,
+          envs: req.envs ?? {},
+          cwd: req.cwd ?? null,
+          user: req.user ?? null,
+          stdin: req.stdin ?? false,
+          pty: req.pty ?? null,
+          timeoutMs: req.timeoutMs ?? null,
+        }),
+      ),
+    );
+    await this.record('command.started', {
+      commandId: id,
+      argv: req.argv,
+      cwd: req.cwd ?? null,
+      pty: rec.pty,
+      user: req.user ?? 'root',
+      envNames: Object.keys(req.envs ?? {}).sort(),
+      stdin: req.stdin ?? false,
+      timeoutMs: req.timeoutMs ?? null,
+      recordingId: spec?.contentId ?? null,
+    });
     if (req.timeoutMs && req.timeoutMs > 0) {
       const t = this.clock.setTimeout(() => {
         if (rec.state !== 'running') return;
@@ -363,6 +444,28 @@ export class Sandbox {
     }
     if (earlyExit) this.onAgentEvent(earlyExit);
     return rec;
+  }
+
+  /**
+   * Gives a running command an input and records it as `command.input` with the output offset the agent saw when it
+   * arrived; stdin bytes go to the recording, not into the event. One path for the data plane, its WebSocket and envd.
+   */
+  async commandInput(rec: CommandRecord, input: CommandInput): Promise<void> {
+    const agent = this.requireRunning();
+    let result: InputResult;
+    try {
+      if (input.kind === 'stdin') result = await agent.procStdin(rec.id, input.data, { eof: input.eof });
+      else if (input.kind === 'signal') result = await agent.procSignal(rec.id, input.signal);
+      else result = await agent.procResize(rec.id, input.cols, input.rows);
+    } catch (err) {
+      throw mapAgentError(err);
+    }
+    const base = { commandId: rec.id, kind: input.kind, outputOffset: result.outputOffset };
+    if (input.kind === 'stdin') {
+      const ref = input.data.length > 0 ? this.#recorder?.content(input.data) : undefined;
+      await this.record('command.input', { ...base, contentId: ref?.contentId ?? null, sizeBytes: input.data.length, eof: input.eof });
+    } else if (input.kind === 'signal') await this.record('command.input', { ...base, signal: input.signal });
+    else await this.record('command.input', { ...base, cols: input.cols, rows: input.rows });
   }
 
   command(id: string): CommandRecord {
@@ -390,12 +493,14 @@ export class Sandbox {
     rec.endedAt = new Date(this.clock.nowMs()).toISOString();
     this.commandTimers.get(rec.id)?.cancel();
     this.commandTimers.delete(rec.id);
+    const output = outputDigests(ev.output);
     void this.record('command.exited', {
       commandId: rec.id,
       exitCode: rec.exitCode,
       signal: rec.signal,
       timedOut: rec.timedOut,
       outputBytes: rec.outputBytes,
+      ...(output ? { output } : {}),
     });
   }
 
@@ -442,6 +547,9 @@ export class Sandbox {
   }
 
   private async release(): Promise<void> {
+    // A sandbox that never had a snapshot cannot be replayed (a replay starts from one): its recording goes with it.
+    const recorder = this.#recorder;
+    if (recorder) await (this.#captureBase ? recorder.close() : recorder.discard()).catch(() => undefined);
     this.timeoutTimer?.cancel();
     this.healthTimer?.cancel();
     for (const t of this.commandTimers.values()) t.cancel();
@@ -453,6 +561,22 @@ export class Sandbox {
     }
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** The agent's digests of a command's whole output (what a replay compares), only when every field is well formed. */
+function outputDigests(v: unknown): Record<string, string | number> | undefined {
+  if (typeof v !== 'object' || v === null) return undefined;
+  const o = v as Record<string, unknown>;
+  const hex = (x: unknown) => typeof x === 'string' && /^[0-9a-f]{64}$/.test(x);
+  const count = (x: unknown) => Number.isSafeInteger(x) && (x as number) >= 0;
+  if (!hex(o.sha256) || !hex(o.stdoutSha256) || !hex(o.stderrSha256) || !count(o.stdoutBytes) || !count(o.stderrBytes)) return undefined;
+  return {
+    sha256: o.sha256 as string,
+    stdoutSha256: o.stdoutSha256 as string,
+    stderrSha256: o.stderrSha256 as string,
+    stdoutBytes: o.stdoutBytes as number,
+    stderrBytes: o.stderrBytes as number,
+  };
 }
 
 export function sandboxDir(runDir: string, id: string): string {

@@ -32,10 +32,30 @@ export async function createDataPlaneServer(gw: Gateway, opts: { envdForward?: E
   const app = baseServer();
   await app.register(websocket, { options: { maxPayload: 4 * 1024 * 1024 } });
   app.get('/v1/health', async () => ({ status: 'ok', accel: gw.accel, sandboxes: gw.sandboxes.size, warm: gw.warmAvailable }));
+  allowBrowserCalls(app);
   await app.register(dataPlaneApi(gw, keys));
   await app.register(envdApi(gw, keys, { hostForm: false, forward: opts.envdForward }), { prefix: '/e2b' });
   await app.register(envdApi(gw, keys, { hostForm: true, forward: opts.envdForward }));
   return app;
+}
+
+/**
+ * Lets the web console, a page of the control plane's origin, call the data plane. Any origin may: the data plane reads
+ * no cookie and no ambient credential, only the sandbox's access token in Authorization, which a page of another origin
+ * does not hold. Credentials are never allowed, so a browser attaches nothing on its own.
+ */
+function allowBrowserCalls(app: FastifyInstance): void {
+  app.addHook('onRequest', async (req, reply) => {
+    if (req.headers.origin !== undefined && req.url.startsWith('/v1/')) reply.header('access-control-allow-origin', '*');
+  });
+  app.options('/v1/sandboxes/*', async (_req, reply) =>
+    reply
+      .header('access-control-allow-methods', 'GET, POST, PUT, DELETE')
+      .header('access-control-allow-headers', 'authorization, content-type')
+      .header('access-control-max-age', '600')
+      .code(204)
+      .send(),
+  );
 }
 
 /** The internal node API: every route inside the plugin that wants the node's internal bearer key. */

@@ -50,6 +50,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   egress_secret_scope: { family: 'permission_denied', status: 403, retryable: false },
   egress_approval_denied: { family: 'permission_denied', status: 403, retryable: false },
   key_unavailable: { family: 'unavailable', status: 503, retryable: false },
+  key_revoked: { family: 'permission_denied', status: 403, retryable: false },
   storage_full: { family: 'unavailable', status: 507, retryable: true },
   storage_unavailable: { family: 'unavailable', status: 503, retryable: true },
   snapshot_corrupt: { family: 'internal', status: 500, retryable: false },

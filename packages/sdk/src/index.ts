@@ -8,6 +8,7 @@ export {
   type EventsOptions,
   type ForkOptions,
   type ForkSource,
+  type ReplayOptions,
   type ResumeOptions,
   type SandboxCreateOptions,
   type SandboxListOptions,
@@ -23,8 +24,27 @@ export {
   type RunOptions,
 } from './commands.js';
 export { Secrets, type SecretSetOptions } from './secrets.js';
+export type { ReplayRunOptions } from './replay.js';
+export {
+  compareCommand,
+  formatReplayReport,
+  type CommandOutcome,
+  type OutputDigest,
+  type ReplayInputResult,
+  type ReplayReport,
+  type Verdict,
+} from './replay-report.js';
 export { AUDIT_KINDS, auditTimeline, filterAudit, formatBytes, type AuditEntry, type AuditFilter, type AuditKind } from './audit.js';
+export {
+  AUDIT_EXPORT_FORMAT,
+  auditKeyId,
+  formatAuditVerdict,
+  verifyAuditExport,
+  type AuditExportCheck,
+  type AuditExportVerdict,
+} from './audit-export.js';
 export { ApiKeys, type ApiKeyCreateOptions, type ApiKeyInfo, type ApiKeyListOptions, type ApiKeyRole, type CreatedApiKey } from './apikeys.js';
+export { TenantKeys, type KeyProviderChoice, type TenantKeyStatus } from './tenant-keys.js';
 export { Files, type ReadFormat, type WriteData, type WriteResult } from './files.js';
 export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
 export { resolveConfig, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionConfig, type ResolvedConfig, type ServerFile } from './config.js';

@@ -7,7 +7,9 @@ import { InvalidArgumentError, NotFoundError } from './errors.js';
 import { Files } from './files.js';
 import { Pty } from './pty.js';
 import type { ControlPlaneReply } from './replies.js';
-import type { ApprovalRequest, NetworkPolicy, SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
+import { runReplay, type ReplayRunOptions } from './replay.js';
+import type { ReplayReport } from './replay-report.js';
+import type { ApprovalRequest, AuditPublicKey, NetworkPolicy, SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
 
 export interface SandboxCreateOptions extends ConnectionConfig {
   /** Template name or id; default "base". */
@@ -77,6 +79,9 @@ export interface ForkOptions extends ConnectionConfig {
   timeoutS?: number;
   metadata?: Record<string, string>;
 }
+
+/** `Sandbox.replay`: where it starts and ends, and how it judges (see ReplayRunOptions). */
+export interface ReplayOptions extends ConnectionConfig, ReplayRunOptions {}
 
 /** Where a fork starts: a snapshot, a sandbox's latest snapshot, or its latest snapshot at or before a time. */
 export type ForkSource = { snapshotId: string } | { sandboxId: string; at?: string };
@@ -152,6 +157,38 @@ export class Sandbox {
       json: { ...source, count, timeoutS, metadata },
     });
     return sandboxes.map((info) => new Sandbox(cp, info));
+  }
+
+  /**
+   * Replays a sandbox: forks it in replay mode at a snapshot (its first, `snapshotId`, or its latest at or before
+   * `at`) and re-issues every recorded input after it, up to `until`, in order (commands with their argv, env, cwd and
+   * user; stdin, signals and resizes once the fork's output reaches the offset they arrived at; file writes from their
+   * recorded content), with the guest's clock and entropy from the recording and egress answered only from the recorded
+   * exchanges. Answers the report: per input same or different, and the first real divergence with both sides.
+   */
+  static async replay(source: string | Sandbox, opts: ReplayOptions = {}): Promise<ReplayReport> {
+    const { snapshotId, at, until, nondeterministic, inputTimeoutMs, timeoutS, keepFork, prepare, ...config } = opts;
+    const sameConnection = source instanceof Sandbox && config.apiUrl === undefined && config.apiKey === undefined && config.requestTimeoutMs === undefined;
+    const cp = sameConnection ? source.controlPlane : await ControlPlane.open(config);
+    return runReplay(cp, source instanceof Sandbox ? source.id : source, {
+      snapshotId,
+      at,
+      until,
+      nondeterministic,
+      inputTimeoutMs,
+      timeoutS,
+      keepFork,
+      prepare,
+    });
+  }
+
+  /**
+   * The public key the deployment signs audit exports with (no API key needed): what verifyAuditExport checks a
+   * trailer against. Fetch it once and keep it apart from the exports; a key fetched next to a forged export proves nothing.
+   */
+  static async auditPublicKey(config?: ConnectionConfig): Promise<AuditPublicKey> {
+    const cp = await ControlPlane.open(config);
+    return cp.json<ControlPlaneReply<'getAuditPublicKey'>>('GET', '/v1/audit/public-key');
   }
 
   /** Deletes a snapshot, pinned or not; sandboxes already forked from it keep running. */
@@ -317,5 +354,19 @@ export class Sandbox {
    */
   async audit(filter: AuditFilter = {}): Promise<AuditEntry[]> {
     return filterAudit(auditTimeline(await this.events()), filter);
+  }
+
+  /**
+   * The sandbox's signed audit export (JSON lines: header, events, trailer), which verifyAuditExport checks offline.
+   * `stream: true` gives the bytes as they arrive, for long sessions written to a file.
+   */
+  async exportAudit(opts?: { stream?: false }): Promise<string>;
+  async exportAudit(opts: { stream: true }): Promise<AsyncIterable<Uint8Array>>;
+  async exportAudit(opts: { stream?: boolean } = {}): Promise<string | AsyncIterable<Uint8Array>> {
+    // The request timeout bounds the wait for the answer to begin, not the streaming of a long session's export.
+    const res = await this.controlPlane.request('GET', `${sandboxPath(this.id)}/audit/export`);
+    if (!opts.stream) return res.text();
+    // Node's web ReadableStream is async-iterable; the DOM typing of fetch's body does not say so.
+    return res.body as unknown as AsyncIterable<Uint8Array>;
   }
 }

@@ -31,6 +31,8 @@ export type SnapshotInfo = ControlPlaneSchemas['Snapshot'];
 export type TemplateInfo = ControlPlaneSchemas['Template'];
 
 export type SandboxEvent = ControlPlaneSchemas['Event'];
+/** The deployment's public key for audit exports, as GET /v1/audit/public-key serves it. */
+export type AuditPublicKey = ControlPlaneSchemas['AuditPublicKey'];
 
 /** A process in the sandbox, as the gateway reports it. */
 export type CommandInfo = GatewaySchemas['Command'];

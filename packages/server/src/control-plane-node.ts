@@ -69,6 +69,7 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
     clock,
     logger: log,
     keys,
+    auditSigner: keys,
     cluster: { nodes, failoverIntervalMs: Math.max(500, (heartbeatIntervalS * 1000) / 2) },
   });
   const url = await cp.listen(port, host);

@@ -1,7 +1,7 @@
 // Settings read from the environment by every process that runs a gateway (`sandglass up`, `sandglass gateway`).
 import { readFileSync } from 'node:fs';
 import { lookup as dnsLookup } from 'node:dns/promises';
-import { DEFAULT_HEALTH, type HealthPolicy } from '@sandglass/gateway';
+import { DEFAULT_HEALTH, DEFAULT_RECORDING_CAP_BYTES, type HealthPolicy } from '@sandglass/gateway';
 
 /** An integer setting from the environment, within [min, max]; a bad value stops start-up with the rule it broke. */
 export function intFromEnv(name: string, dflt: number, min: number, max: number): number {
@@ -10,6 +10,11 @@ export function intFromEnv(name: string, dflt: number, min: number, max: number)
   const n = Number(v);
   if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
   return n;
+}
+
+/** SANDGLASS_RECORDING_CAP_BYTES: input bytes each sandbox records for replay (default 256 MiB; 0 turns recording off). */
+export function recordingCapFromEnv(): number {
+  return intFromEnv('SANDGLASS_RECORDING_CAP_BYTES', DEFAULT_RECORDING_CAP_BYTES, 0, Number.MAX_SAFE_INTEGER);
 }
 
 /** SANDGLASS_HEALTH_INTERVAL_MS / SANDGLASS_HEALTH_TIMEOUT_MS tune hang detection (tests shorten it). */

@@ -21,7 +21,7 @@ import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
 import { progressPrinter } from './progress.js';
 import { prepareNode } from './accel.js';
-import { egressFromEnv, healthFromEnv, intFromEnv } from './env.js';
+import { egressFromEnv, healthFromEnv, intFromEnv, recordingCapFromEnv } from './env.js';
 
 export interface GatewayNodeOptions {
   /** The node's home (artifacts, run directories, outbox); default SANDGLASS_HOME. */
@@ -159,6 +159,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
     retention: DEFAULT_RETENTION,
     secrets: new RemoteSecrets({ client, nodeSecret: secret }),
     egress: egressFromEnv(),
+    recordingCapBytes: recordingCapFromEnv(),
     captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
   });
   await gateway.ensureBaseTemplate((p) => progress.update(p));

@@ -6,13 +6,14 @@ import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, createDataPlaneServer, createInternalServer, listenOnSocket } from '@sandglass/gateway';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
-import { LocalKeyring } from '@sandglass/kms';
+import { LocalKeyring, TenantKeys } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
 import { createControlPlane, bootstrapLocal, dbTemplateRegistry, upsertTemplate, singleGateway, SecretStore } from '@sandglass/control-plane';
 import { reconcileNode } from './reconcile.js';
+import { DEFAULT_REVOKED_RETENTION_S, purgeRevokedTenants } from './revoked-retention.js';
 import { progressPrinter } from './progress.js';
 import { prepareNode } from './accel.js';
-import { egressFromEnv, healthFromEnv, intFromEnv } from './env.js';
+import { egressFromEnv, healthFromEnv, intFromEnv, recordingCapFromEnv } from './env.js';
 
 /** The one node of `sandglass up`. */
 const LOCAL_NODE_ID = 'local';
@@ -56,8 +57,10 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   const { db, close: closeDb } = await openDatabase({ url: `sqlite:${layout.database}` });
   const events = new EventLog(db);
   const keys = new LocalKeyring({ dir: layout.keys });
-  const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys, clock });
-  const secretStore = new SecretStore({ db, keys, events, clock });
+  // Each tenant's data keys come from its own provider (`sandglass keys use`): the keyring above, or its PKCS#11 HSM.
+  const tenantKeys = new TenantKeys({ dir: layout.keys, keyring: keys, clock, pkcs11TimeoutMs: intFromEnv('SANDGLASS_PKCS11_TIMEOUT_MS', 5_000, 1, 600_000) });
+  const store = new ChunkStore({ backend: new LocalDiskBackend(layout.store), keys: tenantKeys, clock });
+  const secretStore = new SecretStore({ db, keys: tenantKeys, events, clock });
   const retention = process.env.SANDGLASS_RETENTION ? parseRetention(JSON.parse(process.env.SANDGLASS_RETENTION)) : DEFAULT_RETENTION;
   const gateway = new Gateway({
     home: layout,
@@ -71,11 +74,14 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     health: healthFromEnv(),
     warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
     store,
+    keys: tenantKeys,
+    keyPollIntervalMs: intFromEnv('SANDGLASS_KEY_POLL_INTERVAL_MS', 2_000, 100, 3_600_000),
     // Templates live in the store like any snapshot, named by the database: the node-local copy is a cache.
     templateRegistry: { registry: dbTemplateRegistry(db, { clock }), nodeId: LOCAL_NODE_ID },
     retention,
     secrets: secretStore,
     egress: egressFromEnv(),
+    recordingCapBytes: recordingCapFromEnv(),
     captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
     snapshotIndex: {
       all: async () =>
@@ -110,8 +116,17 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
   await reconcileNode(db, events, { liveIds: new Set(gateway.sandboxes.keys()), clock });
   // Retention and GC: thin old snapshots, then sweep chunks no manifest references.
   const maintenanceMs = intFromEnv('SANDGLASS_MAINTENANCE_INTERVAL_S', 600, 1, 86_400) * 1000;
+  const revokedRetentionMs = intFromEnv('SANDGLASS_REVOKED_RETENTION_S', DEFAULT_REVOKED_RETENTION_S, 0, 10 * 365 * 86_400) * 1000;
   const maintenance = setInterval(() => {
     gateway.snapshots.maintain().catch((err: unknown) => log.warn({ err: (err as Error).message }, 'snapshot maintenance failed'));
+    purgeRevokedTenants({
+      keys: tenantKeys,
+      store,
+      events: { append: (e) => events.append(e, { clock }) },
+      clock,
+      logger: log,
+      retentionMs: revokedRetentionMs,
+    }).catch((err: unknown) => log.warn({ err: (err as Error).message }, "reclaiming revoked tenants' stores failed"));
   }, maintenanceMs);
   maintenance.unref();
 
@@ -123,7 +138,9 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     nodeSecret: secret,
     clock,
     logger: log,
-    keys,
+    keys: tenantKeys,
+    keyAdmin: tenantKeys,
+    auditSigner: keys,
   });
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
@@ -145,6 +162,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
         await gatewayApp.close();
         await internalApp.close();
         await closeDb();
+        await tenantKeys.close();
         homeLock.release();
       })()),
   };
@@ -158,6 +176,7 @@ export async function up(opts: UpOptions = {}): Promise<void> {
     `Sandglass is up in ${((performance.now() - t0) / 1000).toFixed(1)} s\n` +
       `  API:      ${running.url}\n` +
       `  gateway:  ${running.gatewayUrl}\n` +
+      `  console:  ${running.url}/console (sign in with an API key)\n` +
       `  API key:  ${running.adminKeyFile} (the CLI and SDK read it; or set SANDGLASS_URL and SANDGLASS_API_KEY)\n` +
       `  E2B SDK:  E2B_API_URL=${running.url}/e2b E2B_SANDBOX_URL=${running.gatewayUrl}/e2b E2B_API_KEY=<a Sandglass API key> (docs/e2b.md)\n` +
       `Stop with Ctrl-C.\n`,

@@ -132,6 +132,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/audit/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * The sandbox's events as a signed audit export that verifies offline.
+         * @description JSON lines (spec/audit-export.md): a header, each of the sandbox's events as GET /v1/sandboxes/{id}/events serves them, in log order, and a trailer signed with the deployment's Ed25519 audit key (GET /v1/audit/public-key). Streamed; events appended meanwhile are left out. `sandglass events verify` checks it without a server. Another tenant's sandbox answers sandbox_not_found, as for its events.
+         */
+        get: operations["exportSandboxAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/audit/public-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The public key audit exports are signed with; needs no API key.
+         * @description The deployment's Ed25519 audit key (one for every tenant, created on first use, its private half sealed under the keyring's master key). Publish it: auditors verify exports with it.
+         */
+        get: operations["getAuditPublicKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/network": {
         parameters: {
             query?: never;
@@ -411,6 +453,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{id}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** The tenant's key provider, its data key versions and when one was last used (operator keys only); never a key, a wrapped key or a PIN. */
+        get: operations["getTenantKeys"];
+        /** Registers the tenant's key provider (operator keys only): the built-in keyring, or the tenant's own PKCS#11 HSM, proven by wrapping the tenant's first data key with it. A tenant that already has keys under another provider answers conflict; the same provider again changes nothing. */
+        put: operations["setTenantKeyProvider"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{id}/keys/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new data key version for the tenant's new writes (operator keys only). Older versions stay readable, wrapped again under the provider's key (`key` names a new HSM key to move them under); no chunk is re-encrypted. */
+        post: operations["rotateTenantKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{id}/keys/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Revokes the tenant's key for good (operator keys only): its wrapped data keys are destroyed, every gateway stops the tenant's running sandboxes and wipes its plaintext, and from then on create, resume and fork answer key_revoked. Its snapshots, manifests and secrets stay on disk, readable by no one. */
+        post: operations["revokeTenantKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/api-keys/{id}": {
         parameters: {
             query?: never;
@@ -438,6 +538,14 @@ export interface components {
             /** @constant */
             status: "ok";
             version: string;
+        };
+        AuditPublicKey: {
+            /** @constant */
+            algorithm: "ed25519";
+            /** @description What an export trailer names: the first 32 hex digits of sha256 over the SPKI DER. */
+            keyId: string;
+            /** @description SPKI PEM. */
+            publicKeyPem: string;
         };
         Template: {
             id: string;
@@ -604,6 +712,8 @@ export interface components {
              */
             timeoutS: number;
             metadata?: components["schemas"]["Metadata"];
+            /** @description The fork replays its source from the snapshot (`sandglass replay`): the guest's clock is the snapshot's time and its entropy the source's recorded one instead of fresh, its egress proxy answers only from the source's recorded exchanges after the snapshot and connects nowhere, and its data plane serves the source's recorded inputs (`/recording/{contentId}`). Its sandbox.forked event carries `replayOf`. */
+            replay?: boolean;
         };
         Snapshot: {
             /** @description `snap_…` */
@@ -702,6 +812,8 @@ export interface components {
             /** @description sha256 hex of prevHash + canonical JSON of the event without seq and hash. */
             hash: string;
             prevHash: string;
+            /** @description The hash of the sandbox's previous event (64 zeros for its first): the sandbox's own chain, which an audit export verifies. Absent on events without a sandbox and on events written before it was introduced. */
+            sandboxPrevHash?: string;
         };
         Tenant: {
             id: string;
@@ -711,6 +823,39 @@ export interface components {
         };
         CreateTenantRequest: {
             name: string;
+        };
+        /** @description For pkcs11, module, token, key and pinFile are all required; for keyring, none may be given. */
+        SetKeyProviderRequest: {
+            /** @enum {string} */
+            provider: "keyring" | "pkcs11";
+            /** @description Path of the PKCS#11 module on the control plane's host. */
+            module?: string;
+            /** @description The token's label. */
+            token?: string;
+            /** @description Label of the AES key that wraps the tenant's data keys. */
+            key?: string;
+            /** @description Path of a file holding the user PIN; read at each login, never stored. */
+            pinFile?: string;
+        };
+        TenantKeyStatus: {
+            tenantId: string;
+            /** @enum {string} */
+            provider: "keyring" | "pkcs11";
+            pkcs11?: {
+                module: string;
+                token: string;
+                key: string;
+            };
+            /** @description The data key version new writes use. */
+            currentVersion: number;
+            versions: {
+                version: number;
+                /** @description Null for a keyring tenant's first key, made before versions were recorded. */
+                createdAt: string | null;
+            }[];
+            /** @description When this control plane last handed out one of the tenant's keys. */
+            lastUsedAt: string | null;
+            revoked: boolean;
         };
         /**
          * @description member uses its tenant's sandboxes, secrets and snapshots; admin also manages its own tenant's member and admin keys; operator is the platform's role (the key `sandglass up` writes): it creates tenants, manages every tenant's keys, and acts in its own tenant for everything else.
@@ -794,7 +939,7 @@ export interface components {
                  * @description The codes of spec/errors.yaml (a contract test checks they match).
                  * @enum {string}
                  */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -912,6 +1057,7 @@ export interface operations {
             };
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             500: components["responses"]["Error"];
@@ -1054,6 +1200,52 @@ export interface operations {
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
             404: components["responses"]["Error"];
+        };
+    };
+    exportSandboxAudit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The export. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    getAuditPublicKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPublicKey"];
+                };
+            };
+            503: components["responses"]["Error"];
         };
     };
     setSandboxNetwork: {
@@ -1377,6 +1569,7 @@ export interface operations {
             };
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
             404: components["responses"]["Error"];
             409: components["responses"]["Error"];
             500: components["responses"]["Error"];
@@ -1458,6 +1651,7 @@ export interface operations {
             };
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             500: components["responses"]["Error"];
@@ -1575,6 +1769,125 @@ export interface operations {
                 };
             };
             400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    getTenantKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantKeyStatus"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    setTenantKeyProvider: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetKeyProviderRequest"];
+            };
+        };
+        responses: {
+            /** @description The tenant's keys under the provider. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantKeyStatus"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    rotateTenantKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /** @description Label of a new wrapping key on the same token. */
+                    key?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The tenant's keys after the rotation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantKeyStatus"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    revokeTenantKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The revocation and what the gateways stopped. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        keys: components["schemas"]["TenantKeyStatus"];
+                        stoppedSandboxes: string[];
+                    };
+                };
+            };
             401: components["responses"]["Error"];
             403: components["responses"]["Error"];
             404: components["responses"]["Error"];

@@ -165,6 +165,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/recording/{contentId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+                contentId: components["schemas"]["ContentId"];
+            };
+            cookie?: never;
+        };
+        /** @description For a replay's fork only: one piece of its source's recorded input (a command's spec, stdin bytes, a file's content), by the content id and size its event gives. Content not in the source's recording is not found. */
+        get: operations["readRecordedContent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/files/stat": {
         parameters: {
             query: {
@@ -486,6 +506,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/internal/v1/failpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Chaos runs only (the route exists when the server runs with SANDGLASS_CHAOS=1, never otherwise): the failpoints armed now and those that fired, in order. */
+        get: operations["nodeFailpoints"];
+        put?: never;
+        /** @description Chaos runs only (SANDGLASS_CHAOS=1): arms one failpoint of this server process, e.g. `chunkstore.write` with `enospc`, or `clock.jump` with a signed millisecond offset. It fires once, on the `@N`-th pass from now. */
+        post: operations["nodeArmFailpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/internal/v1/revoked-keys": {
         parameters: {
             query?: never;
@@ -497,6 +535,25 @@ export interface paths {
         put?: never;
         /** @description API keys revoked on the control plane. Access tokens obtained with them are refused from now on, though signed and unexpired; the gateway forgets an entry once every token it could match has expired (`untilMs`). */
         post: operations["nodeRevokeKeys"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/internal/v1/tenants/{tenantId}/key-revoked": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenantId: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description The tenant's key was revoked on the control plane. The node stops every running sandbox of the tenant, wipes the tenant's plaintext it holds (RAM files, snapshot images cached on tmpfs, disk overlays, unwrapped keys) and refuses create, resume and fork of the tenant from now on (key_revoked). */
+        post: operations["nodeTenantKeyRevoked"];
         delete?: never;
         options?: never;
         head?: never;
@@ -526,7 +583,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -635,6 +692,27 @@ export interface components {
         };
         /** @description Names of the tenant's secrets to bind (each existed when the control plane checked); the gateway resolves them through the SecretStore. */
         NodeSecretNames: string[];
+        /** @description The fork replays its source from the snapshot: the guest's clock and entropy come from the source's recording (`sync`, absent when the recording has none), and its egress proxy answers every request from `exchanges` (the source's recorded exchanges after the snapshot, in order) and connects nowhere. Every content id must be in the source's recording. */
+        NodeReplayPlan: {
+            sourceSandboxId: string;
+            sync?: {
+                timeUnixNs: string;
+                entropyContentId: components["schemas"]["ContentId"];
+            };
+            exchanges: {
+                method: string;
+                url: string;
+                requestBody: components["schemas"]["RecordedContent"];
+                status: number;
+                responseHeaders: string[][];
+                responseBody: components["schemas"]["RecordedContent"];
+            }[];
+        };
+        ContentId: string;
+        RecordedContent: {
+            contentId: components["schemas"]["ContentId"];
+            recordedBytes: number;
+        };
         /** @description The sandbox's own environment variables (checked by the control plane), given at every start; merged into the agent's env.defaults under the egress variables and secret placeholders, which win. */
         NodeEnvs: {
             [key: string]: string;
@@ -975,6 +1053,33 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    readRecordedContent: {
+        parameters: {
+            query?: {
+                /** @description The size its event gives; absent for content of one chunk (a command's spec). */
+                sizeBytes?: number;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+                contentId: components["schemas"]["ContentId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The content's bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
             };
             default: components["responses"]["Error"];
         };
@@ -1416,6 +1521,7 @@ export interface operations {
                     tenantId: string;
                     /** @description The source sandbox's environment variables, which every fork inherits. */
                     envs?: components["schemas"]["NodeEnvs"];
+                    replay?: components["schemas"]["NodeReplayPlan"];
                     sandboxes: {
                         id: string;
                         timeoutS: number;
@@ -1507,6 +1613,60 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    nodeFailpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Armed and fired failpoints */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        armed: string[];
+                        fired: {
+                            name: string;
+                            action: string;
+                            atMs: number;
+                        }[];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeArmFailpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    spec: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Armed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     nodeRevokeKeys: {
         parameters: {
             query?: never;
@@ -1530,6 +1690,32 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeTenantKeyRevoked: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenantId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What the node stopped and wiped. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        stoppedSandboxes: string[];
+                        wipedFiles: number;
+                    };
+                };
             };
             default: components["responses"]["Error"];
         };

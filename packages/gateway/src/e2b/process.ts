@@ -2,7 +2,6 @@
 // methods as Sandglass's own data plane, so command.* events, egress and snapshots apply unchanged.
 import type { Clock } from '@sandglass/core';
 import type { CommandRecord, Sandbox } from '../sandbox.js';
-import { viaAgent } from '../agent-link.js';
 import { OUTPUT_WINDOW_BYTES } from '../output-pacing.js';
 import { ConnectError } from './connect.js';
 import {
@@ -148,20 +147,20 @@ export function listProcesses(sbx: Sandbox): { processes: ProcessInfo[] } {
 export async function sendInput(sbx: Sandbox, body: unknown): Promise<Record<string, never>> {
   const req = sendInputRequest(body);
   const rec = running(sbx, req.process);
-  await viaAgent(sbx.requireRunning().procStdin(rec.id, req.input));
+  await sbx.commandInput(rec, { kind: 'stdin', data: req.input, eof: false });
   return {};
 }
 
 export async function closeStdin(sbx: Sandbox, body: unknown): Promise<Record<string, never>> {
   const rec = running(sbx, selectorRequest(body));
-  await viaAgent(sbx.requireRunning().procStdin(rec.id, undefined, { eof: true }));
+  await sbx.commandInput(rec, { kind: 'stdin', data: Buffer.alloc(0), eof: true });
   return {};
 }
 
 export async function sendSignal(sbx: Sandbox, body: unknown): Promise<Record<string, never>> {
   const req = sendSignalRequest(body);
   const rec = running(sbx, req.process);
-  await viaAgent(sbx.requireRunning().procSignal(rec.id, req.signal));
+  await sbx.commandInput(rec, { kind: 'signal', signal: req.signal });
   return {};
 }
 
@@ -170,6 +169,6 @@ export async function updateProcess(sbx: Sandbox, body: unknown): Promise<Record
   const rec = running(sbx, req.process);
   if (!req.pty) return {};
   if (!rec.pty) throw new ConnectError('invalid_argument', `process with pid ${rec.pid} has no PTY to resize`);
-  await viaAgent(sbx.requireRunning().procResize(rec.id, req.pty.cols, req.pty.rows));
+  await sbx.commandInput(rec, { kind: 'resize', cols: req.pty.cols, rows: req.pty.rows });
   return {};
 }
