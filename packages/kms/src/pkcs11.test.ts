@@ -1,8 +1,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import pkcs11js from 'pkcs11js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Pkcs11Wrapper, type Pkcs11Config, type Pkcs11Lib } from './pkcs11.js';
+import { Pkcs11Wrapper, type Pkcs11Config } from './pkcs11.js';
 import { SOFTHSM_PIN, softHsm, type SoftHsm } from './softhsm-fixture.js';
 
 let hsm: SoftHsm;
@@ -71,20 +73,43 @@ describe('Pkcs11Wrapper on SoftHSM2', () => {
     expect(readFileSync(hsm.pinFile, 'utf8')).toContain(SOFTHSM_PIN);
   });
 
-  it('an HSM that does not answer fails closed with key_unavailable, and the next call waits for the session', async () => {
-    const real = new pkcs11js.PKCS11();
-    real.load(hsm.module);
-    let hang = true;
-    const stuck: Pkcs11Lib = Object.assign(Object.create(real) as Pkcs11Lib, {
-      // A network HSM that accepted the request and never replies.
-      C_UnwrapKeyAsync: (...args: Parameters<Pkcs11Lib['C_UnwrapKeyAsync']>) => (hang ? new Promise<Buffer>(() => {}) : real.C_UnwrapKeyAsync(...args)),
-    });
+  it('a hung module blocks only its worker: the event loop keeps serving, the call fails closed at its deadline, the next call gets a new worker', async () => {
     const good = await new Pkcs11Wrapper(config).wrap(Buffer.alloc(32, 4));
-    const w = new Pkcs11Wrapper(config, { timeoutMs: 50, lib: stuck });
-    await expect(w.unwrap(good)).rejects.toMatchObject({ code: 'key_unavailable' });
-    hang = false;
-    // Queued behind the unanswered call on the one session: also refused in time, never run concurrently with it.
-    await expect(w.unwrap(good)).rejects.toMatchObject({ code: 'key_unavailable' });
+    // Closed gate: the worker blocks before C_GetSlotList/C_Login as in a C call that never returns.
+    const gate = new Int32Array(new SharedArrayBuffer(4));
+    Atomics.store(gate, 0, 1);
+    const w = new Pkcs11Wrapper(config, { timeoutMs: 300, testGate: gate });
+    const order: string[] = [];
+    const server = createServer((_req, res) => res.end('served'));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const hung = w.unwrap(good).catch((err: unknown) => {
+        order.push('unwrap failed');
+        return err;
+      });
+      // Queued behind the hung call on the same thread: it fails with it, never runs beside it.
+      const queued = w.probe().catch((err: unknown) => err);
+      const { port } = server.address() as AddressInfo;
+      order.push(await (await fetch(`http://127.0.0.1:${port}/`)).text());
+      expect(await hung).toMatchObject({ code: 'key_unavailable', message: expect.stringContaining('did not answer the unwrap within 300 ms') });
+      expect(await queued).toMatchObject({ code: 'key_unavailable' });
+      expect(order).toEqual(['served', 'unwrap failed']);
+    } finally {
+      server.close();
+    }
+    // The module answers again: the next call starts a fresh worker, logs in afresh and unwraps.
+    Atomics.store(gate, 0, 0);
+    Atomics.notify(gate, 0);
+    expect(await w.unwrap(good)).toEqual(Buffer.alloc(32, 4));
+    await w.close();
+  });
+
+  it('a closed wrapper starts a new worker on its next call', async () => {
+    const w = new Pkcs11Wrapper(config);
+    const wrapped = await w.wrap(Buffer.alloc(32, 6));
+    await w.close();
+    expect(await w.unwrap(wrapped)).toEqual(Buffer.alloc(32, 6));
+    await w.close();
   });
 
   it('refuses incomplete configuration before touching any module', () => {

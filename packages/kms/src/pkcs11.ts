@@ -1,6 +1,5 @@
 // A tenant's key held in a PKCS#11 HSM: data keys are wrapped inside the token under an AES key that never leaves it.
-import { readFile } from 'node:fs/promises';
-import pkcs11js from 'pkcs11js';
+import { Worker } from 'node:worker_threads';
 import { invalidArgument, SandglassError } from '@sandglass/core';
 
 /** Where the tenant's wrapping key lives. The PIN is read from pinFile at each login and never kept or logged. */
@@ -14,28 +13,8 @@ export interface Pkcs11Config {
   pinFile: string;
 }
 
-/** The calls of pkcs11js's PKCS11 this file makes: a test hands in the real module behind a misbehaving wrapper. */
-export type Pkcs11Lib = Pick<
-  pkcs11js.PKCS11,
-  | 'C_GetSlotList'
-  | 'C_GetTokenInfo'
-  | 'C_OpenSession'
-  | 'C_CloseSession'
-  | 'C_Login'
-  | 'C_FindObjectsInit'
-  | 'C_FindObjects'
-  | 'C_FindObjectsFinal'
-  | 'C_CreateObject'
-  | 'C_DestroyObject'
-  | 'C_GetAttributeValue'
-  | 'C_WrapKeyAsync'
-  | 'C_UnwrapKeyAsync'
->;
-
 export const DEFAULT_PKCS11_TIMEOUT_MS = 5_000;
 const DATA_KEY_BYTES = 32;
-/** AES key wrap with padding (RFC 5649): the mechanism every PKCS#11 v2.40 HSM offers for wrapping secret keys. */
-const WRAP_MECHANISM = { mechanism: pkcs11js.CKM_AES_KEY_WRAP_PAD };
 /**
  * Answers that mean the HSM (or its owner) refuses this key: it was deleted, disabled or the PIN withdrawn. They are
  * honoured as a revocation. Anything else (a crashed module, a device error) is an outage: key_unavailable.
@@ -56,41 +35,48 @@ const REFUSALS = new Set([
   'CKR_TOKEN_NOT_PRESENT',
   'CKR_TOKEN_NOT_RECOGNIZED',
 ]);
+const WORKER_URL = new URL('./pkcs11-worker.mjs', import.meta.url);
 
-/** One loaded and initialised module per path and process: C_Initialize may run only once per library. */
-const loaded = new Map<string, Pkcs11Lib>();
+type Op = 'wrap' | 'unwrap' | 'probe' | 'close';
+/** The worker's answer: bytes moved over (never copied), or what went wrong, classified there and never holding a key. */
+type Reply = { id: number; ok: true; data?: ArrayBuffer } | { id: number; ok: false; refused: boolean; code?: string; message: string };
 
-function loadModule(path: string): Pkcs11Lib {
-  let lib = loaded.get(path);
-  if (!lib) {
-    const p = new pkcs11js.PKCS11();
-    p.load(path);
-    try {
-      p.C_Initialize();
-    } catch (err) {
-      if (ckr(err) !== 'CKR_CRYPTOKI_ALREADY_INITIALIZED') throw err;
-    }
-    lib = p;
-    loaded.set(path, lib);
-  }
-  return lib;
+interface Call {
+  what: Op;
+  worker: Worker;
+  resolve: (data: ArrayBuffer | undefined) => void;
+  reject: (err: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+export interface Pkcs11WrapperOptions {
+  /** The deadline of each call, counted from when it is made (a call queued behind a slow one waits inside it). */
+  timeoutMs?: number;
+  /**
+   * Tests only: while element 0 is non-zero the worker blocks before each PKCS#11 call, as a hung module does, so a
+   * test can prove the deadline and the replacement of the worker.
+   */
+  testGate?: Int32Array;
 }
 
 /**
- * Wraps and unwraps data keys with one token's AES key. Every operation runs in turn on one logged-in session (a
- * PKCS#11 session is not safe for concurrent calls) and fails closed: an answer later than timeoutMs is
- * key_unavailable, a refusal by the HSM (key gone, PIN refused) key_revoked. The key object is looked up by label at
- * every operation, so deleting it on the token takes effect at the next one.
+ * Wraps and unwraps data keys with one token's AES key. Every PKCS#11 call runs on a worker thread this wrapper owns,
+ * one after another on one logged-in session (a PKCS#11 session is not safe for concurrent calls), so a module that
+ * hangs (even in C_Login or C_FindObjects) blocks that thread, never the event loop. Each call fails closed: an answer
+ * later than timeoutMs is key_unavailable, and the worker is terminated then (with every call still queued on it) and
+ * started afresh by the next call; a refusal by the HSM (key gone, PIN refused) is key_revoked. The key object is
+ * looked up by label at every operation, so deleting it on the token takes effect at the next one. Keys cross between
+ * the threads as transferred buffers, zeroed on the side that let go of them.
  */
 export class Pkcs11Wrapper {
   readonly config: Readonly<Pkcs11Config>;
   readonly #timeoutMs: number;
-  readonly #lib: (() => Pkcs11Lib) | undefined;
-  #session: { lib: Pkcs11Lib; handle: Buffer } | undefined;
-  /** The queue: each operation starts after the previous one really finished, even one whose caller timed out. */
-  #tail: Promise<unknown> = Promise.resolve();
+  readonly #gate: Int32Array | undefined;
+  #worker: Worker | undefined;
+  readonly #calls = new Map<number, Call>();
+  #nextId = 1;
 
-  constructor(config: Pkcs11Config, opts: { timeoutMs?: number; lib?: Pkcs11Lib } = {}) {
+  constructor(config: Pkcs11Config, opts: Pkcs11WrapperOptions = {}) {
     for (const field of ['module', 'token', 'key', 'pinFile'] as const) {
       if (typeof config[field] !== 'string' || config[field].length === 0 || config[field].length > 4096) {
         throw invalidArgument(field, 'must be a non-empty string');
@@ -99,164 +85,121 @@ export class Pkcs11Wrapper {
     this.config = Object.freeze({ ...config });
     this.#timeoutMs = opts.timeoutMs ?? DEFAULT_PKCS11_TIMEOUT_MS;
     if (!Number.isInteger(this.#timeoutMs) || this.#timeoutMs < 1) throw invalidArgument('timeoutMs', 'must be a positive whole number of milliseconds');
-    const lib = opts.lib;
-    this.#lib = lib && (() => lib);
+    this.#gate = opts.testGate;
   }
 
-  /** The wrapped form of key (32 bytes), made inside the token. */
-  wrap(key: Buffer): Promise<Buffer> {
-    if (key.length !== DATA_KEY_BYTES) return Promise.reject(invalidArgument('key', `must be ${DATA_KEY_BYTES} bytes`));
-    return this.#run('wrap', async (lib, session) => {
-      const kek = this.#findKey(lib, session);
-      // A session object (never on the token), extractable only so the token can wrap it; destroyed right after.
-      const obj = lib.C_CreateObject(session, [
-        { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
-        { type: pkcs11js.CKA_KEY_TYPE, value: pkcs11js.CKK_AES },
-        { type: pkcs11js.CKA_TOKEN, value: false },
-        { type: pkcs11js.CKA_EXTRACTABLE, value: true },
-        { type: pkcs11js.CKA_VALUE, value: key },
-      ]);
-      try {
-        return await lib.C_WrapKeyAsync(session, WRAP_MECHANISM, kek, obj, Buffer.alloc(DATA_KEY_BYTES + 16));
-      } finally {
-        lib.C_DestroyObject(session, obj);
-      }
-    });
+  /** The wrapped form of key (32 bytes), made inside the token. The caller keeps (and zeroes) its own key buffer. */
+  async wrap(key: Buffer): Promise<Buffer> {
+    if (key.length !== DATA_KEY_BYTES) throw invalidArgument('key', `must be ${DATA_KEY_BYTES} bytes`);
+    return Buffer.from((await this.#call('wrap', movable(key)))!);
   }
 
   /** The data key inside wrapped, unwrapped by the token into a session object that is read once and destroyed. */
-  unwrap(wrapped: Buffer): Promise<Buffer> {
-    return this.#run('unwrap', async (lib, session) => {
-      const kek = this.#findKey(lib, session);
-      const obj = await lib.C_UnwrapKeyAsync(session, WRAP_MECHANISM, kek, wrapped, [
-        { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
-        { type: pkcs11js.CKA_KEY_TYPE, value: pkcs11js.CKK_AES },
-        { type: pkcs11js.CKA_TOKEN, value: false },
-        { type: pkcs11js.CKA_SENSITIVE, value: false },
-        { type: pkcs11js.CKA_EXTRACTABLE, value: true },
-      ]);
-      try {
-        const value = lib.C_GetAttributeValue(session, obj, [{ type: pkcs11js.CKA_VALUE }])[0]?.value;
-        if (!Buffer.isBuffer(value) || value.length !== DATA_KEY_BYTES) throw new Error(`the unwrapped key is not ${DATA_KEY_BYTES} bytes`);
-        return Buffer.from(value);
-      } finally {
-        lib.C_DestroyObject(session, obj);
-      }
-    });
+  async unwrap(wrapped: Buffer): Promise<Buffer> {
+    const data = await this.#call('unwrap', movable(wrapped));
+    if (data?.byteLength !== DATA_KEY_BYTES)
+      throw new SandglassError('key_unavailable', `The HSM (token ${this.config.token}) answered the unwrap with no key.`);
+    return Buffer.from(data);
   }
 
   /** Resolves when the token answers and still holds the wrapping key; throws key_revoked or key_unavailable otherwise. */
-  probe(): Promise<void> {
-    return this.#run('probe', async (lib, session) => {
-      this.#findKey(lib, session);
-    });
+  async probe(): Promise<void> {
+    await this.#call('probe');
   }
 
-  /** Logs out by closing the session; the next operation opens a new one. */
+  /** Logs out by closing the session and ends the worker; the next operation starts a new one. */
   async close(): Promise<void> {
-    await this.#tail.catch(() => undefined);
-    this.#dropSession();
-  }
-
-  #run<T>(what: string, op: (lib: Pkcs11Lib, session: Buffer) => Promise<T>): Promise<T> {
-    const started = this.#tail
-      .catch(() => undefined)
-      .then(async () => {
-        const { lib, handle } = this.#session ?? (await this.#open());
-        try {
-          return await op(lib, handle);
-        } catch (err) {
-          // A session the token invalidated (device removed, logged out) is not reused: the next call logs in afresh.
-          this.#dropSession();
-          throw err;
-        }
-      });
-    this.#tail = started;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new SandglassError(
-              'key_unavailable',
-              `The HSM (token ${this.config.token}) did not answer the ${what} within ${this.#timeoutMs} ms; nothing falls back.`,
-            ),
-          ),
-        this.#timeoutMs,
-      );
-    });
-    return Promise.race([started, timeout])
-      .catch((err: unknown) => {
-        throw this.#classify(what, err);
-      })
-      .finally(() => clearTimeout(timer));
-  }
-
-  async #open(): Promise<{ lib: Pkcs11Lib; handle: Buffer }> {
-    const lib = this.#lib?.() ?? loadModule(this.config.module);
-    const slot = lib.C_GetSlotList(true).find((s) => lib.C_GetTokenInfo(s).label.trim() === this.config.token);
-    if (!slot) throw new Pkcs11Refusal(`no token labelled ${this.config.token} is present`);
-    const handle = lib.C_OpenSession(slot, pkcs11js.CKF_SERIAL_SESSION | pkcs11js.CKF_RW_SESSION);
+    const worker = this.#worker;
+    if (!worker) return;
     try {
-      // Trailing newlines are how PIN files are usually written; the PIN itself goes nowhere but C_Login.
-      const pin = (await readFile(this.config.pinFile, 'utf8')).replace(/\r?\n$/, '');
-      try {
-        lib.C_Login(handle, pkcs11js.CKU_USER, pin);
-      } catch (err) {
-        // The token's login is per application: a second session of a logged-in token is already in.
-        if (ckr(err) !== 'CKR_USER_ALREADY_LOGGED_IN') throw err;
-      }
-    } catch (err) {
-      lib.C_CloseSession(handle);
-      throw err;
-    }
-    this.#session = { lib, handle };
-    return this.#session;
-  }
-
-  #dropSession(): void {
-    const s = this.#session;
-    this.#session = undefined;
-    if (!s) return;
-    try {
-      s.lib.C_CloseSession(s.handle);
+      await this.#call('close');
     } catch {
-      // Already invalid: nothing to give back.
+      // A worker that cannot even close in time is terminated below all the same.
     }
+    this.#retire(worker, 'the wrapper was closed');
   }
 
-  #findKey(lib: Pkcs11Lib, session: Buffer): Buffer {
-    lib.C_FindObjectsInit(session, [
-      { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
-      { type: pkcs11js.CKA_LABEL, value: this.config.key },
-    ]);
-    let found: Buffer[];
-    try {
-      found = lib.C_FindObjects(session, 2);
-    } finally {
-      lib.C_FindObjectsFinal(session);
-    }
-    if (found.length === 0) throw new Pkcs11Refusal(`token ${this.config.token} holds no key labelled ${this.config.key}`);
-    // Two keys under one label would make which one wraps a matter of chance: refuse rather than guess.
-    if (found.length > 1) throw new Pkcs11Refusal(`token ${this.config.token} holds more than one key labelled ${this.config.key}`);
-    return found[0]!;
+  #call(what: Op, data?: ArrayBuffer): Promise<ArrayBuffer | undefined> {
+    const worker = this.#spawn();
+    const id = this.#nextId++;
+    return new Promise<ArrayBuffer | undefined>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        // The thread may be stuck inside the module: it is let go with every call queued on it, and the next call
+        // starts a fresh one (a new session, a new login).
+        this.#fail(
+          id,
+          new SandglassError(
+            'key_unavailable',
+            `The HSM (token ${this.config.token}) did not answer the ${what} within ${this.#timeoutMs} ms; nothing falls back.`,
+          ),
+        );
+        this.#retire(worker, `an earlier call got no answer within ${this.#timeoutMs} ms`);
+      }, this.#timeoutMs);
+      this.#calls.set(id, { what, worker, resolve, reject, timer });
+      worker.postMessage({ id, op: what, data }, data ? [data] : []);
+    });
   }
 
-  #classify(what: string, err: unknown): SandglassError {
-    if (err instanceof SandglassError) return err;
-    const code = ckr(err);
+  #spawn(): Worker {
+    if (this.#worker) return this.#worker;
+    const worker = new Worker(WORKER_URL, {
+      workerData: { ...this.config, ...(this.#gate ? { gate: this.#gate } : {}) },
+    });
+    // The callers' deadlines keep the process alive while calls are out: an idle worker does not hold it open.
+    worker.unref();
+    worker.on('message', (reply: Reply) => this.#answer(reply));
+    worker.on('error', (err) => this.#retire(worker, `the PKCS#11 worker failed (${err.message})`));
+    worker.on('exit', (code) => this.#retire(worker, `the PKCS#11 worker exited (${code})`));
+    this.#worker = worker;
+    return worker;
+  }
+
+  #answer(reply: Reply): void {
+    const call = this.#calls.get(reply.id);
+    if (!call) {
+      // Too late: its caller was already told key_unavailable. A key that arrives now is destroyed unread.
+      if (reply.ok && reply.data) new Uint8Array(reply.data).fill(0);
+      return;
+    }
+    this.#calls.delete(reply.id);
+    clearTimeout(call.timer);
+    if (reply.ok) {
+      call.resolve(reply.data);
+      return;
+    }
     const where = `token ${this.config.token}, key ${this.config.key}`;
-    if (err instanceof Pkcs11Refusal || (code !== undefined && REFUSALS.has(code))) {
-      return new SandglassError('key_revoked', `The HSM refused the ${what} (${where}): ${(err as Error).message}.`, { cause: err });
+    const refused = reply.refused || (reply.code !== undefined && REFUSALS.has(reply.code));
+    call.reject(
+      refused
+        ? new SandglassError('key_revoked', `The HSM refused the ${call.what} (${where}): ${reply.message}.`)
+        : new SandglassError('key_unavailable', `The HSM failed the ${call.what} (${where}): ${reply.message}.`),
+    );
+  }
+
+  /** Lets a worker go (late, dead or closed): every call still on it fails closed, and the next call starts another. */
+  #retire(worker: Worker, why: string): void {
+    if (this.#worker === worker) this.#worker = undefined;
+    for (const [id, call] of [...this.#calls]) {
+      if (call.worker === worker) {
+        this.#fail(id, new SandglassError('key_unavailable', `The HSM (token ${this.config.token}) cannot be asked: ${why}; nothing falls back.`));
+      }
     }
-    return new SandglassError('key_unavailable', `The HSM failed the ${what} (${where}): ${(err as Error).message}.`, { cause: err });
+    // Not awaited: a thread inside a hung C call ends only when the call returns, and nothing here waits for that.
+    void worker.terminate();
+  }
+
+  #fail(id: number, err: SandglassError): void {
+    const call = this.#calls.get(id);
+    if (!call) return;
+    this.#calls.delete(id);
+    clearTimeout(call.timer);
+    call.reject(err);
   }
 }
 
-/** The token answered, and the answer is no. */
-class Pkcs11Refusal extends Error {}
-
-function ckr(err: unknown): string | undefined {
-  const m = /(CKR_[A-Z_]+)/.exec((err as Error | undefined)?.message ?? '');
-  return m?.[1];
+/** A copy of bytes in an ArrayBuffer of its own, which postMessage moves to the worker and detaches here. */
+function movable(bytes: Buffer): ArrayBuffer {
+  const out = new ArrayBuffer(bytes.length);
+  new Uint8Array(out).set(bytes);
+  return out;
 }
