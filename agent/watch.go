@@ -156,7 +156,9 @@ func (a *agent) watcherLocked() (*watcher, error) {
 var errTooManyDirs = errors.New("too many directories")
 
 // addDir watches root/rel for w and, when w is recursive, every directory below it. With found set, entries already
-// in the new directories are reported as created: they may have appeared before the watch was in place.
+// in the new directories are reported as created, and regular files also as written: they may have appeared, and been
+// written and closed, before the watch was in place, so their IN_CLOSE_WRITE was never seen. A file still being
+// written reports its write again when it is closed; a repeated write is harmless, a missing one is not.
 func (wr *watcher) addDir(w *fsWatch, rel string, found *[]fsEvent) error {
 	if len(w.dirs) >= maxWatchDirs {
 		return errTooManyDirs
@@ -188,6 +190,9 @@ func (wr *watcher) addDir(w *fsWatch, rel string, found *[]fsEvent) error {
 		child := filepath.Join(rel, de.Name())
 		if found != nil {
 			*found = append(*found, fsEvent{w: w, name: child, op: "create"})
+			if de.Type().IsRegular() {
+				*found = append(*found, fsEvent{w: w, name: child, op: "write"})
+			}
 		}
 		if w.recursive && de.IsDir() {
 			if err := wr.addDir(w, child, found); err != nil {
