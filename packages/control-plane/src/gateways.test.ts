@@ -1,5 +1,6 @@
 // The control plane's client of a gateway's internal API: over the node's unix socket, with the derived bearer only.
 import { createServer, type IncomingMessage } from 'node:http';
+import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,6 +44,38 @@ describe('GatewayClient', () => {
       },
     ]);
     expect(seen[0]!.authorization).not.toContain(SECRET.toString('hex'));
+  });
+
+  it('sends a request again when a kept-alive connection is reset as it is reused', async () => {
+    // A gateway that answers one request per connection and resets the connection when a second arrives on it: what
+    // a server closing an idle keep-alive connection does to a client that reuses it at that moment.
+    const connections: Socket[] = [];
+    let answered = 0;
+    const tcp = createTcpServer((socket) => {
+      connections.push(socket);
+      let served = false;
+      let buffered = '';
+      socket.on('data', (d: Buffer) => {
+        buffered += d.toString('latin1');
+        if (served) return void socket.resetAndDestroy();
+        if (!buffered.includes('\r\n\r\n') || !buffered.endsWith('}')) return;
+        served = true;
+        answered++;
+        socket.write('HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\nKeep-Alive: timeout=60\r\n\r\n');
+      });
+    });
+    await new Promise<void>((resolve) => tcp.listen(0, '127.0.0.1', resolve));
+    try {
+      const gateway = { id: 'node_c', url: 'http://127.0.0.1:1', internalUrl: `http://127.0.0.1:${(tcp.address() as AddressInfo).port}` };
+      const client = new GatewayClient(SECRET);
+      await client.setExpiry(gateway, 'sbx_aaaaaaaaaaaaaaaaaaaa', '2025-06-01T00:00:00.000Z');
+      await client.setExpiry(gateway, 'sbx_aaaaaaaaaaaaaaaaaaaa', '2025-06-01T00:00:01.000Z');
+      expect(answered).toBe(2);
+      expect(connections).toHaveLength(2);
+    } finally {
+      for (const c of connections) c.destroy();
+      await new Promise((resolve) => tcp.close(resolve));
+    }
   });
 
   it('refuses a node secret that is not 32 bytes', () => {

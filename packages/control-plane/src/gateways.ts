@@ -189,18 +189,29 @@ function send(
     headers['content-length'] = String(Buffer.byteLength(opts.body));
   }
   const signal = AbortSignal.timeout(opts.timeoutMs);
-  return new Promise((resolve, reject) => {
-    const fail = (err: unknown) => reject(signal.aborted ? signal.reason : err);
-    const { tls: _tls, ...where } = target;
-    const req = request({ ...where, method, headers, signal }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', fail);
+  const { tls: _tls, ...where } = target;
+  const attempt = (mayRetry: boolean): Promise<{ status: number; text: string }> =>
+    new Promise((resolve, reject) => {
+      let answered = false;
+      const req = request({ ...where, method, headers, signal }, (res) => {
+        answered = true;
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', (err) => reject(signal.aborted ? signal.reason : err));
+      });
+      req.on('error', (err: NodeJS.ErrnoException) => {
+        if (signal.aborted) return reject(signal.reason);
+        // A kept-alive connection the gateway closed as idle just as we reused it: the request never reached it
+        // (nothing was answered), so it is sent once more on a new connection rather than failing the caller.
+        if (mayRetry && !answered && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) {
+          return resolve(attempt(false));
+        }
+        reject(err);
+      });
+      req.end(opts.body);
     });
-    req.on('error', fail);
-    req.end(opts.body);
-  });
+  return attempt(true);
 }
 
 function urlTarget(base: string, path: string): { host: string; port: number; path: string; tls: boolean } {
