@@ -1,6 +1,6 @@
 // The web console against the suite's real server and VMs: its session and CSRF boundary over plain HTTP, then Debian's
 // Chromium (through playwright-core) signing in, creating a sandbox and running a command in its terminal.
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
@@ -183,6 +183,12 @@ async function typeAndSee(page: Page, line: string, expected: string): Promise<v
     .waitFor({ timeout: 60_000 });
 }
 
+/** The terminal's size as the page shows it (cols×rows). */
+async function terminalSize(page: Page): Promise<{ cols: number; rows: number }> {
+  const [cols, rows] = ((await page.getByTestId('terminal-size').textContent()) ?? '').split('×').map(Number);
+  return { cols: cols!, rows: rows! };
+}
+
 async function signInPage(page: Page): Promise<void> {
   await page.goto(`${apiUrl}/console/`);
   await page.getByLabel('API key').fill(adminKey);
@@ -201,8 +207,8 @@ describe('console in a browser', () => {
     for (const id of killAtEnd) await api('DELETE', `/v1/sandboxes/${id}`);
   });
 
-  it('signs in, creates a sandbox and runs a command in its terminal', async () => {
-    const context = await browser.newContext({ viewport: { width: 1366, height: 768 } });
+  it('signs in, creates a sandbox, and drives its terminal, files, background commands and timeline', async () => {
+    const context = await browser.newContext({ viewport: { width: 1366, height: 768 }, acceptDownloads: true });
     const page = await context.newPage();
     const bodies: string[] = [];
     page.on('response', async (res) => {
@@ -240,6 +246,9 @@ describe('console in a browser', () => {
     await page.screenshot({ path: join(artifacts, '2-sandboxes.png') });
 
     const newest = (await api('GET', '/v1/sandboxes')).body!.sandboxes.filter((s: { id: string }) => created.includes(s.id))[0] as { id: string };
+    // This test takes minutes on TCG: no rolling snapshot may land between the two it takes, and no timeout end it.
+    expect((await api('POST', `/v1/sandboxes/${newest.id}/snapshot-interval`, { body: { snapshotIntervalS: 3600 } })).status).toBe(200);
+    expect((await api('POST', `/v1/sandboxes/${newest.id}/timeout`, { body: { timeoutS: 3600 } })).status).toBe(200);
     await page.goto(`${apiUrl}/console/#/sandboxes/${newest.id}`);
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
     // The shell's prompt shows before typing, so the keystrokes reach a shell that reads them.
@@ -247,31 +256,114 @@ describe('console in a browser', () => {
     await typeAndSee(page, 'echo $((6*7))', '42');
     await page.screenshot({ path: join(artifacts, '3-terminal.png') });
 
-    // Two states of one file around a snapshot; the fork from it must show the first.
-    await typeAndSee(page, 'echo old > /root/console-f; echo written-$((1+1))', 'written-2');
-    await page.getByRole('button', { name: 'Take snapshot' }).click();
-    const snapshotItem = page.getByTestId('snapshots').locator('li').filter({ hasText: 'manual' }).first();
-    await snapshotItem.waitFor({ timeout: 120_000 });
-    const shownAtMs = Date.now();
-    const snap = (await api('GET', `/v1/sandboxes/${newest.id}/snapshots`)).body!.snapshots.find((s: { reason: string }) => s.reason === 'manual');
-    console.log(`console timeline: snapshot taken → on the timeline: ${shownAtMs - Date.parse(snap.takenAt)} ms`);
-    await page.screenshot({ path: join(artifacts, '4-timeline.png') });
-    await typeAndSee(page, 'echo new > /root/console-f; echo changed-$((2+1))', 'changed-3');
+    // The terminal fits its box: a narrower window gives the shell's PTY fewer columns.
+    const wide = await terminalSize(page);
+    await page.setViewportSize({ width: 900, height: 768 });
+    await page
+      .getByTestId('terminal-size')
+      .filter({ hasNotText: `${wide.cols}×${wide.rows}` })
+      .waitFor();
+    const narrow = await terminalSize(page);
+    expect(narrow.cols).toBeLessThan(wide.cols);
+    await typeAndSee(page, 'clear; stty size', `${narrow.rows} ${narrow.cols}`);
+    await page.setViewportSize({ width: 1366, height: 768 });
 
-    await snapshotItem.getByRole('button', { name: 'Fork' }).click();
+    // Files: a file the shell wrote is listed and downloads with its bytes; an uploaded one is there for the shell.
+    await typeAndSee(page, 'echo old > /root/console-f; echo written-$((1+1))', 'written-2');
+    const files = page.getByRole('region', { name: 'Files' });
+    await files.getByRole('button', { name: 'Refresh' }).click();
+    const download = page.waitForEvent('download');
+    await files.getByRole('button', { name: 'Download console-f' }).click();
+    const downloaded = await download;
+    expect(downloaded.suggestedFilename()).toBe('console-f');
+    expect(readFileSync((await downloaded.path())!, 'utf8')).toBe('old\n');
+    const uploaded = `uploaded-${Date.now()}`;
+    await files.getByLabel('Upload a file').setInputFiles({ name: 'console-upload.txt', mimeType: 'text/plain', buffer: Buffer.from(`${uploaded}\n`) });
+    await files.getByRole('button', { name: 'Download console-upload.txt' }).waitFor({ timeout: 60_000 });
+    await typeAndSee(page, 'clear; ls /root/console-upload.txt', '/root/console-upload.txt');
+    await typeAndSee(page, 'cat /root/console-upload.txt', uploaded);
+    await files.getByRole('button', { name: 'Up', exact: true }).click();
+    await files.getByRole('button', { name: 'Open directory root' }).click();
+    await files.getByRole('button', { name: 'Download console-f' }).waitFor();
+    await page.screenshot({ path: join(artifacts, '4-files.png'), fullPage: true });
+
+    // A background command's output, live, then again after the page is reloaded: the gateway keeps it to reattach to.
+    const commands = page.getByRole('region', { name: 'Background commands' });
+    await commands.getByLabel('Command').fill('for i in 1 2 3; do echo tick-$i; sleep 1; done');
+    await commands.getByRole('button', { name: 'Run in background' }).click();
+    await commands.getByTestId('command-output').filter({ hasText: 'tick-3' }).waitFor({ timeout: 60_000 });
+    await commands
+      .getByTestId('command-row')
+      .filter({ hasText: 'tick-' })
+      .getByTestId('command-state')
+      .filter({ hasText: 'exit 0' })
+      .waitFor({ timeout: 60_000 });
+    await page.reload();
+    await commands.getByTestId('command-row').filter({ hasText: 'tick-' }).getByRole('button', { name: 'Show output' }).click({ timeout: 120_000 });
+    await commands.getByTestId('command-output').filter({ hasText: 'tick-3' }).waitFor({ timeout: 60_000 });
+    expect(await commands.getByTestId('command-output').textContent()).toBe('tick-1\ntick-2\ntick-3\n');
+    await page.screenshot({ path: join(artifacts, '5-commands.png'), fullPage: true });
+    await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
+
+    // Two snapshots around a change of the file through the file browser; scrubbing to the first shows that change.
+    await page.getByRole('button', { name: 'Take snapshot' }).click();
+    const firstItem = page.getByTestId('snapshots').locator('li').filter({ hasText: 'manual' }).first();
+    await firstItem.waitFor({ timeout: 120_000 });
+    const shownAtMs = Date.now();
+    const first = (await api('GET', `/v1/sandboxes/${newest.id}/snapshots`)).body!.snapshots.find((s: { reason: string }) => s.reason === 'manual');
+    console.log(`console timeline: snapshot taken → on the timeline: ${shownAtMs - Date.parse(first.takenAt)} ms`);
+    await files.getByLabel('Upload a file').setInputFiles({ name: 'console-f', mimeType: 'text/plain', buffer: Buffer.from('new\n') });
+    await files.getByTestId('files-status').filter({ hasText: 'Uploaded /root/console-f' }).waitFor({ timeout: 60_000 });
+    await page.getByLabel('Snapshot name (pins it)').fill('after-upload');
+    await page.getByRole('button', { name: 'Take snapshot' }).click();
+    await page.getByTestId('snapshots').locator('li').filter({ hasText: 'after-upload' }).waitFor({ timeout: 120_000 });
+    await typeAndSee(page, 'clear; cat /root/console-f', 'new');
+
+    await page.getByRole('button', { name: new RegExp(`^Snapshot ${first.id} `) }).click();
+    const scrubbed = page.getByTestId('scrubbed');
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasText: first.id }).waitFor();
+    await scrubbed.getByTestId('changed-files').filter({ hasText: 'written /root/console-f' }).waitFor();
+    expect(await scrubbed.getByTestId('changed-files').textContent()).not.toContain('console-upload.txt');
+    // The scrubber is a slider: the keyboard moves the point in time past the next snapshot, then back.
+    await page.getByRole('button', { name: 'Next snapshot' }).click();
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasNotText: first.id }).waitFor();
+    const second = (await api('GET', `/v1/sandboxes/${newest.id}/snapshots`)).body!.snapshots.find(
+      (s: { name: string | null }) => s.name === 'after-upload',
+    ).id;
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasText: second }).waitFor();
+    expect(await scrubbed.getByTestId('changed-files').textContent()).not.toContain('written /root/console-f');
+    await page.getByLabel('Scrub the timeline').focus();
+    await page.keyboard.press('Home');
+    await scrubbed.filter({ hasText: 'before the first snapshot' }).waitFor();
+    await page.getByRole('button', { name: 'Next snapshot' }).click();
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasText: first.id }).waitFor();
+    await page.screenshot({ path: join(artifacts, '6-timeline.png'), fullPage: true });
+
+    // Delete the second snapshot from the timeline; the first stays, and a fork from it has the old file.
+    await page.getByRole('button', { name: /^Snapshot after-upload / }).click();
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasText: second }).waitFor();
+    await page.getByRole('button', { name: 'Delete snapshot' }).click();
+    await page.getByRole('button', { name: 'Confirm delete' }).click();
+    await page.getByTestId('snapshots').locator('li').filter({ hasText: 'after-upload' }).waitFor({ state: 'detached', timeout: 60_000 });
+    expect((await api('GET', `/v1/snapshots/${second}`)).status).toBe(404);
+
+    await page.getByRole('button', { name: new RegExp(`^Snapshot ${first.id} `) }).click();
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasText: first.id }).waitFor();
+    await page.getByLabel('Forks').fill('1');
+    await page.getByRole('button', { name: 'Fork from this snapshot' }).click();
     await page.waitForURL((url) => url.hash.startsWith('#/sandboxes/') && !url.hash.endsWith(newest.id), { timeout: 120_000 });
     const forkId = new URL(page.url()).hash.slice('#/sandboxes/'.length);
     killAtEnd.push(forkId);
-    expect((await api('GET', `/v1/sandboxes/${forkId}`)).body!.sourceSnapshotId).toBe(snap.id);
+    expect((await api('GET', `/v1/sandboxes/${forkId}`)).body!.sourceSnapshotId).toBe(first.id);
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
     await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
     await typeAndSee(page, 'cat /root/console-f', 'old');
-    await page.screenshot({ path: join(artifacts, '5-fork.png') });
+    await page.screenshot({ path: join(artifacts, '7-fork.png') });
 
     expect(cspViolations).toEqual([]);
     expect(bodies.join('\n')).not.toContain(adminKey);
     await context.close();
-  }, 600_000);
+  }, 900_000);
 
   it('shows a pending approval the moment it waits, and approves or denies it', async () => {
     const upstream = await startHttpsUpstream(inject('egressPki'), inject('egressUpstreamPorts')[0]!);
@@ -310,7 +402,7 @@ describe('console in a browser', () => {
         .waitFor({ timeout: 60_000 });
       expect(await page.locator('.xterm-rows').textContent()).toContain('"url":"/echo?console"');
       expect(upstream.seen.at(-1)!.headers['x-jit']).toBe(`Token ${value}`);
-      await page.screenshot({ path: join(artifacts, '6-approved.png') });
+      await page.screenshot({ path: join(artifacts, '8-approved.png') });
 
       await page.locator('.xterm').click();
       await page.keyboard.type(`clear; curl -sS -m 60 https://${host}/echo?denied; echo; echo done-$((4+4))\n`);
@@ -321,7 +413,64 @@ describe('console in a browser', () => {
         .first()
         .waitFor({ timeout: 60_000 });
       expect(await page.locator('.xterm-rows').textContent()).toContain('egress_approval_denied');
-      await page.screenshot({ path: join(artifacts, '7-denied.png') });
+      await page.screenshot({ path: join(artifacts, '9-denied.png') });
+
+      // The network page: the policy in force, and both decisions as the proxy logged them, with the secret's name.
+      await page.getByRole('link', { name: 'Network & secrets' }).click();
+      await expect.poll(() => page.getByLabel('Allow (one rule a line)').inputValue()).toBe(host);
+      const egress = page.getByTestId('egress-row');
+      await egress.filter({ hasText: '/echo' }).filter({ hasText: 'allowed' }).filter({ hasText: 'CONSOLE_JIT' }).first().waitFor({ timeout: 60_000 });
+      await egress.filter({ hasText: '/echo' }).filter({ hasText: 'refused' }).first().waitFor({ timeout: 60_000 });
+
+      // The tenant's secrets: add one, rotate it, remove it; neither value ever comes back to the page.
+      const added = `console-added-${Date.now()}-value`;
+      const rotated = `console-rotated-${Date.now()}-value`;
+      const form = page.getByRole('form', { name: 'Add a secret' });
+      await form.getByLabel('Name').fill('CONSOLE_ADDED');
+      await form.getByLabel('Value').fill(added);
+      await form.getByLabel('Hosts (comma-separated)').fill('api.example.com');
+      await form.getByLabel('Header').fill('authorization');
+      await form.getByLabel('Format').fill('Bearer {value}');
+      await form.getByRole('button', { name: 'Add secret' }).click();
+      const row = page.getByTestId('secret-row').filter({ hasText: 'CONSOLE_ADDED' });
+      await row.filter({ hasText: 'api.example.com' }).waitFor();
+      expect(await form.getByLabel('Value').inputValue()).toBe('');
+      const before = (await api('GET', '/v1/secrets')).body!.secrets.find((x: { name: string }) => x.name === 'CONSOLE_ADDED');
+      expect(before.header).toBe('authorization');
+      await row.getByRole('button', { name: 'Rotate CONSOLE_ADDED' }).click();
+      await row.getByLabel('New value for CONSOLE_ADDED').fill(rotated);
+      await row.getByRole('button', { name: 'Save new value' }).click();
+      await page.getByTestId('secrets-status').filter({ hasText: 'Secret CONSOLE_ADDED rotated.' }).waitFor();
+      const after = (await api('GET', '/v1/secrets')).body!.secrets.find((x: { name: string }) => x.name === 'CONSOLE_ADDED');
+      // The same scope, a new value.
+      expect({ ...after, updatedAt: '' }).toEqual({ ...before, updatedAt: '' });
+      expect(after.updatedAt >= before.updatedAt).toBe(true);
+      await page.screenshot({ path: join(artifacts, '10-network.png'), fullPage: true });
+      await row.getByRole('button', { name: 'Remove CONSOLE_ADDED' }).click();
+      await row.getByRole('button', { name: 'Confirm remove CONSOLE_ADDED' }).click();
+      await row.waitFor({ state: 'detached' });
+      expect((await api('GET', '/v1/secrets')).body!.secrets.map((x: { name: string }) => x.name)).not.toContain('CONSOLE_ADDED');
+      for (const v of [added, rotated]) {
+        expect(bodies.join('\n')).not.toContain(v);
+        expect(await page.content()).not.toContain(v);
+      }
+
+      // The events page verifies the sandbox's signed export in the page; an edited event fails that check.
+      await page.getByRole('link', { name: 'Events' }).click();
+      await page
+        .getByTestId('chain')
+        .filter({ hasText: /^Chain verified: \d+ events/ })
+        .waitFor({ timeout: 60_000 });
+      await page.screenshot({ path: join(artifacts, '11-events.png') });
+      await page.route('**/audit/export', async (route) => {
+        const res = await route.fetch();
+        const lines = (await res.text()).split('\n');
+        lines[1] = lines[1]!.replace('"at":"', '"at":"1');
+        await route.fulfill({ response: res, body: lines.join('\n') });
+      });
+      await page.getByRole('button', { name: 'Verify the chain' }).click();
+      await page.getByTestId('chain').filter({ hasText: 'Chain FAILED at line 2 (hash)' }).waitFor({ timeout: 60_000 });
+      await page.unroute('**/audit/export');
       // The value reached the upstream only: no page, answer or screen showed it.
       expect(bodies.join('\n')).not.toContain(value);
       expect(await page.content()).not.toContain(value);

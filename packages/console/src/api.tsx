@@ -84,6 +84,9 @@ export interface Sandbox {
   vcpus: number;
   createdAt: string;
   gatewayId?: string | null;
+  /** The egress policy in force; null when the sandbox has no network. */
+  network?: { allow: string[]; deny: string[] } | null;
+  secrets?: string[];
 }
 
 export interface Snapshot {

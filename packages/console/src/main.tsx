@@ -1,8 +1,14 @@
-// The console's pages: sign-in, the live sandbox list, and a sandbox's terminal, snapshot timeline and event log.
+// The console's pages: sign-in, the live sandbox list, and a sandbox's terminal, files, background commands, snapshot
+// timeline; its network policy, egress and the tenant's secrets; its event log with the chain verified.
 import { StrictMode, useCallback, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot } from './api.tsx';
+import { BackgroundCommands } from './commands.tsx';
+import { EventsPage } from './events.tsx';
+import { FileBrowser } from './files.tsx';
+import { NetworkPage, Secrets } from './network.tsx';
 import { Terminal } from './terminal.tsx';
+import { Timeline } from './timeline.tsx';
 import './styles.css';
 
 interface SessionInfo {
@@ -33,11 +39,14 @@ function App() {
     await call('DELETE', '/console/api/session');
     setSession(null);
   };
-  const m = /^\/sandboxes\/([\w-]+)$/.exec(route);
+  const m = /^\/sandboxes\/([\w-]+)(?:\/(network|events))?$/.exec(route);
   return (
     <>
       <header>
         <a href="#/">Sandglass</a>
+        <nav aria-label="Console">
+          <a href="#/">Sandboxes</a> <a href="#/secrets">Secrets</a>
+        </nav>
         <span>
           tenant <code>{session.tenantId}</code> ({session.role})
         </span>
@@ -45,7 +54,7 @@ function App() {
           Sign out
         </button>
       </header>
-      <main>{m ? <SandboxPage id={m[1]!} /> : <SandboxList />}</main>
+      <main>{m ? <SandboxPage id={m[1]!} tab={(m[2] as Tab | undefined) ?? 'overview'} /> : route === '/secrets' ? <Secrets /> : <SandboxList />}</main>
     </>
   );
 }
@@ -170,12 +179,19 @@ function SandboxList() {
   );
 }
 
-function SandboxPage({ id }: { id: string }) {
+type Tab = 'overview' | 'network' | 'events';
+const TABS: Array<[Tab, string, string]> = [
+  ['overview', 'Overview', ''],
+  ['network', 'Network & secrets', '/network'],
+  ['events', 'Events', '/events'],
+];
+
+function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
   const [sandbox, setSandbox] = useState<Sandbox>();
   const [snapshots, setSnapshots] = useState<Snapshot[]>([]);
   const [events, setEvents] = useState<LogEvent[]>([]);
   const [approvals, setApprovals] = useState<Approval[]>([]);
-  const [typeFilter, setTypeFilter] = useState('');
+  const [commandsVersion, setCommandsVersion] = useState(0);
   const [error, setError] = useState('');
   const fail = useCallback((e: Error) => setError(e instanceof ApiError ? `${e.code}: ${e.message}` : e.message), []);
   const load = useCallback(() => {
@@ -194,32 +210,31 @@ function SandboxPage({ id }: { id: string }) {
     load();
     loadApprovals();
     setEvents([]);
+    setError('');
     return followEvents({ sandboxId: id }, (ev) => {
       setEvents((prev) => [...prev, ev]);
       if (ev.type.startsWith('sandbox.') || ev.type.startsWith('snapshot.')) load();
+      if (ev.type.startsWith('command.')) setCommandsVersion((v) => v + 1);
       // A request waiting for a human shows the moment its event is logged.
       if (ev.type.startsWith('secret.approval_')) loadApprovals();
     });
   }, [id, load, loadApprovals]);
-  const fork = (snapshotId: string) =>
-    call<{ sandboxes: Sandbox[] }>('POST', '/v1/forks', { snapshotId }).then((r) => {
-      if (r.sandboxes[0]) location.hash = `#/sandboxes/${r.sandboxes[0].id}`;
-    }, fail);
-  const times = snapshots.map((s) => Date.parse(s.takenAt));
-  const t0 = Math.min(...times);
-  const span = Math.max(1, Math.max(...times) - t0);
-  const shown = events.filter((e) => typeFilter === '' || e.type.startsWith(typeFilter));
+  // Only once this page's sandbox is loaded: after a fork the previous one's state is still shown for a moment.
+  const current = sandbox?.id === id ? sandbox : undefined;
   return (
     <>
       <h1>
-        Sandbox <code>{id}</code> <small data-testid="sandbox-state">{sandbox?.state}</small>
+        Sandbox <code>{id}</code> <small data-testid="sandbox-state">{current?.state}</small>
       </h1>
+      <nav aria-label="Sandbox pages" className="tabs">
+        {TABS.map(([t, label, suffix]) => (
+          <a key={t} href={`#/sandboxes/${id}${suffix}`} aria-current={t === tab ? 'page' : undefined}>
+            {label}
+          </a>
+        ))}
+      </nav>
       {error && <p role="alert">{error}</p>}
-      <div className="toolbar">
-        <button type="button" onClick={() => call('POST', `/v1/sandboxes/${id}/snapshots`, {}).then(load, fail)}>
-          Take snapshot
-        </button>
-      </div>
+      {/* On every page of the sandbox: a request waiting for a human must be seen wherever one is looking. */}
       {approvals.length > 0 && (
         <section aria-label="Pending approvals" className="approvals">
           <h2>Pending approvals</h2>
@@ -242,54 +257,18 @@ function SandboxPage({ id }: { id: string }) {
           </ul>
         </section>
       )}
-      {/* Only once this page's sandbox is loaded: after a fork the previous one's state is still shown for a moment. */}
-      {sandbox?.id === id && sandbox.state === 'running' && <Terminal key={id} sandboxId={id} />}
-      <section aria-label="Snapshot timeline">
-        <h2>Timeline</h2>
-        <fieldset className="axis" aria-label="Snapshots on a time axis">
-          {snapshots.map((s, i) => (
-            <button
-              type="button"
-              key={s.id}
-              className={`tick ${s.reason}`}
-              style={{ left: `${(((times[i] ?? t0) - t0) / span) * 95}%` }}
-              title={`${s.reason} ${s.name ?? ''} ${s.takenAt}`}
-              onClick={() => fork(s.id)}
-              aria-label={`Fork from snapshot ${s.id} taken ${s.takenAt}`}
-            />
-          ))}
-        </fieldset>
-        <ol data-testid="snapshots">
-          {snapshots.map((s) => (
-            <li key={s.id}>
-              {s.takenAt} {s.reason} {s.name ?? ''} <code>{s.id}</code>{' '}
-              <button type="button" onClick={() => fork(s.id)}>
-                Fork
-              </button>
-            </li>
-          ))}
-        </ol>
-      </section>
-      <section aria-label="Events">
-        <h2>Events</h2>
-        <label>
-          Type starts with <input value={typeFilter} onChange={(e) => setTypeFilter(e.target.value)} placeholder="egress" />
-        </label>
-        <table>
-          <tbody>
-            {shown.map((e) => (
-              <tr key={e.seq}>
-                <td>{e.seq}</td>
-                <td>{e.at}</td>
-                <td>{e.type}</td>
-                <td>
-                  <code>{JSON.stringify(e.data)}</code>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </section>
+      {tab === 'overview' && current?.state === 'running' && (
+        <>
+          <Terminal key={id} sandboxId={id} />
+          <div className="columns">
+            <FileBrowser key={`files-${id}`} sandboxId={id} />
+            <BackgroundCommands key={`commands-${id}`} sandboxId={id} version={commandsVersion} />
+          </div>
+        </>
+      )}
+      {tab === 'overview' && current && <Timeline sandbox={current} snapshots={snapshots} events={events} onChanged={load} fail={fail} />}
+      {tab === 'network' && current && <NetworkPage sandbox={current} events={events} onChanged={load} />}
+      {tab === 'events' && <EventsPage key={id} sandboxId={id} events={events} />}
     </>
   );
 }
