@@ -12,6 +12,8 @@ import { mapAgentError } from './agent-link.js';
 import { operation, specRoutes } from './spec.js';
 import { accessTokenHook } from './auth.js';
 import { OUTPUT_WINDOW_BYTES, pacedSender } from './output-pacing.js';
+import { GuestReader, HubFollower, hubSnapshot, hubSource } from './output-read.js';
+import { hubKey } from './output-hub.js';
 
 export const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
 const MAX_STDIN_BYTES = 16 * 1024 * 1024;
@@ -138,6 +140,25 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       },
       (socket: WebSocket, req) => streamCommand(gw, socket, req),
     );
+
+    // A reconnect in one request: served from the node's copy of the command's recent output when it holds the offset.
+    route('GET', '/v1/sandboxes/{id}/commands/{cid}/output', async (req, reply) => {
+      const sbx = sbxOf(req);
+      const rec = sbx.command(req.params.cid);
+      const agent = sbx.requireRunning();
+      const fromOffset = req.query.fromOffset ?? 0;
+      const follow = req.query.follow === true;
+      const start = { type: 'start', command: commandView(rec) };
+      const errorBody = (err: unknown) => toSandglassError(mapAgentError(err)).toBody(req.id);
+      const ok = () => reply.header('content-type', 'application/octet-stream').code(200);
+      const hub = gw.outputHubs.open(hubKey(sbx.id, rec.id), fromOffset, () => hubSource(sbx, rec, agent));
+      // A hub that could not attach (or was evicted meanwhile) leaves the answer to the guest's ring, which reports its own errors.
+      const attached = hub !== undefined && (await hub.ready.then(() => true).catch(() => false));
+      if (hub && attached && fromOffset >= hub.ring.start) {
+        return ok().send(follow ? new HubFollower(hub, fromOffset, start, errorBody) : hubSnapshot(hub, fromOffset, start));
+      }
+      return ok().send(new GuestReader(sbx, rec, agent, fromOffset, follow, start, errorBody));
+    });
 
     // ---- files ----
     route('GET', '/v1/sandboxes/{id}/files', async (req, reply) => {

@@ -18,6 +18,7 @@ import { EventQuota, type GatewayEvents } from './events.js';
 import { NetworkManager, type NetworkSpec, type SecretResolver } from './network.js';
 import { DEFAULT_RECORDING_CAP_BYTES, SourceRecording, type ReplayPlan } from './recording.js';
 import { RevokedKeys } from './auth.js';
+import { OutputHubs } from './output-hub.js';
 import { TenantRevocation } from './revocation.js';
 import type { PolicyInput, ReplaySource } from '@sandglass/egress';
 
@@ -144,6 +145,8 @@ export class Gateway {
   readonly jail: JailContext;
   /** Replays running on this node: each fork's source recording, the only content its recording route may read. */
   readonly replays = new Map<string, SourceRecording>();
+  /** Commands' recent output, for reconnects that need no guest round trip. */
+  readonly outputHubs = new OutputHubs();
 
   constructor(readonly opts: GatewayOptions) {
     // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
@@ -331,6 +334,7 @@ export class Gateway {
       onGone: (s) => {
         this.sandboxes.delete(s.id);
         this.replays.delete(s.id);
+        this.outputHubs.dropSandbox(s.id);
         this.network.detach(s.id);
         void this.snapshots.untrack(s.id);
       },

@@ -2,10 +2,19 @@
 import { constants as osConstants } from 'node:os';
 import { StringDecoder } from 'node:string_decoder';
 import type { DataPlane } from './client.js';
-import { CommandExitError, CommandTimeoutError, ConflictError, NotFoundError, SandglassError, type CommandResult } from './errors.js';
-import { OutputStream, type ExitMessage, type Fd } from './stream.js';
+import {
+  CommandExitError,
+  CommandTimeoutError,
+  ConflictError,
+  NotFoundError,
+  ProtocolError,
+  SandglassError,
+  errorFromResponse,
+  type CommandResult,
+} from './errors.js';
+import { OutputStream, RecordReader, type ExitMessage, type Fd } from './stream.js';
 import type { GatewayReply } from './replies.js';
-import type { CommandInfo, SignalName, StartCommandRequest } from './types.js';
+import type { CommandInfo, SignalName, StartCommandRequest, StreamMessage } from './types.js';
 
 export type { CommandResult };
 
@@ -37,6 +46,19 @@ export interface ConnectOptions extends OutputCallbacks {
   fromOffset?: number;
 }
 
+/** What `commands.readOutput` returns. */
+export interface OutputRead {
+  /** Offset of the first byte returned (greater than fromOffset when older output was dropped). */
+  startOffset: number;
+  /** Offset after the last byte returned: the fromOffset of the next read. */
+  outputOffset: number;
+  /** The bytes in order, each with its stream (1 stdout, 2 stderr) and offset. */
+  pieces: Array<{ fd: Fd; offset: number; bytes: Uint8Array }>;
+  droppedBytes: number;
+  /** Present once the command has exited and every byte up to endOffset was returned. */
+  exit?: Omit<ExitMessage, 'type'>;
+}
+
 export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
 
 /** Exit code as a shell reports it: 128 + the signal number when a signal ended the process. */
@@ -62,7 +84,7 @@ export class CommandHandle {
     private readonly commands: Commands,
     dataPlane: DataPlane,
     commandId: string,
-    private readonly opts: OutputCallbacks & { fromOffset?: number; timeoutMs?: number },
+    private readonly opts: OutputCallbacks & { fromOffset?: number; timeoutMs?: number; transport?: 'ws' | 'http' },
   ) {
     this.id = commandId;
     this.done = new Promise<CommandResult>((resolve, reject) => {
@@ -72,6 +94,7 @@ export class CommandHandle {
     this.done.catch(() => undefined);
     this.stream = new OutputStream(dataPlane, commandId, {
       fromOffset: opts.fromOffset,
+      transport: opts.transport,
       onData: (fd, bytes) => this.onData(fd, bytes),
       onExit: (exit) => this.onExit(exit),
       onFail: (err) => this.settle.reject(err),
@@ -203,9 +226,43 @@ export class Commands {
     return opts.background ? handle : handle.wait();
   }
 
-  /** Reattaches to a command, e.g. after a disconnect or from another process. */
+  /**
+   * Reattaches to a command, e.g. after a disconnect or from another process. Each (re)connect is one kept-alive
+   * HTTP request that the gateway answers from its copy of recent output; input goes through sendStdin.
+   */
   connect(commandId: string, opts: ConnectOptions = {}): Promise<CommandHandle> {
-    return new CommandHandle(this, this.dataPlane, commandId, opts).start();
+    return new CommandHandle(this, this.dataPlane, commandId, { ...opts, transport: 'http' }).start();
+  }
+
+  /**
+   * The command's output after `fromOffset` as the gateway has it now, and its exit once it has exited: one request.
+   * Poll with the returned `outputOffset` to follow a running command without holding a connection open.
+   */
+  async readOutput(commandId: string, opts: { fromOffset?: number } = {}): Promise<OutputRead> {
+    const res = await this.dataPlane.request('GET', `/commands/${encodeURIComponent(commandId)}/output`, { query: { fromOffset: opts.fromOffset } });
+    const records = new RecordReader();
+    const frames = records.push(new Uint8Array(await res.arrayBuffer()));
+    if (records.pendingBytes > 0) throw new ProtocolError('protocol_error', `the output of ${commandId} ended inside a record`);
+    const read: OutputRead = { startOffset: -1, outputOffset: -1, pieces: [], droppedBytes: 0 };
+    for (const frame of frames) {
+      if (frame[0] === 0) {
+        const msg = JSON.parse(frame.subarray(1).toString('utf8')) as StreamMessage | { type: 'error' };
+        if (msg.type === 'start') {
+          read.startOffset = msg.startOffset;
+          read.outputOffset = msg.startOffset;
+          read.droppedBytes = Math.max(0, msg.startOffset - (opts.fromOffset ?? msg.startOffset));
+        } else if (msg.type === 'exit') read.exit = { exitCode: msg.exitCode, signal: msg.signal, timedOut: msg.timedOut, endOffset: msg.endOffset };
+        else throw errorFromResponse(0, msg);
+        continue;
+      }
+      const offset = Number(frame.readBigUInt64BE(1));
+      if (offset !== read.outputOffset) throw new ProtocolError('protocol_error', `output of ${commandId} jumped from ${read.outputOffset} to ${offset}`);
+      const bytes = frame.subarray(9);
+      read.pieces.push({ fd: frame[0] as Fd, offset, bytes });
+      read.outputOffset += bytes.length;
+    }
+    if (read.startOffset < 0) throw new ProtocolError('protocol_error', `the output of ${commandId} came without its start`);
+    return read;
   }
 
   async list(): Promise<CommandInfo[]> {

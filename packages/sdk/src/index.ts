@@ -21,6 +21,7 @@ export {
   type CommandResult,
   type ConnectOptions,
   type OutputCallbacks,
+  type OutputRead,
   type RunOptions,
 } from './commands.js';
 export { Secrets, type SecretSetOptions } from './secrets.js';

@@ -18,6 +18,11 @@ const HEARTBEAT_INTERVAL_MS = 30_000;
 export interface OutputStreamOptions {
   /** Where to start in the command's output; undefined = the oldest byte the gateway still holds. */
   fromOffset?: number;
+  /**
+   * `http`: each (re)connect is one kept-alive GET of the output route (no WebSocket handshake; the gateway serves
+   * recent output from its own copy); no input goes over it. `ws` (default): the WebSocket, which also carries input.
+   */
+  transport?: 'ws' | 'http';
   onData: (fd: Fd, bytes: Buffer) => void;
   onExit: (exit: ExitMessage) => void;
   onFail: (err: SandglassError) => void;
@@ -27,6 +32,8 @@ export class OutputStream {
   /** Offset of the next byte expected; undefined until the server says where the stream starts. */
   private offset?: number;
   private ws?: WebSocket;
+  /** The body being read by the http transport. */
+  private reader?: ReadableStreamDefaultReader<Uint8Array>;
   private finished = false;
   private failedAttempts = 0;
   private refreshedToken = false;
@@ -74,6 +81,7 @@ export class OutputStream {
   close(): Promise<void> {
     const ws = this.ws;
     this.finished = true;
+    void this.reader?.cancel().catch(() => undefined);
     if (!ws || ws.readyState === WebSocket.CLOSED) return Promise.resolve();
     return new Promise((resolve) => {
       ws.once('close', () => resolve());
@@ -83,6 +91,7 @@ export class OutputStream {
   }
 
   private async connect(): Promise<void> {
+    if (this.opts.transport === 'http') return this.connectHttp();
     let target;
     try {
       target = await this.dataPlane.webSocketTarget(
@@ -155,6 +164,48 @@ export class OutputStream {
         new SandglassError('disconnected', `output stream of ${this.commandId} closed (code ${code}) before the command exited`, { retryable: true });
       this.retryOrFail(err);
     });
+  }
+
+  /** One GET of the output route, followed to the exit; a body that ends before the exit is a drop like a closed socket. */
+  private async connectHttp(): Promise<void> {
+    let closeError: SandglassError | undefined;
+    try {
+      const res = await this.dataPlane.request('GET', `/commands/${encodeURIComponent(this.commandId)}/output`, {
+        query: { fromOffset: this.offset, follow: true },
+      });
+      if (this.finished) {
+        await res.body?.cancel();
+        return;
+      }
+      const reader = res.body!.getReader();
+      this.reader = reader;
+      const records = new RecordReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done || this.finished) break;
+        for (const frame of records.push(value)) {
+          if (this.finished) break;
+          if (frame[0] !== 0) {
+            this.onFrame(frame);
+            continue;
+          }
+          const msg = JSON.parse(frame.subarray(1).toString('utf8')) as StreamMessage | ({ type: 'error' } & Record<string, unknown>);
+          if (msg.type === 'error') closeError = errorFromResponse(0, msg);
+          else this.onText(msg);
+        }
+      }
+    } catch (err) {
+      if (this.finished) return;
+      if (err instanceof ProtocolError) return this.fail(err);
+      closeError ??=
+        err instanceof SandglassError
+          ? err
+          : new SandglassError('disconnected', `output of ${this.commandId}: ${String(err)}`, { retryable: true, cause: err });
+    } finally {
+      this.reader = undefined;
+    }
+    if (this.finished) return;
+    this.retryOrFail(closeError ?? new SandglassError('disconnected', `output of ${this.commandId} ended before the command exited`, { retryable: true }));
   }
 
   private retryOrFail(err: SandglassError): void {
@@ -232,6 +283,31 @@ export class OutputStream {
     for (const w of this.startWaiters.splice(0)) w.reject(err);
     this.opts.onFail(err);
     this.ws?.terminate();
+  }
+}
+
+/** Splits the output route's body into its frames (`length:u32 BE | frame`), across reads. */
+export class RecordReader {
+  private pending: Buffer = Buffer.alloc(0);
+
+  push(chunk: Uint8Array): Buffer[] {
+    const buf = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    const out: Buffer[] = [];
+    let at = 0;
+    while (buf.length - at >= 4) {
+      const len = buf.readUInt32BE(at);
+      if (len === 0) throw new ProtocolError('protocol_error', 'output record of length 0');
+      if (buf.length - at - 4 < len) break;
+      out.push(buf.subarray(at + 4, at + 4 + len));
+      at += 4 + len;
+    }
+    this.pending = at === buf.length ? Buffer.alloc(0) : Buffer.from(buf.subarray(at));
+    return out;
+  }
+
+  /** Bytes of an unfinished record held back (a body must not end inside one). */
+  get pendingBytes(): number {
+    return this.pending.length;
   }
 }
 

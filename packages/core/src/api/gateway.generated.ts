@@ -86,6 +86,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/commands/{cid}/output": {
+        parameters: {
+            query?: {
+                fromOffset?: number;
+                follow?: boolean;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+                cid: components["parameters"]["CommandId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * @description A reconnect in one request (HTTP keep-alive, no WebSocket handshake): the command's output after `fromOffset`
+         *     and its exit once it has exited. The body is a sequence of records `length:u32 BE | frame`, where a frame is
+         *     what the stream route sends: `fd:u8 (1 stdout, 2 stderr) | offset:u64 BE | bytes`, or `0:u8 | JSON` for
+         *     `{type:"start", startOffset, command}` (always first), `{type:"exit", exitCode, signal, timedOut, endOffset}`
+         *     (last, once the command has exited) and `{type:"error", error}` (the read failed; last).
+         *     Without `follow` the answer holds what is there now and ends; with `follow=true` it goes on until the exit.
+         *     A body that ends without exit or error ends early: ask again from the last offset received.
+         *     `startOffset` greater than `fromOffset` means older bytes were dropped from the bounded buffer.
+         *     Recent output is served from the gateway's copy of it (no round trip to the guest).
+         */
+        get: operations["readCommandOutput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/commands/{cid}/stdin": {
         parameters: {
             query?: {
@@ -889,6 +922,33 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    readCommandOutput: {
+        parameters: {
+            query?: {
+                fromOffset?: number;
+                follow?: boolean;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+                cid: components["parameters"]["CommandId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Output records */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
             };
             default: components["responses"]["Error"];
         };
