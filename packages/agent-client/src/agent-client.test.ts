@@ -264,6 +264,47 @@ describe('agent client ↔ Go agent over stdio', () => {
     console.log(`20 MiB over stdio: write ${(mib / ((t1 - t0) / 1000)).toFixed(0)} MiB/s, read ${(mib / ((t2 - t1) / 1000)).toFixed(0)} MiB/s`);
   });
 
+  it('moves a directory up and down as tar streams, and stops sending once the agent refuses one', async () => {
+    const src = path.join(tmp, 'tar-src');
+    fs.mkdirSync(path.join(src, 'a', 'b'), { recursive: true });
+    fs.writeFileSync(path.join(src, 'a', 'b', 'f.txt'), 'hello');
+    fs.writeFileSync(path.join(src, 'top.bin'), randomBytes(300_000));
+    fs.symlinkSync('a/b/f.txt', path.join(src, 'link'));
+    const tarBytes = execFileSync('tar', ['-cf', '-', '-C', src, '.'], { maxBuffer: 1 << 24 });
+    const dst = path.join(tmp, 'tar-dst', 'deep');
+    const up = await client.writeTar(dst, tarBytes);
+    expect(up).toEqual({ entries: 6, sizeBytes: 300_005 });
+    expect(fs.readFileSync(path.join(dst, 'a', 'b', 'f.txt'), 'utf8')).toBe('hello');
+    expect(fs.readlinkSync(path.join(dst, 'link'))).toBe('a/b/f.txt');
+
+    const chunks: Buffer[] = [];
+    for await (const c of await client.readTar(dst, { windowBytes: 64 * 1024 })) chunks.push(c as Buffer);
+    const listed = execFileSync('tar', ['-tvf', '-'], { input: Buffer.concat(chunks) }).toString();
+    expect(listed).toMatch(/ a\/b\/f\.txt\n/);
+    expect(listed).toMatch(/ link -> a\/b\/f\.txt\n/);
+    expect(listed).toMatch(/ 300000 .* top\.bin\n/);
+
+    // A refused entry (`..`) first, then 64 MiB: the agent reports at once and the client sends no more of it.
+    const evil = Buffer.from(tarBytes);
+    evil.fill(0, 0, 100);
+    evil.write('../escape', 0);
+    evil.fill(' ', 148, 156);
+    let sum = 0;
+    for (const b of evil.subarray(0, 512)) sum += b;
+    evil.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148);
+    let sentBytes = 0;
+    const body = (async function* () {
+      yield evil.subarray(0, 512);
+      for (let i = 0; i < 64; i++) {
+        sentBytes += 1024 * 1024;
+        yield Buffer.alloc(1024 * 1024);
+      }
+    })();
+    await expect(client.writeTar(path.join(tmp, 'tar-evil'), body)).rejects.toMatchObject({ code: 'bad_request' });
+    expect(sentBytes).toBeLessThan(64 * 1024 * 1024);
+    expect(fs.existsSync(path.join(tmp, 'escape'))).toBe(false);
+  });
+
   it('reads with a small window, writes from a stream, and appends', async () => {
     const data = randomBytes(1024 * 1024 + 17);
     const file = path.join(tmp, 'small-window.bin');

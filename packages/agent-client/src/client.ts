@@ -42,6 +42,11 @@ export interface WriteFileOptions extends CallOptions {
   owner?: string | number;
 }
 
+export interface WriteTarOptions extends CallOptions {
+  /** Guest user (name or uid) every entry the extraction creates is chowned to; the archive's owners are ignored. */
+  owner?: string | number;
+}
+
 export interface WatchOptions extends CallOptions {
   /** Also watch subdirectories, existing and new. */
   recursive?: boolean;
@@ -96,7 +101,7 @@ const DEFAULT_WINDOW_BYTES = 4 * 1024 * 1024;
 const DEFAULT_NET_RECV_WINDOW_BYTES = 256 * 1024;
 
 interface WriteWaiter {
-  resolve(sizeBytes: number): void;
+  resolve(written: FileWrittenEvent): void;
   reject(err: Error): void;
 }
 
@@ -292,6 +297,10 @@ export class AgentClient extends EventEmitter {
    * consumer reads.
    */
   async readFile(path: string, opts: StreamOptions = {}): Promise<FileReadStream> {
+    return this.openRead('file.read', path, opts);
+  }
+
+  private async openRead(method: 'file.read' | 'file.readTar', path: string, opts: StreamOptions): Promise<FileReadStream> {
     const windowBytes = opts.windowBytes ?? DEFAULT_WINDOW_BYTES;
     const streamId = this.mux.allocStream();
     const granter = this.mux.granter(streamId, windowBytes);
@@ -300,8 +309,8 @@ export class AgentClient extends EventEmitter {
     });
     this.mux.register(streamId, { granter, data: (p) => stream.onData(p), end: (err) => stream.onEnd(err) });
     try {
-      const { sizeBytes } = await this.call<{ sizeBytes: number }>('file.read', { path, streamId, window: windowBytes }, opts);
-      stream.sizeBytes = sizeBytes;
+      const { sizeBytes } = await this.call<{ sizeBytes?: number }>(method, { path, streamId, window: windowBytes }, opts);
+      stream.sizeBytes = sizeBytes ?? 0;
       return stream;
     } catch (err) {
       this.mux.unregister(streamId);
@@ -341,35 +350,121 @@ export class AgentClient extends EventEmitter {
     data: Uint8Array | string | Readable | AsyncIterable<Uint8Array | string>,
     opts: WriteFileOptions = {},
   ): Promise<{ sizeBytes: number }> {
+    const params: Record<string, unknown> = { path, parents: opts.parents ?? true, append: opts.append ?? false };
+    if (opts.mode !== undefined) params.mode = opts.mode;
+    if (opts.owner !== undefined) params.owner = String(opts.owner);
+    const { sizeBytes } = await this.sendStream('file.write', params, data, opts);
+    return { sizeBytes };
+  }
+
+  /**
+   * Extracts a tar stream into the guest directory `path` (created with its parents), never outside it; resolves with
+   * the entries extracted and their content bytes once all of it is written. A failure rejects as soon as the agent
+   * reports it (the rest of the stream is not sent); entries extracted before it stay.
+   */
+  async writeTar(
+    path: string,
+    data: Uint8Array | Readable | AsyncIterable<Uint8Array>,
+    opts: WriteTarOptions = {},
+  ): Promise<{ entries: number; sizeBytes: number }> {
+    const params: Record<string, unknown> = { path };
+    if (opts.owner !== undefined) params.owner = String(opts.owner);
+    const ev = await this.sendStream('file.writeTar', params, data, opts);
+    return { entries: Number.isSafeInteger(ev.entries) ? ev.entries! : 0, sizeBytes: ev.sizeBytes };
+  }
+
+  /** A guest directory packed as a tar stream (symlinks as symlinks, never followed), with credit like readFile. */
+  async readTar(path: string, opts: StreamOptions = {}): Promise<FileReadStream> {
+    return this.openRead('file.readTar', path, opts);
+  }
+
+  /**
+   * Opens a host→agent stream with `method`, sends `data` on it, and waits for the agent's file.written. When the reply
+   * grants a `window` (file.writeTar), bytes go out only within the credit the agent grants (WINDOW frames); otherwise
+   * the transport's backpressure paces them.
+   */
+  private async sendStream(
+    method: string,
+    params: Record<string, unknown>,
+    data: Uint8Array | string | Readable | AsyncIterable<Uint8Array | string>,
+    opts: CallOptions,
+  ): Promise<FileWrittenEvent> {
     const streamId = this.mux.openOutbound();
-    const written = new Promise<number>((resolve, reject) => this.writeWaiters.set(streamId, { resolve, reject }));
+    let failed = false;
+    let creditBytes = 0;
+    let wake: (() => void) | undefined;
+    const poke = () => {
+      const w = wake;
+      wake = undefined;
+      w?.();
+    };
+    const written = new Promise<FileWrittenEvent>((resolve, reject) =>
+      this.writeWaiters.set(streamId, {
+        resolve,
+        reject: (err) => {
+          failed = true;
+          poke();
+          reject(err);
+        },
+      }),
+    );
     written.catch(() => undefined); // observed below; avoids an unhandled rejection on early failure
+    const credited: StreamHandler = {
+      data: () => undefined,
+      end: () => poke(),
+      window: (bytes) => {
+        creditBytes += bytes;
+        poke();
+      },
+    };
     const forget = () => {
       this.writeWaiters.delete(streamId);
       this.mux.releaseOutbound(streamId);
     };
-    const params: Record<string, unknown> = { path, streamId, parents: opts.parents ?? true, append: opts.append ?? false };
-    if (opts.mode !== undefined) params.mode = opts.mode;
-    if (opts.owner !== undefined) params.owner = String(opts.owner);
+    let windowed = false;
     try {
-      await this.call('file.write', params, opts);
+      // Registered before the call: the agent may grant more as soon as it replied.
+      this.mux.register(streamId, credited);
+      const reply = await this.call<{ window?: number }>(method, { ...params, streamId }, opts);
+      if (typeof reply.window === 'number' && reply.window > 0) {
+        windowed = true;
+        creditBytes += reply.window;
+      } else this.mux.unregister(streamId, credited);
     } catch (err) {
+      this.mux.unregister(streamId, credited);
       forget();
       throw err;
     }
     try {
-      for await (const chunk of chunksOf(data)) {
-        for (let offset = 0; offset < chunk.length; offset += MAX_DATA_BYTES) {
-          await this.mux.sendWithBackpressure(encodeFrame(FrameType.data, streamId, chunk.subarray(offset, offset + MAX_DATA_BYTES)));
+      send: for await (const chunk of chunksOf(data)) {
+        for (let offset = 0; offset < chunk.length; ) {
+          // The agent gave up (a bad archive, a full disk): the rest would only be dropped.
+          if (failed) break send;
+          let n = Math.min(MAX_DATA_BYTES, chunk.length - offset);
+          if (windowed) {
+            while (creditBytes <= 0 && !failed) {
+              if (this.mux.closed) throw new AgentError('agent_disconnected', `connection to the agent was lost during ${method}`);
+              await new Promise<void>((resolve) => {
+                wake = resolve;
+              });
+            }
+            if (failed) break send;
+            n = Math.min(n, creditBytes);
+            creditBytes -= n;
+          }
+          await this.mux.sendWithBackpressure(encodeFrame(FrameType.data, streamId, chunk.subarray(offset, offset + n)));
+          offset += n;
         }
       }
-      await this.mux.sendWithBackpressure(encodeFrame(FrameType.end, streamId));
+      if (!failed) await this.mux.sendWithBackpressure(encodeFrame(FrameType.end, streamId));
     } catch (err) {
       forget();
       this.mux.endStream(streamId, { code: 'io', message: `host source failed: ${(err as Error).message}` });
       throw err;
+    } finally {
+      this.mux.unregister(streamId, credited);
     }
-    return { sizeBytes: await written };
+    return written;
   }
 
   /**
@@ -487,7 +582,7 @@ export class AgentClient extends EventEmitter {
     if (!waiter) return;
     this.writeWaiters.delete(ev.streamId);
     this.mux.releaseOutbound(ev.streamId);
-    if (ev.event === 'file.written') waiter.resolve(Number.isSafeInteger(ev.sizeBytes) ? ev.sizeBytes : 0);
+    if (ev.event === 'file.written') waiter.resolve({ ...ev, sizeBytes: Number.isSafeInteger(ev.sizeBytes) ? ev.sizeBytes : 0 });
     else waiter.reject(agentErrorOf(ev.error));
   }
 }

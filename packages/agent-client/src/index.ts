@@ -11,6 +11,7 @@ export {
   type StreamOptions,
   type WatchOptions,
   type WriteFileOptions,
+  type WriteTarOptions,
 } from './client.js';
 export { AgentError, MAX_AGENT_MESSAGE_CHARS } from './errors.js';
 export type { AgentTransport, CallOptions, ProtocolViolation } from './mux.js';

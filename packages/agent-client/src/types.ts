@@ -94,6 +94,8 @@ export interface FileWrittenEvent {
   streamId: number;
   path: string;
   sizeBytes: number;
+  /** file.writeTar: the archive's entries extracted. */
+  entries?: number;
 }
 
 export interface FileWriteFailedEvent {
