@@ -1,21 +1,12 @@
 // Audit exports on SQLite and PostgreSQL, verified by the SDK's offline verifier: each tampering fails its own check.
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { sql } from 'kysely';
-import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
-import { ManualClock } from '@sandglass/core';
-import { GENESIS_HASH, isPostgres, openDatabase, toIso, type Database } from '@sandglass/db';
-import { createTestDatabase } from '@sandglass/db/test-postgres';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { ManualClock } from '@sandglass/core';
+import { GENESIS_HASH, isPostgres, toIso, type Database } from '@sandglass/db';
 import { type AuditExportCheck, verifyAuditExport } from '@sandglass/sdk';
-import { type AppendInput, auditExport, auditKeyId, canonicalJson, EventLog, eventHash, type AuditExportSigner } from './index.js';
-
-let databases = 0;
-const dialects = [
-  { dialect: 'sqlite', fresh: async () => 'sqlite::memory:' },
-  {
-    dialect: 'postgres',
-    fresh: () => createTestDatabase(inject('postgresUrl'), `export_test_${process.pid}_${++databases}`, { template: inject('postgresMigrated') }),
-  },
-];
+import { type AppendInput, auditExport, auditKeyId, canonicalJson, type EventLog, eventHash, type AuditExportSigner } from './index.js';
+import { created, dialects, openTestLog } from './test-support.js';
 
 function signerOf(privateKey: KeyObject, publicKey: KeyObject): AuditExportSigner & { publicKeyPem: string } {
   const publicKeyPem = publicKey.export({ type: 'spki', format: 'pem' }).toString();
@@ -25,13 +16,6 @@ const newSigner = () => {
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
   return signerOf(privateKey, publicKey);
 };
-
-const created = (sandboxId: string, tenantId = 'ten_a'): AppendInput => ({
-  type: 'sandbox.created',
-  tenantId,
-  sandboxId,
-  data: { template: 'base', memoryMib: 256, vcpus: 1, timeoutS: 300, metadata: {}, gatewayId: null, gatewayUrl: null },
-});
 
 async function text(lines: AsyncIterable<string>): Promise<string> {
   let out = '';
@@ -47,21 +31,14 @@ const parse = (t: string) =>
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 const unparse = (objs: unknown[]) => `${objs.map((o) => JSON.stringify(o)).join('\n')}\n`;
 
-describe.each(dialects)('audit export on $dialect', ({ fresh }) => {
+describe.each(dialects('export_test'))('audit export on $dialect', ({ fresh }) => {
   let database: Database;
   let log: EventLog;
   let clock: ManualClock;
   const signer = newSigner();
 
   beforeEach(async () => {
-    database = await openDatabase({ url: await fresh() });
-    log = new EventLog(database.db);
-    clock = new ManualClock(Date.UTC(2025, 0, 1));
-    for (const t of ['ten_a', 'ten_b'])
-      await database.db
-        .insertInto('tenants')
-        .values({ id: t, name: t, created_at: toIso(0) })
-        .execute();
+    ({ database, log, clock } = await openTestLog(await fresh()));
   });
   afterEach(() => database.close());
 

@@ -1,43 +1,19 @@
 // The event log on SQLite and PostgreSQL: hashes chain, tampering is detected, the projection rebuilt from the log equals
 // the live one, and appenders in several replicas at once neither fail nor fork the chain.
 import { sql } from 'kysely';
-import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '@sandglass/core';
 import { GENESIS_HASH, isPostgres, openDatabase, toIso, type Database } from '@sandglass/db';
-import { createTestDatabase } from '@sandglass/db/test-postgres';
 import { canonicalJson, EventLog, eventHash, project, type AppendInput, type StoredEvent } from './index.js';
-
-let databases = 0;
-/** A new, empty database of each dialect: in memory for SQLite, a database of its own on the unit run's PostgreSQL. */
-const dialects = [
-  { dialect: 'sqlite', fresh: async () => 'sqlite::memory:' },
-  {
-    dialect: 'postgres',
-    fresh: () => createTestDatabase(inject('postgresUrl'), `log_test_${process.pid}_${++databases}`, { template: inject('postgresMigrated') }),
-  },
-];
+import { created, dialects, openTestLog } from './test-support.js';
 
 let database: Database;
 let log: EventLog;
 let clock: ManualClock;
 
-const created = (sandboxId: string, tenantId = 'ten_a', timeoutS = 300): AppendInput => ({
-  type: 'sandbox.created',
-  tenantId,
-  sandboxId,
-  data: { template: 'base', memoryMib: 256, vcpus: 1, timeoutS, metadata: { b: '2', a: '1' }, gatewayId: 'node_1', gatewayUrl: 'http://127.0.0.1:7071' },
-});
-
-describe.each(dialects)('on $dialect', ({ fresh }) => {
+describe.each(dialects('log_test'))('on $dialect', ({ fresh }) => {
   beforeEach(async () => {
-    database = await openDatabase({ url: await fresh() });
-    log = new EventLog(database.db);
-    clock = new ManualClock(Date.UTC(2025, 0, 1));
-    for (const t of ['ten_a', 'ten_b'])
-      await database.db
-        .insertInto('tenants')
-        .values({ id: t, name: t, created_at: toIso(0) })
-        .execute();
+    ({ database, log, clock } = await openTestLog(await fresh()));
   });
   afterEach(() => database.close());
 
@@ -364,7 +340,7 @@ describe('on postgres, three replicas appending at once', () => {
   });
 
   it('surface no error, keep one chain, and leave projections equal to a rebuild', async () => {
-    const url = await dialects[1]!.fresh();
+    const url = await dialects('log_test')[1]!.fresh();
     // Three control planes: each its own pool, so their appends race for the head across connections.
     for (let i = 0; i < 3; i++) replicas.push(await openDatabase({ url, poolSize: 4 }));
     const logs = replicas.map((r) => new EventLog(r.db));
