@@ -16,7 +16,32 @@ import { inProcessGate, type CaptureGate } from './capture-gate.js';
 const TEMPLATE_GATE_WAIT_MS = 10 * 60_000;
 
 // Bump when the way a template is booted or snapshotted changes: old snapshots are then never reused.
-const TEMPLATE_RECIPE = 3;
+const TEMPLATE_RECIPE = 4;
+
+/**
+ * Run in the template's guest after boot, right before its snapshot: what every sandbox restored from it starts
+ * with. Dropping the page cache and then filling the freed memory with zeros (a tmpfs written until full, then
+ * removed) leaves freed pages all-zero, so the tmpfs copy of the template RAM (zero blocks become holes) and every
+ * VM's RAM file hold only what the guest really uses; bash is read back so a first command finds it cached. Under
+ * TCG, address-space randomization is turned off in the guest: every new process would otherwise place ld.so, libc
+ * and bash at fresh addresses and QEMU would translate their code again (translated code is found by address).
+ * SANDGLASS_TEMPLATE_PREP=off builds templates without it (the benchmark's baseline). See docs/design/density.md.
+ */
+export function templatePrep(accel: Accel, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (env.SANDGLASS_TEMPLATE_PREP === 'off') return undefined;
+  return [
+    ...(accel === 'tcg' ? ['echo 0 > /proc/sys/kernel/randomize_va_space'] : []),
+    'sync',
+    'echo 3 > /proc/sys/vm/drop_caches',
+    "free_kib=$(awk '/^MemFree:/ { print $2 }' /proc/meminfo)",
+    // 32 MiB stay free for the kernel; the write ends when the tmpfs is full.
+    'mount -t tmpfs -o size=$((free_kib > 65536 ? free_kib - 32768 : 32768))k sandglass-zero /mnt',
+    '{ cat /dev/zero > /mnt/zero 2>/dev/null || true; }',
+    'umount /mnt',
+    'echo 3 > /proc/sys/vm/drop_caches',
+    '/bin/bash -c true',
+  ].join(' && ');
+}
 
 /** The store's tenant that owns every template: a platform resource, never a customer's (their ids are `ten_…`). */
 export const TEMPLATE_TENANT = 'system';
@@ -66,8 +91,9 @@ export interface TemplateSharing {
 }
 
 export function templateKey(image: GuestImage, config: VmConfig, append: string): string {
+  const prep = templatePrep(config.accel) ?? null;
   return createHash('sha256')
-    .update(JSON.stringify({ recipe: TEMPLATE_RECIPE, image: image.key, config, append, qemu: qemuVersion() }))
+    .update(JSON.stringify({ recipe: TEMPLATE_RECIPE, image: image.key, config, append, qemu: qemuVersion(), prep }))
     .digest('hex')
     .slice(0, 16);
 }
@@ -290,6 +316,11 @@ export class TemplateStore {
       const bootMs = performance.now() - t0;
       // Flush the guest's dirty page cache so the frozen disk layer is consistent on its own.
       await runToExit(agent, ['/bin/sync'], { timeoutMs: 30_000 });
+      const prep = templatePrep(config.accel);
+      if (prep !== undefined) {
+        const code = await runToExit(agent, ['/bin/sh', '-c', prep], { timeoutMs: 120_000 });
+        if (code !== 0) throw new SandglassError('vm_failed', `preparing the template's memory exited with code ${code}`);
+      }
       onProgress?.({ step: 'template', message: `agent ready after ${(bootMs / 1000).toFixed(1)} s; snapshotting` });
       // Snapshot with the host end still connected and the agent idle in its read: restores connect before
       // loading, so the guest never sees the port hang up (a hangup racing the snapshot could strand the agent).

@@ -32,6 +32,8 @@ export interface Running {
   url: string;
   gatewayUrl: string;
   adminKeyFile: string;
+  /** The node's gateway, for benchmarks that measure below the HTTP API (e.g. the agent's own ping). */
+  gateway: Gateway;
   stop(): Promise<void>;
 }
 
@@ -83,6 +85,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     egress: egressFromEnv(),
     recordingCapBytes: recordingCapFromEnv(),
     captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
+    // Guest memory admitted on this node; unset, 75 % of the host's memory less the image cache (docs/design/density.md).
+    guestMemoryBudgetMib: process.env.SANDGLASS_GUEST_MEMORY_BUDGET_MIB ? intFromEnv('SANDGLASS_GUEST_MEMORY_BUDGET_MIB', 0, 1, 1 << 30) : undefined,
     snapshotIndex: {
       all: async () =>
         (
@@ -153,6 +157,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     url,
     gatewayUrl,
     adminKeyFile: layout.adminKeyFile,
+    gateway,
     stop: () =>
       (stopping ??= (async () => {
         rmSync(layout.serverFile, { force: true });

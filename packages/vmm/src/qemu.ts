@@ -101,8 +101,22 @@ export interface ExitInfo {
 }
 
 const SANDBOX_ARGS = 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny';
-// A smaller TCG translation cache keeps an idle VM's host memory low; code is re-translated on demand.
-const TCG_TB_MIB = 32;
+/**
+ * TCG's translation cache in MiB. Its pages become resident as code is translated and stay so (a full cache is
+ * flushed and refilled from the start), so it bounds what translation costs each VM in host memory; too small and
+ * the guest's working set of code is re-translated over and over. SANDGLASS_TCG_TB_MIB overrides it (1–1024).
+ * Measurements: docs/design/density.md.
+ */
+export const DEFAULT_TCG_TB_MIB = 32;
+
+export function tcgTbMib(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.SANDGLASS_TCG_TB_MIB;
+  if (raw === undefined || raw === '') return DEFAULT_TCG_TB_MIB;
+  const v = Number(raw);
+  if (!Number.isInteger(v) || v < 1 || v > 1024)
+    throw new SandglassError('invalid_argument', `SANDGLASS_TCG_TB_MIB must be an integer from 1 to 1024, got ${JSON.stringify(raw)}`);
+  return v;
+}
 // QEMU itself (device emulation, TCG cache, page tables) on top of guest RAM.
 const VMM_OVERHEAD_MIB = 192;
 
@@ -111,7 +125,7 @@ function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: stri
   return [
     '-name', `sandglass-${id}`,
     '-M', 'microvm,pic=off,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
-    ...(config.accel === 'kvm' ? ['-accel', 'kvm'] : ['-accel', `tcg,tb-size=${TCG_TB_MIB}`]),
+    ...(config.accel === 'kvm' ? ['-accel', 'kvm'] : ['-accel', `tcg,tb-size=${tcgTbMib()}`]),
     '-cpu', config.cpu ?? (config.accel === 'kvm' ? 'host' : 'max'),
     '-smp', String(config.vcpus),
     '-m', `${config.memoryMib}M`,
