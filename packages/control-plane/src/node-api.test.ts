@@ -136,11 +136,17 @@ describe('node API', () => {
   it('hands a node keys and secret values sealed for it alone, only for what it runs', async () => {
     const res = await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data`);
     expect(res.statusCode).toBe(200);
+    expect(res.json().version).toBe(1);
     const sealed = Buffer.from(res.json().sealed, 'base64');
-    expect(unseal(KEYS.transport, sealed, Buffer.from(`n1/${tenant}/chunk-data`))).toHaveLength(32);
-    // Replayed to another node, or read as another tenant's: does not open.
-    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n2/${tenant}/chunk-data`))).toThrow();
-    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n1/${other}/chunk-data`))).toThrow();
+    expect(unseal(KEYS.transport, sealed, Buffer.from(`n1/${tenant}/chunk-data/v1`))).toHaveLength(32);
+    // Replayed to another node, read as another tenant's or as another version: does not open.
+    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n2/${tenant}/chunk-data/v1`))).toThrow();
+    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n1/${other}/chunk-data/v1`))).toThrow();
+    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n1/${tenant}/chunk-data/v2`))).toThrow();
+    // The keyring has version 1 only: another is not handed out.
+    expect((await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data?version=2`)).json().error.code).toBe('key_unavailable');
+    expect((await call('GET', `/node/v1/tenants/${tenant}/key?verify=true`)).json()).toEqual({ currentVersion: 1 });
+    expect((await call('GET', `/node/v1/tenants/${other}/key?verify=true`)).json().error.code).toBe('permission_denied');
     // n2 runs nothing of the tenant; nobody runs anything of the other tenant.
     expect((await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data`, { node: 'n2' })).json().error.code).toBe('permission_denied');
     expect((await call('POST', `/node/v1/tenants/${other}/data-keys/chunk-data`)).json().error.code).toBe('permission_denied');

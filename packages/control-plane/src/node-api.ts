@@ -138,15 +138,29 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
     route('POST', '/node/v1/tenants/{tenantId}/data-keys/{purpose}', async (req) => {
       const nodeId = nodeOf(req);
       const { tenantId, purpose } = req.params as { tenantId: string; purpose: string };
+      const asked = (req.query as { version?: number }).version;
       checkPurpose(purpose);
       await mayServe(nodeId, tenantId);
+      // The version is named in the reply and sealed into it: a node seals new data under the version it was told.
+      const version = purpose === 'chunk-id' ? 1 : (asked ?? (await opts.keys.keyVersion?.(tenantId)) ?? 1);
       // Our own copy, so wiping it after sealing cannot touch a provider's cache.
-      const key = Buffer.from(await opts.keys.dataKey(tenantId, purpose));
+      const key = Buffer.from(await opts.keys.dataKey(tenantId, purpose, version));
       try {
-        return { sealed: seal(keys.transport, key, Buffer.from(`${nodeId}/${tenantId}/${purpose}`)).toString('base64') };
+        return { sealed: seal(keys.transport, key, Buffer.from(`${nodeId}/${tenantId}/${purpose}/v${version}`)).toString('base64'), version };
       } finally {
         key.fill(0);
       }
+    });
+
+    route('GET', '/node/v1/tenants/{tenantId}/key', async (req) => {
+      const { tenantId } = req.params as { tenantId: string };
+      await mayServe(nodeOf(req), tenantId);
+      // Past every cache: a boot or the node's poll must hear the provider itself (an HSM deleted key, a revocation).
+      if ((req.query as { verify?: boolean }).verify === true) {
+        if (opts.keys.verify) await opts.keys.verify(tenantId);
+        else await opts.keys.dataKey(tenantId, 'chunk-data');
+      }
+      return { currentVersion: (await opts.keys.keyVersion?.(tenantId)) ?? 1 };
     });
 
     route('GET', '/node/v1/tenants/{tenantId}/secrets/{name}', async (req) => {

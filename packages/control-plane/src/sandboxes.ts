@@ -4,6 +4,7 @@ import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, 
 import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
+import type { KeyProvider } from '@sandglass/kms';
 import {
   toSandbox,
   toSnapshot,
@@ -65,6 +66,8 @@ export interface SandboxServiceDeps {
   secrets: SecretStore;
   /** The data-plane URL clients are given, when it differs from the URL the control plane reaches the gateway at. */
   publicGatewayUrl?: string;
+  /** The tenants' key provider: a failover move asks it (verify) before it brings a sandbox back anywhere. */
+  keys?: KeyProvider;
 }
 
 const isFinal = (state: SandboxState) => state === 'ended' || state === 'failed';
@@ -344,6 +347,23 @@ export class SandboxService {
           tenantId: row.tenant_id,
           sandboxId: id,
           data: { reason: `${why} before the sandbox's first snapshot, so there is nothing to bring back.`, code: 'gateway_unavailable' },
+        },
+        { clock },
+      );
+      return 'failed';
+    }
+    // A move is a boot: the provider is asked first, so plaintext never comes back on a key that is gone. Revoked:
+    // the sandbox fails for good. Unavailable: it stays where it was lost, and a later round asks again.
+    try {
+      await this.deps.keys?.verify?.(row.tenant_id);
+    } catch (err) {
+      if (!(err instanceof SandglassError && err.code === 'key_revoked')) throw err;
+      await events.append(
+        {
+          type: 'sandbox.failed',
+          tenantId: row.tenant_id,
+          sandboxId: id,
+          data: { reason: `${why}, and the tenant's key was revoked, so it is not brought back.`, code: 'key_revoked' },
         },
         { clock },
       );

@@ -152,6 +152,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     gatewayClient,
     nodeSecret: opts.nodeSecret,
     publicGatewayUrl: opts.publicGatewayUrl,
+    keys: opts.keys,
   });
 
   const consoleSessions = new ConsoleSessions(db, clock);

@@ -12,6 +12,8 @@ export type SecretInfo = SuccessBody<Ops['nodeSecretInfo']>;
 export type NodeTemplateRecord = NodeApi.components['schemas']['TemplateRecord'];
 export type CaptureLeaseGrant = SuccessBody<Ops['nodeCaptureLeaseTake']>;
 export type SandboxLocation = SuccessBody<Ops['nodeSandboxLocation']>;
+export type NodeDataKey = SuccessBody<Ops['nodeDataKey']>;
+export type NodeTenantKey = SuccessBody<Ops['nodeTenantKey']>;
 
 /** The spec's cap on one delivery. */
 export const MAX_EVENTS_PER_BATCH = 500;
@@ -78,10 +80,15 @@ export class NodeApiClient {
     return this.#call('POST', '/node/v1/events', { body: { events }, idempotent: true, timeoutMs: opts.timeoutMs }) as Promise<AppendEventsReply>;
   }
 
-  /** Base64 of the purpose key sealed under the node-transport key. */
-  async dataKey(tenantId: string, purpose: string): Promise<string> {
-    const path = `/node/v1/tenants/${encodeURIComponent(tenantId)}/data-keys/${encodeURIComponent(purpose)}`;
-    return ((await this.#call('POST', path, { idempotent: true })) as { sealed: string }).sealed;
+  /** Base64 of the purpose key of one data key version (absent: the current one) sealed under the node-transport key. */
+  dataKey(tenantId: string, purpose: string, version?: number): Promise<NodeDataKey> {
+    const path = `/node/v1/tenants/${encodeURIComponent(tenantId)}/data-keys/${encodeURIComponent(purpose)}${version === undefined ? '' : `?version=${version}`}`;
+    return this.#call('POST', path, { idempotent: true }) as Promise<NodeDataKey>;
+  }
+
+  /** The tenant's current data key version; `verify` has the control plane ask the key provider first, past every cache. */
+  tenantKey(tenantId: string, opts: { verify: boolean }): Promise<NodeTenantKey> {
+    return this.#call('GET', `/node/v1/tenants/${encodeURIComponent(tenantId)}/key?verify=${opts.verify}`, { idempotent: true }) as Promise<NodeTenantKey>;
   }
 
   secretInfo(tenantId: string, name: string): Promise<SecretInfo> {

@@ -24,7 +24,7 @@ export class NodeApiDouble {
   readonly batches: number[] = [];
   duplicates = 0;
   /** Calls per route kind, to see what a client cached. */
-  readonly calls = { heartbeat: 0, events: 0, dataKey: 0, secretInfo: 0, secretValue: 0, templates: 0 };
+  readonly calls = { heartbeat: 0, events: 0, dataKey: 0, tenantKey: 0, verify: 0, secretInfo: 0, secretValue: 0, templates: 0 };
   readonly heartbeats: Array<{ epoch: number | null; sandboxes: string[]; freeMemoryMib: number }> = [];
   /** Epoch of the node's current registration; a heartbeat with another is fenced. */
   epoch = 0;
@@ -34,7 +34,12 @@ export class NodeApiDouble {
   /** Event types refused as invalid, and sandboxes whose events are dropped (placed elsewhere). */
   readonly refuseTypes = new Set<string>();
   readonly dropSandboxes = new Set<string>();
+  /** `<tenant>/<purpose>` holds version 1, `<tenant>/<purpose>/v<n>` a later one. */
   readonly dataKeys = new Map<string, Buffer>();
+  /** The data key version the double names current. */
+  keyVersion = 1;
+  /** Set: every key call is refused with this code (a revoked key, a provider that does not answer). */
+  keyRefusal: 'key_revoked' | 'key_unavailable' | undefined;
   readonly secrets = new Map<string, DoubleSecret>();
   readonly templates = new Map<string, { tenantId: string; snapshotId: string }>();
   aad: AadFor = (nodeId, tenantId, what) => `${nodeId}/${tenantId}/${what}`;
@@ -128,11 +133,19 @@ export class NodeApiDouble {
       this.duplicates += duplicates;
       return { appended, duplicates, dropped };
     }
-    if (method === 'POST' && (m = /^\/node\/v1\/tenants\/([^/]+)\/data-keys\/([^/]+)$/.exec(url))) {
+    if (method === 'POST' && (m = /^\/node\/v1\/tenants\/([^/]+)\/data-keys\/([^/?]+)(?:\?version=(\d+))?$/.exec(url))) {
       this.calls.dataKey++;
-      const key = this.dataKeys.get(`${m[1]}/${m[2]}`);
+      if (this.keyRefusal) throw new SandglassError(this.keyRefusal);
+      const version = m[2] === 'chunk-id' ? 1 : Number(m[3] ?? this.keyVersion);
+      const key = this.dataKeys.get(`${m[1]}/${m[2]}${version === 1 ? '' : `/v${version}`}`);
       if (!key) throw new SandglassError('key_unavailable');
-      return { sealed: seal(this.transport, key, Buffer.from(this.aad(this.nodeId, m[1]!, m[2]!))).toString('base64') };
+      return { sealed: seal(this.transport, key, Buffer.from(this.aad(this.nodeId, m[1]!, `${m[2]}/v${version}`))).toString('base64'), version };
+    }
+    if (method === 'GET' && (m = /^\/node\/v1\/tenants\/([^/]+)\/key\?verify=(true|false)$/.exec(url))) {
+      this.calls.tenantKey++;
+      if (m[2] === 'true') this.calls.verify++;
+      if (this.keyRefusal) throw new SandglassError(this.keyRefusal);
+      return { currentVersion: this.keyVersion };
     }
     if ((m = /^\/node\/v1\/tenants\/([^/]+)\/secrets\/([^/]+)(\/value)?$/.exec(url))) {
       const s = this.secrets.get(`${m[1]}/${m[2]}`);

@@ -45,7 +45,10 @@ describe('RemoteKeys', () => {
     // A reply for tenant b's request replayed to a's: the associated data names b.
     cp.aad = (node, _tenant, purpose) => `${node}/ten_b/${purpose}`;
     await expect(keys.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
-    cp.aad = (node, tenant) => `${node}/${tenant}/manifest`;
+    cp.aad = (node, tenant) => `${node}/${tenant}/manifest/v1`;
+    await expect(keys.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
+    // Another version's reply: the version is sealed in.
+    cp.aad = (node, tenant, what) => `${node}/${tenant}/${what.replace('/v1', '/v2')}`;
     await expect(keys.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
     cp.aad = (node, tenant, purpose) => `${node}/${tenant}/${purpose}`;
     expect(await keys.dataKey('ten_a', 'chunk-data')).toEqual(KEY);
@@ -57,6 +60,40 @@ describe('RemoteKeys', () => {
     cp.down = true;
     await expect(keys.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
     await expect(keys.revoke('ten_a')).rejects.toMatchObject({ code: 'permission_denied' });
+  });
+
+  it('asks for the version it is told, keeps chunk ids on version 1, and verifies past every cache', async () => {
+    const v2 = Buffer.alloc(32, 11);
+    cp.dataKeys.set('ten_a/chunk-data/v2', v2);
+    cp.dataKeys.set('ten_a/chunk-id', Buffer.alloc(32, 12));
+    cp.keyVersion = 2;
+    const keys = new RemoteKeys({ client, nodeSecret: secret, clock, versionCacheMs: 5_000 });
+    expect(await keys.keyVersion('ten_a')).toBe(2);
+    expect(await keys.dataKey('ten_a', 'chunk-data', 2)).toEqual(v2);
+    expect(await keys.dataKey('ten_a', 'chunk-data', 1)).toEqual(KEY);
+    expect(await keys.dataKey('ten_a', 'chunk-id', 2)).toEqual(Buffer.alloc(32, 12));
+    // A rotation elsewhere is seen once the version's short cache runs out.
+    cp.keyVersion = 3;
+    expect(await keys.keyVersion('ten_a')).toBe(2);
+    clock.advance(5_000);
+    expect(await keys.keyVersion('ten_a')).toBe(3);
+    // verify is never cached: each one reaches the control plane, which asks the provider.
+    await keys.verify('ten_a');
+    await keys.verify('ten_a');
+    expect(cp.calls.verify).toBe(2);
+  });
+
+  it('passes the control plane’s key_revoked through, drops what it holds of the tenant, and fails closed otherwise', async () => {
+    const keys = new RemoteKeys({ client, nodeSecret: secret, clock, cacheMs: 60_000 });
+    expect(await keys.dataKey('ten_a', 'chunk-data', 1)).toEqual(KEY);
+    cp.keyRefusal = 'key_revoked';
+    await expect(keys.verify('ten_a')).rejects.toMatchObject({ code: 'key_revoked' });
+    // The refusal dropped the cached key: the next use asks again and is refused too.
+    await expect(keys.dataKey('ten_a', 'chunk-data', 1)).rejects.toMatchObject({ code: 'key_revoked' });
+    cp.keyRefusal = undefined;
+    cp.down = true;
+    await expect(keys.verify('ten_a')).rejects.toMatchObject({ code: 'key_unavailable' });
+    await expect(keys.keyVersion('ten_a')).rejects.toMatchObject({ code: 'key_unavailable' });
   });
 
   it('does not open with another cluster’s node secret', async () => {

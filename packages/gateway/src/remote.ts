@@ -16,14 +16,18 @@ export interface RemoteKeysOptions {
   clock: Clock;
   /** How long a key obtained stays in memory; default 60 s. */
   cacheMs?: number;
+  /** How long the tenant's current version is trusted before it is asked again (a rotation elsewhere); default 5 s. */
+  versionCacheMs?: number;
 }
 
 /**
- * A tenant's purpose keys from the control plane (`POST /node/v1/tenants/{t}/data-keys/{purpose}`), sealed for this
- * node with `<node>/<tenant>/<purpose>` as associated data, so a reply meant for another node, tenant or purpose
- * does not open. Kept in memory for cacheMs: one chunk-store operation asks for three keys and a capture runs every
- * minute per sandbox, and a revocation on the control plane then stops this node using the key within that time.
- * Never written to disk. Every failure is `key_unavailable`, as the KeyProvider contract says: nothing proceeds without the key.
+ * A tenant's purpose keys from the control plane (`POST /node/v1/tenants/{t}/data-keys/{purpose}?version=n`), sealed
+ * for this node with `<node>/<tenant>/<purpose>/v<n>` as associated data, so a reply meant for another node, tenant,
+ * purpose or version does not open. Kept in memory for cacheMs: one chunk-store operation asks for three keys and a
+ * capture runs every minute per sandbox; a revocation drops them at once (forget) and the control plane refuses any
+ * more. Never written to disk. `verify` asks the control plane to ask the tenant's provider (an HSM round trip) and is
+ * never cached: every boot and the node's poll go through it. A refusal is the control plane's `key_revoked`; every
+ * other failure is `key_unavailable`, as the KeyProvider contract says: nothing proceeds without the key.
  */
 export class RemoteKeys implements KeyProvider {
   readonly name = 'node-api';
@@ -31,30 +35,54 @@ export class RemoteKeys implements KeyProvider {
   readonly #transport: Buffer;
   readonly #clock: Clock;
   readonly #cacheMs: number;
+  readonly #versionCacheMs: number;
   readonly #cache = new Map<string, { key: Promise<Buffer>; untilMs: number }>();
+  readonly #versions = new Map<string, { version: number; untilMs: number }>();
 
   constructor(opts: RemoteKeysOptions) {
     this.#client = opts.client;
     this.#transport = deriveNodeKeys(opts.nodeSecret).transport;
     this.#clock = opts.clock;
     this.#cacheMs = opts.cacheMs ?? 60_000;
+    this.#versionCacheMs = opts.versionCacheMs ?? 5_000;
   }
 
-  dataKey(tenantId: string, purpose: KeyPurpose): Promise<Buffer> {
+  dataKey(tenantId: string, purpose: KeyPurpose, version?: number): Promise<Buffer> {
     if (!(KEY_PURPOSES as readonly string[]).includes(purpose)) {
       return Promise.reject(new SandglassError('invalid_argument', `purpose: must be one of ${KEY_PURPOSES.join(', ')}`));
     }
-    const id = `${tenantId}/${purpose}`;
+    if (version !== undefined && !(Number.isInteger(version) && version >= 1)) {
+      return Promise.reject(new SandglassError('invalid_argument', 'version: must be a whole number from 1'));
+    }
+    // Chunk ids are always those of version 1 (the provider's rule): one cache entry, whatever is asked.
+    const v = purpose === 'chunk-id' ? 1 : version;
+    const id = `${tenantId}/${purpose}/${v ?? 'current'}`;
     const nowMs = this.#clock.nowMs();
     const hit = this.#cache.get(id);
     if (hit && hit.untilMs > nowMs) return hit.key;
-    const key = this.#fetch(tenantId, purpose);
+    const key = this.#fetch(tenantId, purpose, v);
     this.#cache.set(id, { key, untilMs: nowMs + this.#cacheMs });
-    // A failure is never cached: the next use asks again.
+    // A failure is never cached, and the keys cached before it go too: the control plane just said no.
     key.catch(() => {
-      if (this.#cache.get(id)?.key === key) this.#cache.delete(id);
+      if (this.#cache.get(id)?.key === key) this.forget(tenantId);
     });
     return key;
+  }
+
+  async keyVersion(tenantId: string): Promise<number> {
+    const hit = this.#versions.get(tenantId);
+    if (hit && hit.untilMs > this.#clock.nowMs()) return hit.version;
+    return this.#ask(tenantId, false);
+  }
+
+  async verify(tenantId: string): Promise<void> {
+    await this.#ask(tenantId, true);
+  }
+
+  /** Drops every key and version of the tenant held here (its key was revoked). */
+  forget(tenantId: string): void {
+    for (const id of [...this.#cache.keys()]) if (id.startsWith(`${tenantId}/`)) this.#cache.delete(id);
+    this.#versions.delete(tenantId);
   }
 
   /** A node holds no key it could destroy: crypto-shredding happens where the keys live, on the control plane. */
@@ -62,23 +90,35 @@ export class RemoteKeys implements KeyProvider {
     throw new SandglassError('permission_denied', `A node cannot revoke tenant ${tenantId}'s key; revoke it on the control plane.`);
   }
 
-  async #fetch(tenantId: string, purpose: KeyPurpose): Promise<Buffer> {
-    let sealed: string;
+  async #ask(tenantId: string, verify: boolean): Promise<number> {
+    let currentVersion: number;
     try {
-      sealed = await this.#client.dataKey(tenantId, purpose);
+      ({ currentVersion } = await this.#client.tenantKey(tenantId, { verify }));
     } catch (err) {
-      if (err instanceof SandglassError && (err.code === 'key_unavailable' || err.code === 'key_revoked')) throw err;
+      this.forget(tenantId);
+      throw asKeyError(err, `Tenant ${tenantId}'s key could not be ${verify ? 'verified' : 'looked up'} with the control plane`);
+    }
+    this.#versions.set(tenantId, { version: currentVersion, untilMs: this.#clock.nowMs() + this.#versionCacheMs });
+    return currentVersion;
+  }
+
+  async #fetch(tenantId: string, purpose: KeyPurpose, version: number | undefined): Promise<Buffer> {
+    let reply: { sealed: string; version: number };
+    try {
+      reply = await this.#client.dataKey(tenantId, purpose, version);
+    } catch (err) {
+      throw asKeyError(err, `Tenant ${tenantId}'s ${purpose} key could not be obtained from the control plane`);
+    }
+    // A key of another version than the one asked for would seal (or fail to open) data under the wrong version.
+    if (version !== undefined && reply.version !== version) {
       throw new SandglassError(
         'key_unavailable',
-        `Tenant ${tenantId}'s ${purpose} key could not be obtained from the control plane: ${(err as Error).message}`,
-        {
-          cause: err,
-        },
+        `The control plane answered version ${reply.version} of tenant ${tenantId}'s ${purpose} key, not ${version}.`,
       );
     }
     let key: Buffer;
     try {
-      key = openSealed(this.#transport, sealed, `${this.#client.nodeId}/${tenantId}/${purpose}`);
+      key = openSealed(this.#transport, reply.sealed, `${this.#client.nodeId}/${tenantId}/${purpose}/v${reply.version}`);
     } catch (err) {
       throw new SandglassError('key_unavailable', `Tenant ${tenantId}'s ${purpose} key from the control plane was not sealed for this node and tenant.`, {
         cause: err,
@@ -88,6 +128,12 @@ export class RemoteKeys implements KeyProvider {
       throw new SandglassError('key_unavailable', `Tenant ${tenantId}'s ${purpose} key from the control plane is ${key.length} bytes, not 32.`);
     return key;
   }
+}
+
+/** The control plane's key_revoked and key_unavailable pass through; anything else (unreachable, refused) fails closed. */
+function asKeyError(err: unknown, what: string): SandglassError {
+  if (err instanceof SandglassError && (err.code === 'key_unavailable' || err.code === 'key_revoked')) return err;
+  return new SandglassError('key_unavailable', `${what}: ${(err as Error).message}`, { cause: err });
 }
 
 /**

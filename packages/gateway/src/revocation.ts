@@ -32,8 +32,8 @@ export interface TenantPlaintext {
  *   writes, device state, sockets);
  * - the snapshot RAM images cached on tmpfs for forks and resumes (`snap-<id>.img`); a capture's RAM copy in flight
  *   (`<snap>.capture`) becomes one when it commits or is removed when it fails, and the wipe waits for it;
- * - unwrapped data keys (the key provider's cache, dropped by the provider's revoke; a node's RemoteKeys cache is
- *   useless without the sandboxes, which stop first).
+ * - unwrapped data keys (the key provider's cache, dropped by the provider's revoke; a cluster node's RemoteKeys
+ *   cache, dropped through onRevoked as the wipe starts).
  * Decrypted secret values are never held past one proxied request, and a sandbox's connections close with it.
  */
 export function tenantPlaintext(o: Pick<RevocationOptions, 'sandboxes' | 'snapshots'>, tenantId: string): TenantPlaintext {
@@ -52,6 +52,7 @@ export class TenantRevocation {
   /** Tenants revoked through the control plane: final, so refused here even while the provider cannot be asked. */
   readonly #revoked = new Set<string>();
   readonly #running = new Map<string, Promise<{ stoppedSandboxes: string[]; wipedFiles: number }>>();
+  readonly #listeners: Array<(tenantId: string) => void> = [];
   #timer: Timer | undefined;
   #polling = false;
 
@@ -77,6 +78,11 @@ export class TenantRevocation {
       this.#running.set(tenantId, run);
     }
     return run;
+  }
+
+  /** Called as each wipe starts: whoever holds the tenant's keys in memory on this node drops them. */
+  onRevoked(listener: (tenantId: string) => void): void {
+    this.#listeners.push(listener);
   }
 
   /** Polls the provider for every tenant this node holds plaintext of, so an HSM-side revocation needs no API call. */
@@ -119,6 +125,13 @@ export class TenantRevocation {
   }
 
   async #wipe(tenantId: string, trigger: 'api' | 'provider', reason?: string): Promise<{ stoppedSandboxes: string[]; wipedFiles: number }> {
+    for (const listener of this.#listeners) {
+      try {
+        listener(tenantId);
+      } catch (err) {
+        this.#o.logger.warn({ tenantId, err: (err as Error).message }, "dropping a revoked tenant's keys failed");
+      }
+    }
     const { sandboxes } = tenantPlaintext(this.#o, tenantId);
     const why = trigger === 'api' ? "the tenant's key was revoked" : `the tenant's key provider refused its key (${reason ?? 'revoked'})`;
     await Promise.all(

@@ -45,6 +45,26 @@ describe('TenantKeys', () => {
     await keys.close();
   });
 
+  it("replicas sharing the directory see each other's registration, rotation and revocation at their next use", async () => {
+    const a = open();
+    const b = open();
+    // b looked first and found no registration: it must not keep that answer once a registers an HSM key.
+    expect((await b.status('ten_rep')).provider).toBe('keyring');
+    await a.use('ten_rep', pkcs11('kek-e'));
+    expect(await b.status('ten_rep')).toMatchObject({ provider: 'pkcs11', currentVersion: 1 });
+    const v1 = await b.dataKey('ten_rep', 'chunk-data');
+    expect(await a.dataKey('ten_rep', 'chunk-data')).toEqual(v1);
+    await a.rotate('ten_rep');
+    expect(await b.keyVersion('ten_rep')).toBe(2);
+    expect(await b.dataKey('ten_rep', 'chunk-data')).toEqual(await a.dataKey('ten_rep', 'chunk-data', 2));
+    expect(await b.dataKey('ten_rep', 'chunk-data', 1)).toEqual(v1);
+    await a.revoke('ten_rep');
+    await expect(b.verify('ten_rep')).rejects.toMatchObject({ code: 'key_revoked' });
+    await expect(b.dataKey('ten_rep', 'chunk-data', 1)).rejects.toMatchObject({ code: 'key_revoked' });
+    await a.close();
+    await b.close();
+  });
+
   it('refuses to move a tenant with keys to another provider, and is idempotent for the same one', async () => {
     const keys = open();
     await keys.dataKey('ten_kr', 'secret');

@@ -54,7 +54,8 @@ export class TenantKeys implements KeyProvider {
   readonly #timeoutMs: number | undefined;
   readonly #cacheMs: number;
   readonly #wrappers = new Map<string, Pkcs11Wrapper>();
-  readonly #states = new Map<string, TenantState | null>();
+  /** Registrations read, with the file's identity then: another replica sharing the directory may replace the file. */
+  readonly #states = new Map<string, { state: TenantState | null; stamp: string }>();
   readonly #unwrapped = new Map<string, { key: Promise<Buffer>; untilMs: number }>();
   readonly #lastUsed = new Map<string, number>();
   /** Registration, rotation and revocation of one tenant run one at a time. */
@@ -295,9 +296,13 @@ export class TenantKeys implements KeyProvider {
   }
 
   async #state(tenantId: string): Promise<TenantState | null> {
-    if (this.#states.has(tenantId)) return this.#states.get(tenantId)!;
     let raw: Buffer | undefined;
+    let stamp: string;
     try {
+      // The file is replaced by rename (a new inode) on every change, here or by another replica: a cheap stat tells.
+      stamp = await this.#stamp(tenantId);
+      const cached = this.#states.get(tenantId);
+      if (cached?.stamp === stamp) return cached.state;
       raw = await readIfExists(this.#statePath(tenantId));
     } catch (err) {
       throw new SandglassError('key_unavailable', `Tenant ${tenantId}'s key registration cannot be read (${(err as Error).message}).`, { cause: err });
@@ -311,8 +316,18 @@ export class TenantKeys implements KeyProvider {
         throw new SandglassError('key_unavailable', `Tenant ${tenantId}'s key registration ${this.#statePath(tenantId)} is damaged.`, { cause: err });
       }
     }
-    this.#states.set(tenantId, state);
+    this.#states.set(tenantId, { state, stamp });
     return state;
+  }
+
+  async #stamp(tenantId: string): Promise<string> {
+    try {
+      const st = await stat(this.#statePath(tenantId));
+      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
+    } catch (err) {
+      if (errorCode(err) === 'ENOENT') return 'absent';
+      throw err;
+    }
   }
 
   /** Replaces the registration atomically (temporary file, fsync, rename, fsync of the directory). */
@@ -333,7 +348,7 @@ export class TenantKeys implements KeyProvider {
       await rm(tmp, { force: true });
     }
     await fsyncDir(this.#dir);
-    this.#states.set(tenantId, state);
+    this.#states.set(tenantId, { state, stamp: await this.#stamp(tenantId) });
   }
 
   #serial<T>(tenantId: string, fn: () => Promise<T>): Promise<T> {

@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { createLogger, loadNodeSecret, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
-import { LocalKeyring } from '@sandglass/kms';
+import { LocalKeyring, TenantKeys } from '@sandglass/kms';
 import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
 import { bootstrapLocal, createControlPlane, Maintenance, NodeDirectory, upsertTemplate } from '@sandglass/control-plane';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
@@ -17,7 +17,11 @@ export interface ControlPlaneNodeOptions {
   listen: string;
   /** The cluster's node secret: created here (0600) when absent, then copied to every gateway and replica. */
   nodeSecretFile: string;
-  /** The local keyring (master key and wrapped tenant data keys): every replica must see the same one. */
+  /**
+   * The local keyring (master key and wrapped tenant data keys) and the tenants' key registrations (`byok/`, with the
+   * PKCS#11 module, token, key and PIN file each names): every replica must see the same directory, and the modules
+   * and PIN files at the same paths.
+   */
   keysDir: string;
   /** Where the operator API key is written on first start (default tenant); every replica may name the same file. */
   adminKeyFile?: string;
@@ -56,7 +60,9 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
   const backend = opts.store === undefined ? undefined : openChunkBackend(opts.store);
   const { db, close: closeDb } = await openDatabase({ url: opts.db });
   const events = new EventLog(db);
-  const keys = new LocalKeyring({ dir: opts.keysDir });
+  const keyring = new LocalKeyring({ dir: opts.keysDir });
+  // Each tenant's data keys come from its own provider (`sandglass keys use`, on any replica): the keyring or its HSM.
+  const keys = new TenantKeys({ dir: opts.keysDir, keyring, clock, pkcs11TimeoutMs: intFromEnv('SANDGLASS_PKCS11_TIMEOUT_MS', 5_000, 1, 600_000) });
   const nodes = new NodeDirectory({ db, clock, deadAfterMs: deadAfterS * 1000, heartbeatIntervalMs: heartbeatIntervalS * 1000 });
   if (opts.adminKeyFile) await bootstrapLocal({ db, events, keyFile: opts.adminKeyFile, clock });
   // Nodes build (or restore from the store) the base template themselves; the control plane only names it.
@@ -69,7 +75,8 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
     clock,
     logger: log,
     keys,
-    auditSigner: keys,
+    keyAdmin: keys,
+    auditSigner: keyring,
     cluster: { nodes, failoverIntervalMs: Math.max(500, (heartbeatIntervalS * 1000) / 2) },
   });
   const url = await cp.listen(port, host);
@@ -95,6 +102,7 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
       (stopping ??= (async () => {
         await maintenance?.stop();
         await cp.close();
+        await keys.close();
         await closeDb();
       })()),
   };

@@ -138,7 +138,9 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   // Events from a previous run that never reached the control plane go first.
   const outbox = new Outbox({ dir: join(layout.root, 'outbox'), sink: client, clock, logger: log });
   await outbox.start();
-  const store = new ChunkStore({ backend, keys: new RemoteKeys({ client, nodeSecret: secret, clock }), clock });
+  // Asked before every boot and polled for each tenant running here, so a key revoked anywhere (any replica, the HSM) stops its sandboxes.
+  const keys = new RemoteKeys({ client, nodeSecret: secret, clock });
+  const store = new ChunkStore({ backend, keys, clock });
   // Leftover VMs of a dead predecessor are killed by the Gateway itself (its jailers' records); their sandboxes are
   // the control plane's to move: this node does not know which ones it still owns until the first heartbeat.
   const gateway = new Gateway({
@@ -153,6 +155,8 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
     health: healthFromEnv(),
     warmPoolSize: opts.warmPoolSize ?? intFromEnv('SANDGLASS_WARM_POOL', DEFAULT_WARM_POOL, 0, 64),
     store,
+    keys,
+    keyPollIntervalMs: intFromEnv('SANDGLASS_KEY_POLL_INTERVAL_MS', 2_000, 100, 3_600_000),
     templateRegistry: { registry: new RemoteTemplateRegistry(client), nodeId: opts.nodeId },
     // Retention and GC run in the control plane (no snapshotIndex here); captures take its gate against the sweep.
     captureGate: new RemoteCaptureGate({ client, logger: log }),
@@ -162,6 +166,8 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
     recordingCapBytes: recordingCapFromEnv(),
     captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),
   });
+  // A revoked tenant's keys leave this node's memory with its sandboxes, whoever told it (the control plane, the poll).
+  gateway.revocation.onRevoked((tenantId) => keys.forget(tenantId));
   await gateway.ensureBaseTemplate((p) => progress.update(p));
   progress.finish();
 

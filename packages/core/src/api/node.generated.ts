@@ -44,8 +44,25 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description The tenant's key for one purpose, sealed for this node. Only for a tenant with a sandbox placed on the node (or the template tenant); the node keeps it in memory only. */
+        /** @description The tenant's key for one purpose and data key version, sealed for this node with `<node>/<tenant>/<purpose>/v<version>` as associated data. Only for a tenant with a sandbox placed on the node (or the template tenant); the node keeps it in memory only. `key_revoked` once the tenant's key is revoked (here or on its HSM), `key_unavailable` while its provider cannot answer. */
         post: operations["nodeDataKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/node/v1/tenants/{tenantId}/key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The tenant's data key version for new writes; with `verify=true` its key provider is asked first, past every cache (an HSM round trip): what a node asks before every boot (create, resume, fork, a failover move) and on its poll. `key_revoked` or `key_unavailable` when the key cannot be used now. Only for a tenant with a sandbox placed on the node. */
+        get: operations["nodeTenantKey"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -303,7 +320,10 @@ export interface operations {
     };
     nodeDataKey: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The data key version (a rotation makes a new one); absent, the version new writes use. `chunk-id` is always version 1. */
+                version?: number;
+            };
             header: {
                 "x-sandglass-node": components["parameters"]["NodeId"];
             };
@@ -323,6 +343,37 @@ export interface operations {
                 content: {
                     "application/json": {
                         sealed: components["schemas"]["Sealed"];
+                        /** @description The data key version the key belongs to. */
+                        version: number;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeTenantKey: {
+        parameters: {
+            query?: {
+                verify?: boolean;
+            };
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                tenantId: components["parameters"]["TenantId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key is usable */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        currentVersion: number;
                     };
                 };
             };
