@@ -23,10 +23,11 @@ export class LocalKeyring implements KeyProvider, AuditSigner {
   readonly name = 'local';
   readonly #dir: string;
   readonly #tenantsDir: string;
-  #master: Promise<Buffer> | undefined;
+  /** Read (or created) once; a failed load is retried by the next use. */
+  readonly #masterKey = onceUntilFailure(() => this.#loadOrCreateMaster());
   /** Unwrapped data keys by tenant; promises, so concurrent first uses share one read or creation. */
   readonly #dataKeys = new Map<string, Promise<Buffer>>();
-  #auditKey: Promise<KeyObject> | undefined;
+  readonly #auditSigningKey = onceUntilFailure(() => this.#loadOrCreateAuditKey());
 
   constructor(opts: { dir: string }) {
     this.#dir = opts.dir;
@@ -106,14 +107,6 @@ export class LocalKeyring implements KeyProvider, AuditSigner {
       .toString();
   }
 
-  #auditSigningKey(): Promise<KeyObject> {
-    this.#auditKey ??= this.#loadOrCreateAuditKey().catch((err: unknown) => {
-      this.#auditKey = undefined;
-      throw err;
-    });
-    return this.#auditKey;
-  }
-
   async #loadOrCreateAuditKey(): Promise<KeyObject> {
     const path = join(this.#dir, AUDIT_KEY_FILE);
     let master: Buffer;
@@ -186,14 +179,6 @@ export class LocalKeyring implements KeyProvider, AuditSigner {
     }
   }
 
-  #masterKey(): Promise<Buffer> {
-    this.#master ??= this.#loadOrCreateMaster().catch((err: unknown) => {
-      this.#master = undefined;
-      throw err;
-    });
-    return this.#master;
-  }
-
   async #loadOrCreateMaster(): Promise<Buffer> {
     const path = join(this.#dir, 'master.key');
     let key = await readIfExists(path);
@@ -215,6 +200,18 @@ export class LocalKeyring implements KeyProvider, AuditSigner {
   #tombstonePath(tenantId: string): string {
     return join(this.#tenantsDir, `${tenantId}.revoked`);
   }
+}
+
+/** load() run once and its promise shared; a load that fails is forgotten, so the next call tries again. */
+function onceUntilFailure<T>(load: () => Promise<T>): () => Promise<T> {
+  let pending: Promise<T> | undefined;
+  return () => {
+    pending ??= load().catch((err: unknown) => {
+      pending = undefined;
+      throw err;
+    });
+    return pending;
+  };
 }
 
 function checkTenantId(tenantId: string): void {
