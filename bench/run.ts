@@ -18,6 +18,9 @@ import { egressBench } from './egress.js';
 import { e2bBench } from './e2b.js';
 import { keysBench } from './keys.js';
 import { inputCosts, replaySpeed } from './replay.js';
+import { densityBench, densitySection } from './density.js';
+import { reconnectsBench } from './reconnects.js';
+import { filesBench } from './files.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -760,6 +763,59 @@ function replaySection(header: string, rs: Row[]): string {
   );
 }
 
+/**
+ * Phase 11, files (BENCH_ONLY=files): cp and files.write/read of 64 MiB both ways, and 10,000 files as a tar stream both
+ * ways, each next to its host baseline measured in the same run. BENCH_FILES_BIG_MIB=1024 adds the 1 GiB rows.
+ */
+async function filesPhase(): Promise<Row[]> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  try {
+    const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+    const out: Row[] = [];
+    const bigMib = Number(process.env.BENCH_FILES_BIG_MIB ?? 0);
+    for (const r of await filesBench(config, { home, quick, bigMib })) addLatencyTo(out, r.what, r.samplesMs, [r.note]);
+    return out;
+  } finally {
+    await running.stop();
+  }
+}
+
+function filesSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- files phase -->\n## Files\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ${loadavg()} ` +
+    'at the end (other work shares this machine). One sandbox (256 MiB, 1 vCPU) on a server recording inputs (the ' +
+    'default), in one run (`BENCH_ONLY=files`). "The guest alone" is the same work done by the guest on its own disk ' +
+    '(`dd … conv=fsync`, `cat`, `tar -x`): what the emulated guest can do without any channel. CPU per MiB counts ' +
+    "this process (gateway, SDK and bench share it) and the VM's QEMU process over the same transfer. cp is the " +
+    "CLI's path: a host file streamed up, or down into a host file. Trade-offs: docs/design/bulk-files.md.\n\n" +
+    `${mdRows(rs)}<!-- /files phase -->\n`
+  );
+}
+
+/** Phase 10, reconnects (BENCH_ONLY=reconnects): the output route next to the WebSocket and Sandbox.connect, on its own server. */
+async function reconnectsPhase(): Promise<Row[]> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  try {
+    const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+    const out: Row[] = [];
+    for (const r of await reconnectsBench({ config, quick })) addLatencyTo(out, r.what, r.samplesMs, [`p99 ${ms(pct(r.samplesMs, 99))}`, r.note]);
+    return out;
+  } finally {
+    await running.stop();
+  }
+}
+
+function reconnectsSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- reconnects phase -->\n## Reconnects\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}. ` +
+    '32 concurrent clients in the bench process re-attach to one sandbox’s commands, through the WebSocket route (each a ' +
+    'handshake and an agent attach: the old path) and through `GET …/commands/{cid}/output` on kept-alive connections ' +
+    '(served from the gateway’s output hub), in one run (`BENCH_ONLY=reconnects`). Every answer is checked: the exit, ' +
+    'and each byte against the writer’s sequence. Design and trade-offs: `docs/design/reconnects.md`.\n\n' +
+    `${mdRows(rs)}<!-- /reconnects phase -->\n`
+  );
+}
+
 async function main(): Promise<void> {
   mkdirSync(home, { recursive: true });
   if (only === 'replay') {
@@ -768,6 +824,30 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Recording and replay', replayRows);
     if (!quick) writeSection('replay', replaySection(header, replayRows));
+    return;
+  }
+  if (only === 'files') {
+    const fileRows = await filesPhase();
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Files', fileRows);
+    if (!quick) writeSection('files', filesSection(header, fileRows));
+    return;
+  }
+  if (only === 'reconnects') {
+    const reconnectRows = await reconnectsPhase();
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Reconnects', reconnectRows);
+    if (!quick) writeSection('reconnects', reconnectsSection(header, reconnectRows));
+    return;
+  }
+  if (only === 'density') {
+    const d = await densityBench({ home, port, quick });
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Density and exec', d.rows);
+    if (!quick) writeSection('density', densitySection(header, d.rows));
     return;
   }
   if (only === 'cluster') {
