@@ -267,6 +267,10 @@ describe('console in a browser', () => {
     expect(narrow.cols).toBeLessThan(wide.cols);
     await typeAndSee(page, 'clear; stty size', `${narrow.rows} ${narrow.cols}`);
     await page.setViewportSize({ width: 1366, height: 768 });
+    await page
+      .getByTestId('terminal-size')
+      .filter({ hasText: `${wide.cols}×${wide.rows}` })
+      .waitFor();
 
     // Files: a file the shell wrote is listed and downloads with its bytes; an uploaded one is there for the shell.
     await typeAndSee(page, 'echo old > /root/console-f; echo written-$((1+1))', 'written-2');
@@ -304,6 +308,11 @@ describe('console in a browser', () => {
     expect(await commands.getByTestId('command-output').textContent()).toBe('tick-1\ntick-2\ntick-3\n');
     await page.screenshot({ path: join(artifacts, '5-commands.png'), fullPage: true });
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
+    // A terminal opened on a fresh page load fits its box as well.
+    await page
+      .getByTestId('terminal-size')
+      .filter({ hasText: `${wide.cols}×${wide.rows}` })
+      .waitFor();
 
     // Two snapshots around a change of the file through the file browser; scrubbing to the first shows that change.
     await page.getByRole('button', { name: 'Take snapshot' }).click();
@@ -311,7 +320,13 @@ describe('console in a browser', () => {
     await firstItem.waitFor({ timeout: 120_000 });
     const shownAtMs = Date.now();
     const first = (await api('GET', `/v1/sandboxes/${newest.id}/snapshots`)).body!.snapshots.find((s: { reason: string }) => s.reason === 'manual');
-    console.log(`console timeline: snapshot taken → on the timeline: ${shownAtMs - Date.parse(first.takenAt)} ms`);
+    const logged = (await api('GET', `/v1/sandboxes/${newest.id}/events?type=snapshot.taken`)).body!.events.find(
+      (e: { data: { snapshotId?: string } }) => e.data.snapshotId === first.id,
+    );
+    // From takenAt the capture itself (seconds under TCG) is included; from the event's time, only the way to the page.
+    console.log(
+      `console timeline: snapshot taken → on the timeline: ${shownAtMs - Date.parse(first.takenAt)} ms; snapshot.taken logged → on the timeline: ${logged ? shownAtMs - Date.parse(logged.at) : 'n/a'} ms`,
+    );
     await files.getByLabel('Upload a file').setInputFiles({ name: 'console-f', mimeType: 'text/plain', buffer: Buffer.from('new\n') });
     await files.getByTestId('files-status').filter({ hasText: 'Uploaded /root/console-f' }).waitFor({ timeout: 60_000 });
     await page.getByLabel('Snapshot name (pins it)').fill('after-upload');
@@ -360,6 +375,22 @@ describe('console in a browser', () => {
     await typeAndSee(page, 'cat /root/console-f', 'old');
     await page.screenshot({ path: join(artifacts, '7-fork.png') });
 
+    // Back on the source, which holds the new file: resuming it at the first snapshot brings the old one back.
+    await page.goto(`${apiUrl}/console/#/sandboxes/${newest.id}`);
+    await page.getByRole('button', { name: new RegExp(`^Snapshot ${first.id} `) }).click();
+    await scrubbed.getByTestId('selected-snapshot').filter({ hasText: first.id }).waitFor();
+    await page.getByRole('button', { name: 'Resume the sandbox here' }).click();
+    await page.getByText('Resuming…').waitFor();
+    await page.getByText('Resuming…').waitFor({ state: 'detached', timeout: 240_000 });
+    const resumed = (await api('GET', `/v1/sandboxes/${newest.id}/events?type=sandbox.resumed`)).body!.events.at(-1);
+    expect(resumed.data.snapshotId).toBe(first.id);
+    // The terminal of the resumed VM, not the one the pause ended.
+    const terminal = page.locator(`section[data-vm="${resumed.seq}"]`);
+    await terminal.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
+    await terminal.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+    await typeAndSee(page, 'cat /root/console-f', 'old');
+    await page.screenshot({ path: join(artifacts, '8-resumed.png') });
+
     expect(cspViolations).toEqual([]);
     expect(bodies.join('\n')).not.toContain(adminKey);
     await context.close();
@@ -402,7 +433,7 @@ describe('console in a browser', () => {
         .waitFor({ timeout: 60_000 });
       expect(await page.locator('.xterm-rows').textContent()).toContain('"url":"/echo?console"');
       expect(upstream.seen.at(-1)!.headers['x-jit']).toBe(`Token ${value}`);
-      await page.screenshot({ path: join(artifacts, '8-approved.png') });
+      await page.screenshot({ path: join(artifacts, '9-approved.png') });
 
       await page.locator('.xterm').click();
       await page.keyboard.type(`clear; curl -sS -m 60 https://${host}/echo?denied; echo; echo done-$((4+4))\n`);
@@ -413,7 +444,7 @@ describe('console in a browser', () => {
         .first()
         .waitFor({ timeout: 60_000 });
       expect(await page.locator('.xterm-rows').textContent()).toContain('egress_approval_denied');
-      await page.screenshot({ path: join(artifacts, '9-denied.png') });
+      await page.screenshot({ path: join(artifacts, '10-denied.png') });
 
       // The network page: the policy in force, and both decisions as the proxy logged them, with the secret's name.
       await page.getByRole('link', { name: 'Network & secrets' }).click();
@@ -445,7 +476,7 @@ describe('console in a browser', () => {
       // The same scope, a new value.
       expect({ ...after, updatedAt: '' }).toEqual({ ...before, updatedAt: '' });
       expect(after.updatedAt >= before.updatedAt).toBe(true);
-      await page.screenshot({ path: join(artifacts, '10-network.png'), fullPage: true });
+      await page.screenshot({ path: join(artifacts, '11-network.png'), fullPage: true });
       await row.getByRole('button', { name: 'Remove CONSOLE_ADDED' }).click();
       await row.getByRole('button', { name: 'Confirm remove CONSOLE_ADDED' }).click();
       await row.waitFor({ state: 'detached' });
@@ -461,7 +492,7 @@ describe('console in a browser', () => {
         .getByTestId('chain')
         .filter({ hasText: /^Chain verified: \d+ events/ })
         .waitFor({ timeout: 60_000 });
-      await page.screenshot({ path: join(artifacts, '11-events.png') });
+      await page.screenshot({ path: join(artifacts, '12-events.png') });
       await page.route('**/audit/export', async (route) => {
         const res = await route.fetch();
         const lines = (await res.text()).split('\n');

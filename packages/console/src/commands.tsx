@@ -1,6 +1,6 @@
 // A sandbox's background commands: start one, list them with their state, and (re)attach to a command's output.
 import { useCallback, useEffect, useRef, useState } from 'react';
-import { ApiError } from './api.tsx';
+import { ApiError } from './api.js';
 import { type CommandInfo, gatewayJson } from './gateway.tsx';
 import { attach } from './stream.tsx';
 

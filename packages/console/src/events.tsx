@@ -1,7 +1,7 @@
 // A sandbox's event log, filterable, with its chain verified in the page from the signed audit export.
 import { useCallback, useEffect, useState } from 'react';
-import { ApiError, type LogEvent } from './api.tsx';
-import { type Verdict, verifyExport } from './verify.tsx';
+import { ApiError, type LogEvent } from './api.js';
+import { type Verdict, verifyExport } from './verify.js';
 
 const CSRF = { 'x-sandglass-console': '1' };
 

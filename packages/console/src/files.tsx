@@ -1,6 +1,6 @@
 // A sandbox's file browser: list a directory, move through it, download a file and upload into it, over the gateway's data plane.
 import { useCallback, useEffect, useState } from 'react';
-import { ApiError } from './api.tsx';
+import { ApiError } from './api.js';
 import { type FileInfo, gatewayFetch, gatewayJson } from './gateway.tsx';
 
 const START_DIR = '/root';

@@ -1,5 +1,5 @@
 // The page as a data-plane client: a short-lived token per sandbox from the control plane, then calls to its gateway.
-import { type Access, ApiError, call } from './api.tsx';
+import { type Access, ApiError, call } from './api.js';
 
 /** A token is fetched again this long before it expires, so no call starts with one about to lapse. */
 const REFRESH_BEFORE_MS = 60_000;
@@ -16,6 +16,11 @@ export async function access(sandboxId: string): Promise<Access> {
   tokens.set(sandboxId, fresh);
   fresh.catch(() => tokens.delete(sandboxId));
   return fresh;
+}
+
+/** Drops the sandbox's token: it moved to another gateway, or its VM was replaced. */
+export function forgetAccess(sandboxId: string): void {
+  tokens.delete(sandboxId);
 }
 
 /** The sandbox's data-plane base URL, e.g. http://127.0.0.1:7071/v1/sandboxes/sbx_… */

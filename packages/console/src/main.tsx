@@ -2,10 +2,11 @@
 // timeline; its network policy, egress and the tenant's secrets; its event log with the chain verified.
 import { StrictMode, useCallback, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
-import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot } from './api.tsx';
+import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot } from './api.js';
 import { BackgroundCommands } from './commands.tsx';
 import { EventsPage } from './events.tsx';
 import { FileBrowser } from './files.tsx';
+import { forgetAccess } from './gateway.tsx';
 import { NetworkPage, Secrets } from './network.tsx';
 import { Terminal } from './terminal.tsx';
 import { Timeline } from './timeline.tsx';
@@ -192,6 +193,8 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
   const [events, setEvents] = useState<LogEvent[]>([]);
   const [approvals, setApprovals] = useState<Approval[]>([]);
   const [commandsVersion, setCommandsVersion] = useState(0);
+  // The seq of the event that last put the sandbox on a new VM (resumed, moved): its shells and commands are gone then.
+  const [vm, setVm] = useState(0);
   const [error, setError] = useState('');
   const fail = useCallback((e: Error) => setError(e instanceof ApiError ? `${e.code}: ${e.message}` : e.message), []);
   const load = useCallback(() => {
@@ -215,6 +218,10 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
       setEvents((prev) => [...prev, ev]);
       if (ev.type.startsWith('sandbox.') || ev.type.startsWith('snapshot.')) load();
       if (ev.type.startsWith('command.')) setCommandsVersion((v) => v + 1);
+      if (ev.type === 'sandbox.resumed' || ev.type === 'sandbox.moved') {
+        forgetAccess(id);
+        setVm(ev.seq);
+      }
       // A request waiting for a human shows the moment its event is logged.
       if (ev.type.startsWith('secret.approval_')) loadApprovals();
     });
@@ -259,10 +266,10 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
       )}
       {tab === 'overview' && current?.state === 'running' && (
         <>
-          <Terminal key={id} sandboxId={id} />
+          <Terminal key={`${id}-${vm}`} sandboxId={id} vm={vm} />
           <div className="columns">
-            <FileBrowser key={`files-${id}`} sandboxId={id} />
-            <BackgroundCommands key={`commands-${id}`} sandboxId={id} version={commandsVersion} />
+            <FileBrowser key={`files-${id}-${vm}`} sandboxId={id} />
+            <BackgroundCommands key={`commands-${id}-${vm}`} sandboxId={id} version={commandsVersion} />
           </div>
         </>
       )}

@@ -2,8 +2,8 @@
 // tenant's secrets by name and scope with add, rotate and remove. A secret's value only ever leaves the page: the API
 // never returns one, and the inputs that held one are emptied once it is sent.
 import { useCallback, useEffect, useState } from 'react';
-import { ApiError, call, type LogEvent, type Sandbox } from './api.tsx';
-import { egressDecision } from './digest.tsx';
+import { ApiError, call, type LogEvent, type Sandbox } from './api.js';
+import { egressDecision } from './digest.js';
 
 interface SecretInfo {
   name: string;

@@ -8,22 +8,37 @@ import { type Attachment, attach } from './stream.tsx';
 const MIN_COLS = 20;
 const MIN_ROWS = 5;
 
-/**
- * The columns and rows that fill the host element, from the size of one cell as xterm.js drew it (its screen element is
- * exactly cols × rows cells). Undefined until xterm.js has drawn.
- */
-function fittedSize(term: XTerm, host: HTMLElement): { cols: number; rows: number } | undefined {
-  const screen = host.querySelector<HTMLElement>('.xterm-screen');
-  if (!screen || screen.clientWidth === 0 || screen.clientHeight === 0) return undefined;
-  const cellWidth = screen.clientWidth / term.cols;
-  const cellHeight = screen.clientHeight / term.rows;
-  const style = getComputedStyle(host);
-  const width = host.clientWidth - Number.parseFloat(style.paddingLeft) - Number.parseFloat(style.paddingRight);
-  const height = host.clientHeight - Number.parseFloat(style.paddingTop) - Number.parseFloat(style.paddingBottom);
-  return { cols: Math.max(MIN_COLS, Math.floor(width / cellWidth)), rows: Math.max(MIN_ROWS, Math.floor(height / cellHeight)) };
+/** Room left for the viewport's scrollbar, as @xterm/addon-fit leaves it. */
+const SCROLLBAR_PX = 14;
+
+interface CellSize {
+  width: number;
+  height: number;
 }
 
-export function Terminal({ sandboxId }: { sandboxId: string }) {
+/**
+ * The size of one cell as xterm.js measured it: the internal @xterm/addon-fit reads (that addon is not a dependency
+ * here). Undefined until xterm.js has measured its font.
+ */
+function cellSize(term: XTerm): CellSize | undefined {
+  const cell = (term as unknown as { _core?: { _renderService?: { dimensions?: { css?: { cell?: CellSize } } } } })._core?._renderService?.dimensions?.css
+    ?.cell;
+  return cell && cell.width > 0 && cell.height > 0 ? cell : undefined;
+}
+
+/** The columns and rows that fill the host element; undefined until xterm.js knows its cell size. */
+function fittedSize(term: XTerm, host: HTMLElement): { cols: number; rows: number } | undefined {
+  const cell = cellSize(term);
+  if (!cell) return undefined;
+  const style = getComputedStyle(host);
+  const width = host.clientWidth - Number.parseFloat(style.paddingLeft) - Number.parseFloat(style.paddingRight) - SCROLLBAR_PX;
+  const height = host.clientHeight - Number.parseFloat(style.paddingTop) - Number.parseFloat(style.paddingBottom);
+  if (width <= 0 || height <= 0) return undefined;
+  return { cols: Math.max(MIN_COLS, Math.floor(width / cell.width)), rows: Math.max(MIN_ROWS, Math.floor(height / cell.height)) };
+}
+
+/** `vm` names the VM the shell runs on (the seq of the event that started it; 0 for the first), so a test can tell shells apart. */
+export function Terminal({ sandboxId, vm }: { sandboxId: string; vm: number }) {
   const host = useRef<HTMLDivElement>(null);
   const [status, setStatus] = useState('connecting');
   const [size, setSize] = useState('');
@@ -39,6 +54,10 @@ export function Terminal({ sandboxId }: { sandboxId: string }) {
     };
     fit();
     setSize(`${term.cols}×${term.rows}`);
+    // xterm.js measures its font again once web fonts load; fit to that measure too.
+    void document.fonts.ready.then(() => {
+      if (!disposed) fit();
+    });
     // The PTY follows the element: a resized window or a dragged corner resizes the shell's terminal too.
     const observer = new ResizeObserver(() => fit());
     observer.observe(el);
@@ -73,7 +92,7 @@ export function Terminal({ sandboxId }: { sandboxId: string }) {
     };
   }, [sandboxId]);
   return (
-    <section aria-label="Terminal">
+    <section aria-label="Terminal" data-vm={vm}>
       <h2>
         Terminal <small data-testid="terminal-status">{status}</small> <small data-testid="terminal-size">{size}</small>
       </h2>

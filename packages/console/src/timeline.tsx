@@ -1,8 +1,8 @@
 // The snapshot timeline: snapshots on a time axis, a scrubber that shows what changed between two of them, and what
 // can be done from one (fork with a count, resume the sandbox there, delete it) or now (take one, named or not).
 import { useState } from 'react';
-import { call, type LogEvent, type Sandbox, type Snapshot } from './api.tsx';
-import { digest } from './digest.tsx';
+import { call, type LogEvent, type Sandbox, type Snapshot } from './api.js';
+import { digest } from './digest.js';
 import { formatSize } from './files.tsx';
 
 const MAX_FORKS = 16;

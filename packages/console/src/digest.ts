@@ -1,7 +1,7 @@
 // What a stretch of a sandbox's event log did, as the timeline and the network page show it: files changed, commands
 // run, egress decided. Event data is read field by field, each checked for its type, never copied whole: secrets appear
 // by name only, so a value some gateway put under another field cannot reach the page's text.
-import type { LogEvent } from './api.tsx';
+import type { LogEvent } from './api.js';
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
