@@ -803,14 +803,6 @@ async function main(): Promise<void> {
     if (!quick) writeSection('reconnects', reconnectsSection(header, reconnectRows));
     return;
   }
-  if (only === 'density') {
-    const d = await densityBench({ home, port, quick });
-    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
-    const header = hostLine();
-    printTable('Density and exec', d.rows);
-    if (!quick) writeSection('density', densitySection(header, d.rows));
-    return;
-  }
   if (only === 'cluster') {
     const result = await clusterPhase();
     const header = hostLine(result.accel);
