@@ -18,6 +18,7 @@ import { egressBench } from './egress.js';
 import { e2bBench } from './e2b.js';
 import { keysBench } from './keys.js';
 import { inputCosts, replaySpeed } from './replay.js';
+import { densityBench, densitySection } from './density.js';
 import { reconnectsBench } from './reconnects.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -801,6 +802,14 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Reconnects', reconnectRows);
     if (!quick) writeSection('reconnects', reconnectsSection(header, reconnectRows));
+    return;
+  }
+  if (only === 'density') {
+    const d = await densityBench({ home, port, quick });
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Density and exec', d.rows);
+    if (!quick) writeSection('density', densitySection(header, d.rows));
     return;
   }
   if (only === 'cluster') {
