@@ -1,4 +1,5 @@
 // Each command's recent output and exit status, held in the gateway: a client re-attaching from a recent offset is answered with no guest round trip.
+import { SandglassError } from '@sandglass/core';
 import type { OutputFd } from '@sandglass/agent-client';
 
 export interface OutputPiece {
@@ -246,7 +247,8 @@ export class OutputHub {
     this.onBytes(this.ring.clear());
     if (this.#state !== 'failed') {
       this.#state = 'failed';
-      this.#error = new Error('output hub evicted');
+      // Only a hub nobody follows is evicted for room; one with followers goes when its sandbox stops or pauses.
+      this.#error = new SandglassError('sandbox_not_running', 'The sandbox stopped running; read the output again once it runs.');
       this.notify();
     }
   }

@@ -1,6 +1,7 @@
 // The SDK against a scripted server: auth headers, access-token refresh, output framing and offsets, stdin, PTY, files, error mapping.
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
+import type { ServerResponse } from 'node:http';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
 import {
@@ -21,6 +22,24 @@ import type { Access, ApprovalRequest, SandboxInfo, SecretInfo, SnapshotInfo } f
 const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const CMD = 'cmd_bbbbbbbbbbbbbbbbbbbb';
 const STREAM = `/v1/sandboxes/${SBX}/commands/${CMD}/stream`;
+const OUTPUT = `GET /v1/sandboxes/${SBX}/commands/${CMD}/output`;
+
+/** The output route's body: each frame (a binary stream frame, or a message as `0 | JSON`) behind its u32 length. */
+function records(...frames: Array<Buffer | Record<string, unknown>>): Buffer {
+  return Buffer.concat(
+    frames.map((f) => {
+      const frame = Buffer.isBuffer(f) ? f : Buffer.concat([Buffer.from([0]), Buffer.from(JSON.stringify(f))]);
+      const len = Buffer.alloc(4);
+      len.writeUInt32BE(frame.length);
+      return Buffer.concat([len, frame]);
+    }),
+  );
+}
+
+function sendRecords(res: ServerResponse, body: Buffer): void {
+  res.writeHead(200, { 'content-type': 'application/octet-stream' });
+  res.end(body);
+}
 
 let server: TestServer;
 let accessIssued: number;
@@ -536,15 +555,16 @@ describe('commands', () => {
     try {
       const sbx = await create();
       // The old gateway (after a restart) does not have the sandbox any more; the control plane names `other`.
-      server.onWs(STREAM, { reject: { status: 404, body: { error: { code: 'sandbox_not_found', message: 'not here', requestId: 'req_m' } } } });
+      server.on(OUTPUT, (_req, res) => wireError(res, 404, 'sandbox_not_found', 'not here'));
       server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
         sendJson(res, 200, { gatewayUrl: other.url, token: 'tok-moved', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
       );
-      other.onWs(STREAM, (ws, url) => {
+      other.on(OUTPUT, (_req, res, url) => {
         expect(url.searchParams.get('fromOffset')).toBe('4');
-        start(ws, 4);
-        ws.send(frame(1, 4, 'moved'));
-        exit(ws, 9);
+        sendRecords(
+          res,
+          records({ type: 'start', startOffset: 4, command }, frame(1, 4, 'moved'), { type: 'exit', exitCode: 0, signal: null, timedOut: false, endOffset: 9 }),
+        );
       });
       const h = await sbx.commands.connect(CMD, { fromOffset: 4 });
       expect((await h.wait()).stdout).toBe('moved');
@@ -554,17 +574,66 @@ describe('commands', () => {
     }
   });
 
-  it('connect resumes at fromOffset without repeating bytes', async () => {
-    scriptCommand((ws, url) => {
+  it('connect resumes at fromOffset without repeating bytes, over one HTTP request followed to the exit', async () => {
+    server.on(OUTPUT, (_req, res, url) => {
       expect(url.searchParams.get('fromOffset')).toBe('3');
-      start(ws, 3);
-      ws.send(frame(1, 0, 'abcdef'));
-      exit(ws, 6);
+      expect(url.searchParams.get('follow')).toBe('true');
+      sendRecords(
+        res,
+        records({ type: 'start', startOffset: 3, command }, frame(1, 0, 'abcdef'), { type: 'exit', exitCode: 0, signal: null, timedOut: false, endOffset: 6 }),
+      );
     });
     const sbx = await create();
     const h = await sbx.commands.connect(CMD, { fromOffset: 3 });
     expect(h.pid).toBe(42);
     expect((await h.wait()).stdout).toBe('def');
+  });
+
+  it('connect asks again from its offset when a body ends before the exit, with records split across reads', async () => {
+    let calls = 0;
+    server.on(OUTPUT, (_req, res, url) => {
+      calls++;
+      if (calls === 1) {
+        expect(url.searchParams.get('fromOffset')).toBe('0');
+        const body = records({ type: 'start', startOffset: 0, command }, frame(1, 0, 'hello '));
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        res.write(body.subarray(0, 7));
+        setTimeout(() => res.end(body.subarray(7)), 10);
+        return;
+      }
+      expect(url.searchParams.get('fromOffset')).toBe('6');
+      sendRecords(
+        res,
+        records({ type: 'start', startOffset: 6, command }, frame(1, 6, 'world'), { type: 'exit', exitCode: 0, signal: null, timedOut: false, endOffset: 11 }),
+      );
+    });
+    const sbx = await create();
+    const h = await sbx.commands.connect(CMD, { fromOffset: 0 });
+    expect((await h.wait()).stdout).toBe('hello world');
+    expect(calls).toBe(2);
+  });
+
+  it('readOutput returns the bytes after an offset and the exit, in one request', async () => {
+    server.on(OUTPUT, (_req, res, url) => {
+      expect(url.searchParams.get('follow')).toBeNull();
+      sendRecords(
+        res,
+        records({ type: 'start', startOffset: 2, command }, frame(1, 2, 'cd'), frame(2, 4, 'e'), {
+          type: 'exit',
+          exitCode: 1,
+          signal: null,
+          timedOut: false,
+          endOffset: 5,
+        }),
+      );
+    });
+    const sbx = await create();
+    const read = await sbx.commands.readOutput(CMD, { fromOffset: 2 });
+    expect(read).toMatchObject({ startOffset: 2, outputOffset: 5, droppedBytes: 0, exit: { exitCode: 1, endOffset: 5 } });
+    expect(read.pieces.map((p) => [p.fd, p.offset, Buffer.from(p.bytes).toString()])).toEqual([
+      [1, 2, 'cd'],
+      [2, 4, 'e'],
+    ]);
   });
 
   it('counts bytes the bounded buffer dropped before the stream started', async () => {
@@ -601,12 +670,12 @@ describe('commands', () => {
     expect(err).toMatchObject({ code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' });
   });
 
-  it('surfaces an upgrade refused with a wire error (sandbox_not_running) from connect', async () => {
-    server.onWs(STREAM, { reject: { status: 409, body: { error: { code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_w' } } } });
+  it('surfaces a wire error (sandbox_not_running) from connect', async () => {
+    server.on(OUTPUT, (_req, res) => wireError(res, 409, 'sandbox_not_running', 'the sandbox ended'));
     const sbx = await create();
     const err = await sbx.commands.connect(CMD, { fromOffset: 0 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConflictError);
-    expect(err).toMatchObject({ code: 'sandbox_not_running', status: 409, requestId: 'req_w' });
+    expect(err).toMatchObject({ code: 'sandbox_not_running', status: 409 });
   });
 
   it('sends stdin in call order, then EOF; kill of an exited command is false', async () => {
