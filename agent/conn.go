@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
 )
 
 // protoError is an error reply with one of the spec's codes.
@@ -48,6 +49,9 @@ type conn struct {
 	a    *agent
 	out  chan []byte
 	done chan struct{}
+	// bulk carries file.read payloads spliced into the port (splice_linux.go); port is nil where that is not possible.
+	bulk chan *spliceJob
+	port syscall.RawConn
 
 	closeOnce sync.Once
 	closer    io.Closer
@@ -67,6 +71,7 @@ func newConn(a *agent, closer io.Closer) *conn {
 		a:       a,
 		out:     make(chan []byte, 256),
 		done:    make(chan struct{}),
+		bulk:    make(chan *spliceJob),
 		closer:  closer,
 		streams: map[uint32]stream{},
 	}
@@ -74,6 +79,7 @@ func newConn(a *agent, closer io.Closer) *conn {
 
 // serve runs the connection until the transport fails or reaches EOF, then drops its streams.
 func (c *conn) serve(r io.Reader, w io.Writer) error {
+	c.port = splicePort(w)
 	writerDone := make(chan struct{})
 	go func() {
 		c.writeLoop(w)
@@ -130,6 +136,27 @@ func (c *conn) writeLoop(w io.Writer) {
 					c.shutdown()
 					return
 				}
+			}
+		case j := <-c.bulk:
+			// Frames queued before it go first (a file.read's REPLY precedes its DATA); then its header and its
+			// payload, back to back.
+			var err error
+			for len(c.out) > 0 && err == nil {
+				_, err = bw.Write(<-c.out)
+			}
+			if err == nil {
+				_, err = bw.Write(j.header)
+			}
+			if err == nil {
+				err = bw.Flush()
+			}
+			if err == nil {
+				err = writeSpliced(c.port, j)
+			}
+			j.done <- err
+			if err != nil {
+				c.shutdown()
+				return
 			}
 		case <-c.done:
 			return
@@ -303,6 +330,13 @@ func (c *conn) live() bool {
 	default:
 		return c.helloOK
 	}
+}
+
+// sendWindow grants the host n more bytes of credit on a host→agent stream.
+func (c *conn) sendWindow(id uint32, n int) {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(n))
+	c.send(encodeFrame(frameWindow, id, b[:]))
 }
 
 // endStream sends END, with an error payload when err is not nil.

@@ -284,6 +284,9 @@ func fileRead(c *conn, raw json.RawMessage) (any, func(), error) {
 func streamFile(c *conn, id uint32, s *outStream, f *os.File) {
 	defer f.Close()
 	defer c.removeStream(id, s)
+	if c.port != nil && streamFileSpliced(c, id, s, f) {
+		return
+	}
 	for {
 		n := s.credit.acquire(1, maxDataBytes, s.stopCh)
 		if n == 0 {
@@ -315,7 +318,8 @@ func streamFile(c *conn, id uint32, s *outStream, f *os.File) {
 }
 
 // writeStream receives a file.write: DATA goes to a temporary file beside the target, END
-// renames it into place so readers never see a half-written file.
+// renames it into place so readers never see a half-written file. The bytes go through a credit queue to a goroutine
+// of their own, so a slow disk never blocks the connection's reader (calls keep being answered during a write).
 type writeStream struct {
 	c         *conn
 	id        uint32
@@ -326,7 +330,7 @@ type writeStream struct {
 	owner     *userInfo // chowned to before the rename, so the file appears in place already owned
 	append    bool
 	sizeBytes int64
-	err       error
+	q         *creditQueue
 }
 
 func fileWrite(c *conn, raw json.RawMessage) (any, func(), error) {
@@ -375,43 +379,43 @@ func fileWrite(c *conn, raw json.RawMessage) (any, func(), error) {
 	if err != nil {
 		return nil, nil, mapErr(err)
 	}
+	ws.q = newCreditQueue(func(n int) { c.sendWindow(p.StreamID, n) })
 	if err := c.addStream(p.StreamID, ws); err != nil {
 		ws.discard()
 		return nil, nil, err
 	}
-	return nil, nil, nil
+	return map[string]any{"window": hostWindowBytes}, func() { go ws.run() }, nil
 }
 
-func (ws *writeStream) data(p []byte) {
-	if ws.err != nil {
-		return
-	}
-	n, err := ws.f.Write(p)
-	ws.sizeBytes += int64(n)
-	if err != nil {
-		ws.err = err
-	}
-}
-
+func (ws *writeStream) data(p []byte) { ws.q.push(p) }
 func (ws *writeStream) window(uint32) {}
 
 func (ws *writeStream) end(payload []byte) {
 	ws.c.removeStream(ws.id, ws)
-	if len(payload) > 0 && ws.err == nil {
+	if len(payload) > 0 {
 		var e struct{ Error *protoError }
 		if json.Unmarshal(payload, &e) == nil && e.Error != nil {
-			ws.err = fmt.Errorf("host aborted the write: %s", e.Error.Message)
+			ws.q.close(fmt.Errorf("host aborted the write: %s", e.Error.Message))
 		} else {
-			ws.err = fmt.Errorf("host aborted the write")
+			ws.q.close(fmt.Errorf("host aborted the write"))
 		}
+		return
 	}
-	if ws.err == nil {
-		ws.err = ws.commit()
+	ws.q.close(nil)
+}
+
+// run writes the queued bytes until END, then commits; a failure is reported at once (the host stops sending).
+func (ws *writeStream) run() {
+	n, err := io.Copy(struct{ io.Writer }{ws.f}, ws.q)
+	ws.sizeBytes = n
+	if err == nil {
+		err = ws.commit()
 	}
-	if ws.err != nil {
+	if err != nil {
+		ws.c.removeStream(ws.id, ws)
 		ws.discard()
 		ws.c.sendJSON(frameEvent, 0, map[string]any{
-			"event": "file.write_failed", "streamId": ws.id, "path": ws.path, "error": mapErr(ws.err),
+			"event": "file.write_failed", "streamId": ws.id, "path": ws.path, "error": mapErr(err),
 		})
 		return
 	}
@@ -465,5 +469,5 @@ func (ws *writeStream) discard() {
 	}
 }
 
-// stop is called when the connection ends mid-write: nothing reaches the target.
-func (ws *writeStream) stop() { ws.discard() }
+// stop is called when the connection ends mid-write: run discards, nothing reaches the target.
+func (ws *writeStream) stop() { ws.q.close(errors.New("connection to the host ended")) }

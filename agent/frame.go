@@ -67,6 +67,13 @@ func putHeader(b []byte, typ byte, channel uint32) {
 	binary.BigEndian.PutUint32(b[5:9], channel)
 }
 
+// putFrameHeader writes the header of a frame with payloadBytes of payload into b[:frameHeaderBytes].
+func putFrameHeader(b []byte, typ byte, channel uint32, payloadBytes int) {
+	binary.BigEndian.PutUint32(b[0:4], uint32(payloadBytes+5))
+	b[4] = typ
+	binary.BigEndian.PutUint32(b[5:9], channel)
+}
+
 func encodeFrame(typ byte, channel uint32, payload []byte) []byte {
 	b := newFrame(typ, channel, len(payload))
 	copy(b[frameHeaderBytes:], payload)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"archive/tar"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -23,10 +22,10 @@ const (
 	maxTarEntries = 1_000_000
 	// maxTarNameBytes bounds entry and link names (PATH_MAX).
 	maxTarNameBytes = 4096
-	// tarWindowBytes is the host's credit on a file.writeTar stream. Extraction may be slower than the port (many
-	// small files under emulation): with credit, the bytes waiting for it stay few and the connection's reader never
-	// blocks on them, so calls (health pings) keep being answered during an upload.
-	tarWindowBytes = 2 << 20
+	// hostWindowBytes is the host's credit on a file.write or file.writeTar stream. The disk or an extraction may be
+	// slower than the port (many small files, a throttled guest): with credit, the bytes waiting for them stay few
+	// and the connection's reader never blocks on them, so calls (health pings) keep being answered meanwhile.
+	hostWindowBytes = 2 << 20
 	// tarDirCacheFds bounds the directory descriptors one extraction keeps open.
 	tarDirCacheFds = 64
 )
@@ -62,8 +61,8 @@ func (q *creditQueue) signal() {
 func (q *creditQueue) push(p []byte) {
 	q.mu.Lock()
 	if !q.closed {
-		if q.queued+len(p) > tarWindowBytes {
-			q.closed, q.abort = true, errorf("bad_request", "the host sent more than the %d bytes of credit it was granted", tarWindowBytes)
+		if q.queued+len(p) > hostWindowBytes {
+			q.closed, q.abort = true, errorf("bad_request", "the host sent more than the %d bytes of credit it was granted", hostWindowBytes)
 		} else {
 			q.frames = append(q.frames, p)
 			q.queued += len(p)
@@ -82,33 +81,36 @@ func (q *creditQueue) close(abort error) {
 	q.signal()
 }
 
-func (q *creditQueue) Read(p []byte) (int, error) {
-	for len(q.cur) == 0 {
-		if q.taken > 0 {
-			q.mu.Lock()
-			q.queued -= q.taken
-			q.mu.Unlock()
-			// Batched: a grant per quarter window keeps the host sending with few WINDOW frames.
-			if q.ungrant += q.taken; q.ungrant >= tarWindowBytes/4 {
-				q.grant(q.ungrant)
-				q.ungrant = 0
-			}
-			q.taken = 0
+// next returns the next queued payload whole, after granting back the one before it; io.EOF after a clean END.
+func (q *creditQueue) next() ([]byte, error) {
+	if q.taken > 0 {
+		q.mu.Lock()
+		q.queued -= q.taken
+		q.mu.Unlock()
+		// Batched: a grant per quarter window keeps the host sending with few WINDOW frames.
+		if q.ungrant += q.taken; q.ungrant >= hostWindowBytes/4 {
+			q.grant(q.ungrant)
+			q.ungrant = 0
 		}
+		q.taken = 0
+	}
+	for {
 		q.mu.Lock()
 		if len(q.frames) > 0 {
-			q.cur, q.frames = q.frames[0], q.frames[1:]
-			q.taken = len(q.cur)
+			f := q.frames[0]
+			q.frames[0] = nil
+			q.frames = q.frames[1:]
+			q.taken = len(f)
 			q.mu.Unlock()
-			break
+			return f, nil
 		}
 		closed, abort := q.closed, q.abort
 		q.mu.Unlock()
 		if closed {
 			if abort != nil {
-				return 0, abort
+				return nil, abort
 			}
-			return 0, io.EOF
+			return nil, io.EOF
 		}
 		if q.ungrant > 0 {
 			// Idle: whatever was consumed goes back now, or a host with less than a quarter window left would wait.
@@ -117,9 +119,46 @@ func (q *creditQueue) Read(p []byte) (int, error) {
 		}
 		<-q.wake
 	}
+}
+
+func (q *creditQueue) Read(p []byte) (int, error) {
+	for len(q.cur) == 0 {
+		f, err := q.next()
+		if err != nil {
+			return 0, err
+		}
+		q.cur = f
+	}
 	n := copy(p, q.cur)
 	q.cur = q.cur[n:]
 	return n, nil
+}
+
+// WriteTo hands whole payloads to w (io.Copy uses it): a file.write's bytes are not copied once more in the agent.
+func (q *creditQueue) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	if len(q.cur) > 0 {
+		n, err := w.Write(q.cur)
+		total += int64(n)
+		q.cur = nil
+		if err != nil {
+			return total, err
+		}
+	}
+	for {
+		f, err := q.next()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		n, err := w.Write(f)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // tarWriteStream receives a file.writeTar: DATA is a tar stream extracted as it arrives, END finishes it.
@@ -156,16 +195,12 @@ func fileWriteTar(c *conn, raw json.RawMessage) (any, func(), error) {
 		return nil, nil, mapErr(&os.PathError{Op: "open", Path: p.Path, Err: err})
 	}
 	ts := &tarWriteStream{c: c, id: p.StreamID, path: filepath.Clean(p.Path), owner: own, root: root}
-	ts.q = newCreditQueue(func(n int) {
-		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], uint32(n))
-		c.send(encodeFrame(frameWindow, p.StreamID, b[:]))
-	})
+	ts.q = newCreditQueue(func(n int) { c.sendWindow(p.StreamID, n) })
 	if err := c.addStream(p.StreamID, ts); err != nil {
 		syscall.Close(root)
 		return nil, nil, err
 	}
-	return map[string]any{"window": tarWindowBytes}, func() { go ts.extract() }, nil
+	return map[string]any{"window": hostWindowBytes}, func() { go ts.extract() }, nil
 }
 
 func (ts *tarWriteStream) data(p []byte) { ts.q.push(p) }
@@ -360,14 +395,15 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) (int64, error) {
 	}
 }
 
-// file writes one regular file in place (like tar: an upload of many small files must not double its syscalls).
+// file writes one regular file directly under its name (no temporary file: an upload of many small files must not
+// double its syscalls); an existing entry is unlinked first, as tar does.
 func (x *extractor) file(tr *tar.Reader, hdr *tar.Header, parent int, base, name string, mode uint32) (int64, error) {
-	flags := syscall.O_WRONLY | syscall.O_CREAT | syscall.O_TRUNC | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+	flags := syscall.O_WRONLY | syscall.O_CREAT | syscall.O_EXCL | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
 	fd, err := syscall.Openat(parent, base, flags, 0o600)
-	if errors.Is(err, syscall.ELOOP) {
-		// A symlink in its place is replaced, never written through.
-		if err := syscall.Unlinkat(parent, base); err != nil {
-			return 0, &os.PathError{Op: "unlink", Path: name, Err: err}
+	if errors.Is(err, syscall.EEXIST) {
+		// Whatever stands there (a file, a hard link to one elsewhere, a symlink) is replaced, never written through.
+		if err := x.replaceable(parent, base, name); err != nil {
+			return 0, err
 		}
 		fd, err = syscall.Openat(parent, base, flags, 0o600)
 	}

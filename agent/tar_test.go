@@ -184,11 +184,11 @@ func TestPackDirRoundTrips(t *testing.T) {
 func TestCreditQueueGrantsBackAndRefusesOversending(t *testing.T) {
 	granted := 0
 	q := newCreditQueue(func(n int) { granted += n })
-	q.push(make([]byte, tarWindowBytes/2))
-	q.push(make([]byte, tarWindowBytes/2))
-	buf := make([]byte, tarWindowBytes)
+	q.push(make([]byte, hostWindowBytes/2))
+	q.push(make([]byte, hostWindowBytes/2))
+	buf := make([]byte, hostWindowBytes)
 	got := 0
-	for got < tarWindowBytes {
+	for got < hostWindowBytes {
 		n, err := q.Read(buf)
 		if err != nil {
 			t.Fatal(err)
@@ -199,11 +199,11 @@ func TestCreditQueueGrantsBackAndRefusesOversending(t *testing.T) {
 	if n, err := q.Read(buf); n != 1 || err != nil {
 		t.Fatalf("read %d %v", n, err)
 	}
-	if granted < tarWindowBytes/2 {
+	if granted < hostWindowBytes/2 {
 		t.Fatalf("granted back only %d bytes", granted)
 	}
 	// More than the credit in flight at once (the last byte is not released until the next read): refused.
-	q.push(make([]byte, tarWindowBytes))
+	q.push(make([]byte, hostWindowBytes))
 	for {
 		_, err := q.Read(buf)
 		if err == nil {

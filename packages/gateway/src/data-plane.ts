@@ -178,6 +178,22 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return { path, sizeBytes };
     });
 
+    route('GET', '/v1/sandboxes/{id}/files/tar', async (req, reply) => {
+      const stream = await sbxOf(req).files.readTar(guestPath(req.query.path));
+      return reply.header('content-type', 'application/x-tar').code(200).send(stream);
+    });
+
+    route('PUT', '/v1/sandboxes/{id}/files/tar', async (req) => {
+      const sbx = sbxOf(req);
+      const path = guestPath(req.query.path);
+      const declared = Number(req.headers['content-length'] ?? 0);
+      if (declared > MAX_UPLOAD_BYTES) throw new SandglassError('payload_too_large', `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes.`);
+      const limited = limitBytes(MAX_UPLOAD_BYTES);
+      pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
+      const { entries, sizeBytes, archiveBytes } = await sbx.files.writeTar(path, limited);
+      return { path, entries, sizeBytes, archiveBytes };
+    });
+
     route('DELETE', '/v1/sandboxes/{id}/files', async (req, reply) => {
       await sbxOf(req).files.remove(guestPath(req.query.path), { recursive: req.query.recursive });
       return reply.status(204).send();

@@ -1,5 +1,5 @@
 // A sandbox's files as the data plane uses them: agent errors mapped onto the catalogue, and every change recorded.
-import type { Readable } from 'node:stream';
+import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { SandglassError } from '@sandglass/core';
 import { type AgentClient, AgentError, type FileStat, type FsEventOp } from '@sandglass/agent-client';
@@ -71,6 +71,38 @@ export class SandboxFiles {
     const { sizeBytes } = await viaAgent(agent.writeFile(path, source, { mode: opts.mode ?? 0o644, owner: opts.owner }), { path });
     await this.host.record('file.written', { path, sizeBytes, ...(tee ? { contentId: tee.ref().contentId } : {}) });
     return { sizeBytes };
+  }
+
+  /**
+   * Extracts a tar stream into the directory `path` (created with its parents): the agent never writes outside it and
+   * never through a symlink. Records file.tar_written with the archive as its content (a replay extracts it again);
+   * a failure keeps what was extracted before it, as tar does, and records nothing.
+   */
+  async writeTar(path: string, data: Readable, opts: { owner?: GuestOwner } = {}): Promise<{ entries: number; sizeBytes: number; archiveBytes: number }> {
+    const agent = this.host.requireRunning();
+    const tee = this.host.recorder?.()?.tee();
+    let archiveBytes = 0;
+    const counter = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        archiveBytes += chunk.length;
+        cb(null, chunk);
+      },
+    });
+    // The agent's reply comes after it consumed every byte, so archiveBytes is complete by then.
+    const source = tee ? tee.stream : counter;
+    (tee ? pipeline(data, counter, tee.stream) : pipeline(data, counter)).catch((e: unknown) => source.destroy(e as Error));
+    const { entries, sizeBytes } = await viaAgent(agent.writeTar(path, source, { owner: opts.owner }), { path });
+    await this.host.record('file.tar_written', { path, entries, sizeBytes, archiveBytes, ...(tee ? { contentId: tee.ref().contentId } : {}) });
+    return { entries, sizeBytes, archiveBytes };
+  }
+
+  /** A directory as a tar stream, packed by the agent as it is read (never held whole on the host). */
+  async readTar(path: string): Promise<Readable> {
+    const agent = this.host.requireRunning();
+    const st = await viaAgent(agent.stat(path), { path });
+    if (st.type !== 'dir')
+      throw new SandglassError('not_a_directory', `${path} is not a directory; read a file with GET /files.`, { details: { field: 'path' } });
+    return viaAgent(agent.readTar(path), { path });
   }
 
   async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {

@@ -204,6 +204,14 @@ export function auditTimeline(events: readonly SandboxEvent[]): AuditEntry[] {
         add(e, 'file', `wrote ${str(d.path) ?? '?'}${size === undefined ? '' : ` (${formatBytes(size)})`}`, { path: str(d.path), sizeBytes: size });
         break;
       }
+      case 'file.tar_written': {
+        const size = num(d.sizeBytes);
+        add(e, 'file', `extracted ${num(d.entries) ?? '?'} entries into ${str(d.path) ?? '?'}${size === undefined ? '' : ` (${formatBytes(size)})`}`, {
+          path: str(d.path),
+          sizeBytes: size,
+        });
+        break;
+      }
       case 'file.removed':
         add(e, 'file', `removed ${str(d.path) ?? '?'}`, { path: str(d.path) });
         break;

@@ -9,6 +9,8 @@ export interface RequestOptions {
   query?: Query;
   json?: unknown;
   body?: Uint8Array | StreamBody;
+  /** The body's media type (application/octet-stream when not given). */
+  contentType?: string;
   /** Overrides the configured header timeout; 0 = none (uploads, whose body may take long to send). */
   timeoutMs?: number;
 }
@@ -30,7 +32,7 @@ export class ControlPlane {
 }
 
 function toRequest(method: string, opts: RequestOptions, defaultTimeoutMs: number): HttpRequest {
-  return { method, query: opts.query, json: opts.json, body: opts.body, timeoutMs: opts.timeoutMs ?? defaultTimeoutMs };
+  return { method, query: opts.query, json: opts.json, body: opts.body, contentType: opts.contentType, timeoutMs: opts.timeoutMs ?? defaultTimeoutMs };
 }
 
 // Refresh this long before expiry, or halfway through the token's life when it is shorter than twice this.

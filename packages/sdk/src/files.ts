@@ -16,6 +16,16 @@ export interface WriteResult {
   sizeBytes: number;
 }
 
+export interface TarWriteResult {
+  path: string;
+  /** Archive entries extracted. */
+  entries: number;
+  /** Bytes of file content written. */
+  sizeBytes: number;
+  /** Bytes of the tar stream sent. */
+  archiveBytes: number;
+}
+
 /** `sandbox.files`. */
 export class Files {
   /** @internal */
@@ -44,6 +54,26 @@ export class Files {
     // An upload's body may take long to send: no header timeout, the server answers only after the last byte.
     const res = await this.dataPlane.request('PUT', '/files', { query: { path, mode: opts.mode }, body, timeoutMs: 0 });
     return readJson<WriteResult>(res);
+  }
+
+  /**
+   * Uploads a directory as a tar stream (e.g. `tar -c -C src .`), extracted into `dir` (created with its parents) as
+   * it arrives. Nothing lands outside `dir`: absolute names, `..` and paths through symlinks are refused, and a symlink
+   * where a file goes is replaced, never written through. Entries belong to root, with the archive's modes and mtimes.
+   */
+  async writeTar(dir: string, tar: Uint8Array | Readable | ReadableStream<Uint8Array>): Promise<TarWriteResult> {
+    const body: Uint8Array | StreamBody = tar instanceof Readable ? (tar as AsyncIterable<Uint8Array>) : tar;
+    const res = await this.dataPlane.request('PUT', '/files/tar', { query: { path: dir }, body, timeoutMs: 0, contentType: 'application/x-tar' });
+    return readJson<TarWriteResult>(res);
+  }
+
+  /** Downloads a directory as a tar stream (symlinks kept as symlinks); `bytes` buffers it whole. */
+  readTar(dir: string, opts?: { format?: 'stream' }): Promise<ReadableStream<Uint8Array>>;
+  readTar(dir: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
+  async readTar(dir: string, opts: { format?: 'stream' | 'bytes' } = {}): Promise<ReadableStream<Uint8Array> | Uint8Array> {
+    const res = await this.dataPlane.request('GET', '/files/tar', { query: { path: dir }, timeoutMs: 0 });
+    if (opts.format === 'bytes') return new Uint8Array(await res.arrayBuffer());
+    return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
   }
 
   /** Entries under `path`; depth > 1 descends into subdirectories. */

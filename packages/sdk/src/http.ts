@@ -11,8 +11,9 @@ export interface HttpRequest {
   query?: Query;
   /** Sent as application/json. */
   json?: unknown;
-  /** Raw bytes, sent as application/octet-stream. */
+  /** Raw bytes, sent as application/octet-stream unless contentType says otherwise. */
   body?: Uint8Array | StreamBody;
+  contentType?: string;
   /** Abort when the response headers have not arrived in this time; the body itself is not limited. 0 = none. */
   timeoutMs: number;
 }
@@ -35,7 +36,7 @@ export async function send(url: URL, token: string, req: HttpRequest): Promise<R
     headers['content-type'] = 'application/json';
     body = JSON.stringify(req.json);
   } else if (req.body !== undefined) {
-    headers['content-type'] = 'application/octet-stream';
+    headers['content-type'] = req.contentType ?? 'application/octet-stream';
     // undici streams an async iterable or ReadableStream body with backpressure; the DOM types do not list iterables.
     body = req.body as RequestInit['body'];
   }

@@ -46,7 +46,7 @@ export {
 } from './audit-export.js';
 export { ApiKeys, type ApiKeyCreateOptions, type ApiKeyInfo, type ApiKeyListOptions, type ApiKeyRole, type CreatedApiKey } from './apikeys.js';
 export { TenantKeys, type KeyProviderChoice, type TenantKeyStatus } from './tenant-keys.js';
-export { Files, type ReadFormat, type WriteData, type WriteResult } from './files.js';
+export { Files, type ReadFormat, type TarWriteResult, type WriteData, type WriteResult } from './files.js';
 export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
 export { resolveConfig, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionConfig, type ResolvedConfig, type ServerFile } from './config.js';
 export * from './errors.js';

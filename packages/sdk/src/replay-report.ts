@@ -33,7 +33,7 @@ export type Verdict = 'same' | 'timing' | 'nondeterministic' | 'different' | 'no
 export interface ReplayInputResult {
   /** The source event's seq. */
   seq: number;
-  kind: 'command' | 'stdin' | 'signal' | 'resize' | 'file.write' | 'file.remove' | 'file.rename' | 'file.mkdir';
+  kind: 'command' | 'stdin' | 'signal' | 'resize' | 'file.write' | 'file.writeTar' | 'file.remove' | 'file.rename' | 'file.mkdir';
   summary: string;
   verdict: Verdict;
   /** What differs, one line each. */

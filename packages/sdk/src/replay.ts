@@ -295,6 +295,24 @@ export async function runReplay(cp: ControlPlane, sourceId: string, opts: Replay
           result = { ...base, kind: 'file.write', summary, verdict: differences.length ? 'different' : 'same', differences };
           break;
         }
+        case 'file.tar_written': {
+          const path = String(d.path);
+          const summary = `${path} (${d.entries} entries from a tar)`;
+          if (typeof d.contentId !== 'string') {
+            result = notRecorded('file.writeTar', summary);
+            break;
+          }
+          const data = await recorded(d.contentId, Number(d.archiveBytes));
+          const w = await files.writeTar(path, data).catch((err: Error) => err);
+          const differences =
+            w instanceof Error
+              ? [`the upload failed in the replay: ${w.message}`]
+              : w.entries !== d.entries
+                ? [`${w.entries} entries extracted in the replay, ${d.entries} originally`]
+                : [];
+          result = { ...base, kind: 'file.writeTar', summary, verdict: differences.length ? 'different' : 'same', differences };
+          break;
+        }
         case 'file.removed':
         case 'file.renamed':
         case 'file.dir_created': {

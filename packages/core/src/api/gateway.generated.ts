@@ -198,6 +198,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/files/tar": {
+        parameters: {
+            query: {
+                path: components["parameters"]["Path"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        /** @description The directory at `path` as a tar stream (POSIX/PAX), packed in the guest as it is sent: names relative to the directory, symlinks stored as symlinks (never followed), files linked more than once as hard links; sockets, FIFOs and devices are left out. */
+        get: operations["readDirTar"];
+        /** @description Extracts a tar stream into the directory at `path` (created with its parents) as it arrives. Nothing is written outside that directory: absolute names, `..` components and paths through symlinks are refused (invalid_argument), and a symlink where a file goes is replaced, never written through. Regular files, directories, symlinks and hard links are extracted with their mode and mtime; owners in the archive are ignored (entries belong to root). Existing files and symlinks are replaced (unlinked first, as tar does); on a failure, entries extracted before it stay. Limited to 1,000,000 entries and to the upload size of PUT /files. */
+        put: operations["writeDirTar"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/recording/{contentId}": {
         parameters: {
             query?: never;
@@ -1113,6 +1135,68 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    readDirTar: {
+        parameters: {
+            query: {
+                path: components["parameters"]["Path"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A tar stream (chunked) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    writeDirTar: {
+        parameters: {
+            query: {
+                path: components["parameters"]["Path"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description Extracted */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        path: string;
+                        /** @description Archive entries extracted */
+                        entries: number;
+                        /** @description Bytes of file content written */
+                        sizeBytes: number;
+                        /** @description Bytes of the tar stream received */
+                        archiveBytes: number;
+                    };
+                };
             };
             default: components["responses"]["Error"];
         };
