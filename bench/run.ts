@@ -762,6 +762,9 @@ function replaySection(header: string, rs: Row[]): string {
   );
 }
 
+/** Host load at the end of the reconnects phase: its rates are the machine's, which other work shares. */
+let reconnectsLoad = '';
+
 /** Phase 10, reconnects (BENCH_ONLY=reconnects): the output route next to the WebSocket and Sandbox.connect, on its own server. */
 async function reconnectsPhase(): Promise<Row[]> {
   const running = await start({ home, port, warmPoolSize: 0 });
@@ -769,6 +772,7 @@ async function reconnectsPhase(): Promise<Row[]> {
     const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
     const out: Row[] = [];
     for (const r of await reconnectsBench({ config, quick })) addLatencyTo(out, r.what, r.samplesMs, [`p99 ${ms(pct(r.samplesMs, 99))}`, r.note]);
+    reconnectsLoad = loadavg();
     return out;
   } finally {
     await running.stop();
@@ -781,7 +785,9 @@ function reconnectsSection(header: string, rs: Row[]): string {
     '32 concurrent clients in the bench process re-attach to one sandbox’s commands, through the WebSocket route (each a ' +
     'handshake and an agent attach: the old path) and through `GET …/commands/{cid}/output` on kept-alive connections ' +
     '(served from the gateway’s output hub), in one run (`BENCH_ONLY=reconnects`). Every answer is checked: the exit, ' +
-    'and each byte against the writer’s sequence. Design and trade-offs: `docs/design/reconnects.md`.\n\n' +
+    'and each byte against the writer’s sequence; the server runs in the same process. Host load average (1, 5, 15 min) ' +
+    `at the end: ${reconnectsLoad}; the control plane's health route, with no work behind it, is the ceiling of this ` +
+    'machine for any request. Design and trade-offs: `docs/design/reconnects.md`.\n\n' +
     `${mdRows(rs)}<!-- /reconnects phase -->\n`
   );
 }
