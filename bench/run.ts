@@ -20,6 +20,7 @@ import { keysBench } from './keys.js';
 import { inputCosts, replaySpeed } from './replay.js';
 import { densityBench, densitySection } from './density.js';
 import { reconnectsBench } from './reconnects.js';
+import { filesBench } from './files.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -247,7 +248,7 @@ async function egressPhase(): Promise<void> {
 
 /**
  * BENCH_ONLY=snapshots|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
- * BENCH_ONLY=cluster, BENCH_ONLY=e2b and BENCH_ONLY=replay also replace their own sections of docs/benchmarks.md.
+ * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md.
  */
 const only = process.env.BENCH_ONLY;
 
@@ -762,6 +763,35 @@ function replaySection(header: string, rs: Row[]): string {
   );
 }
 
+/**
+ * Phase 11, files (BENCH_ONLY=files): cp and files.write/read of 64 MiB both ways, and 10,000 files as a tar stream both
+ * ways, each next to its host baseline measured in the same run. BENCH_FILES_BIG_MIB=1024 adds the 1 GiB rows.
+ */
+async function filesPhase(): Promise<Row[]> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  try {
+    const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+    const out: Row[] = [];
+    const bigMib = Number(process.env.BENCH_FILES_BIG_MIB ?? 0);
+    for (const r of await filesBench(config, { home, quick, bigMib })) addLatencyTo(out, r.what, r.samplesMs, [r.note]);
+    return out;
+  } finally {
+    await running.stop();
+  }
+}
+
+function filesSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- files phase -->\n## Files\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ${loadavg()} ` +
+    'at the end (other work shares this machine). One sandbox (256 MiB, 1 vCPU) on a server recording inputs (the ' +
+    'default), in one run (`BENCH_ONLY=files`). "The guest alone" is the same work done by the guest on its own disk ' +
+    '(`dd … conv=fsync`, `cat`, `tar -x`): what the emulated guest can do without any channel. CPU per MiB counts ' +
+    "this process (gateway, SDK and bench share it) and the VM's QEMU process over the same transfer. cp is the " +
+    "CLI's path: a host file streamed up, or down into a host file. Trade-offs: docs/design/bulk-files.md.\n\n" +
+    `${mdRows(rs)}<!-- /files phase -->\n`
+  );
+}
+
 /** Host load at the end of the reconnects phase: its rates are the machine's, which other work shares. */
 let reconnectsLoad = '';
 
@@ -800,6 +830,14 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Recording and replay', replayRows);
     if (!quick) writeSection('replay', replaySection(header, replayRows));
+    return;
+  }
+  if (only === 'files') {
+    const fileRows = await filesPhase();
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Files', fileRows);
+    if (!quick) writeSection('files', filesSection(header, fileRows));
     return;
   }
   if (only === 'reconnects') {
