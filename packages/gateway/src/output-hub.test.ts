@@ -201,6 +201,13 @@ describe('OutputHubs', () => {
     now = 5000;
     hubs.open('d', 0, () => new FakeCommand());
     expect(hubs.size).toBe(1);
+    const followed = hubs.open('e', 0, () => new FakeCommand())!;
+    followed.followers.add(() => undefined);
+    await followed.ready;
+    now = 10_000;
+    hubs.sweep();
+    expect(hubs.size).toBe(1);
+    expect(followed.state).toBe('live');
   });
 
   it('forgets a hub whose agent link broke, and a sandbox’s hubs when it stops', async () => {

@@ -288,6 +288,13 @@ export class OutputHubs {
     this.maxHubs = opts.maxHubs ?? 4096;
     this.idleMs = opts.idleMs ?? 60_000;
     this.nowMs = opts.nowMs ?? Date.now;
+    // An idle hub of a running command keeps its attach (and the guest's output crossing to the host) until it goes.
+    setInterval(() => this.sweep(), this.idleMs).unref();
+  }
+
+  /** Evicts the hubs nobody read for idleMs (and follows). */
+  sweep(): void {
+    this.evict(this.nowMs(), 0);
   }
 
   get heldBytes(): number {
