@@ -95,6 +95,8 @@ export class CommandHandle {
     this.stream = new OutputStream(dataPlane, commandId, {
       fromOffset: opts.fromOffset,
       transport: opts.transport,
+      // Its input goes by POST, so a dropped stream is picked up again with one request, not a WebSocket handshake.
+      reconnectOverHttp: true,
       onData: (fd, bytes) => this.onData(fd, bytes),
       onExit: (exit) => this.onExit(exit),
       onFail: (err) => this.settle.reject(err),

@@ -527,26 +527,27 @@ describe('commands', () => {
     expect((err as CommandTimeoutError).result.timedOut).toBe(true);
   });
 
-  it('reconnects from its offset after a dropped socket and drops replayed bytes', async () => {
+  it('reconnects from its offset after a dropped socket, over one HTTP request, and drops replayed bytes', async () => {
     const offsets: (string | null)[] = [];
     scriptCommand((ws, url) => {
       offsets.push(url.searchParams.get('fromOffset'));
-      if (offsets.length === 1) {
-        start(ws);
-        ws.send(frame(1, 0, 'hello '));
-        ws.send(frame(1, 6, 'wor'), () => ws.terminate());
-      } else {
-        // The gateway may replay from an earlier frame boundary: the SDK must skip what it already has.
-        start(ws, 6);
-        ws.send(frame(1, 6, 'world'));
-        exit(ws, 11);
-      }
+      start(ws);
+      ws.send(frame(1, 0, 'hello '));
+      ws.send(frame(1, 6, 'wor'), () => ws.terminate());
+    });
+    server.on(OUTPUT, (_req, res, url) => {
+      offsets.push(`http ${url.searchParams.get('fromOffset')}`);
+      // The gateway may replay from an earlier frame boundary: the SDK must skip what it already has.
+      sendRecords(
+        res,
+        records({ type: 'start', startOffset: 6, command }, frame(1, 6, 'world'), { type: 'exit', exitCode: 0, signal: null, timedOut: false, endOffset: 11 }),
+      );
     });
     const sbx = await create();
     const h = await sbx.commands.run('x', { background: true });
     const result = await h.wait();
     expect(result.stdout).toBe('hello world');
-    expect(offsets).toEqual(['0', '9']);
+    expect(offsets).toEqual(['0', 'http 9']);
     expect(h.outputOffset).toBe(11);
   });
 
@@ -665,6 +666,10 @@ describe('commands', () => {
       ws.send(JSON.stringify({ type: 'error', error: { code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' } }));
       ws.close(1011, 'sandbox_not_running');
     });
+    // Asked again (the error is retryable), the output route says the same.
+    server.on(OUTPUT, (_req, res) =>
+      sendRecords(res, records({ type: 'error', error: { code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' } })),
+    );
     const sbx = await create();
     const err = await sbx.commands.run('x').catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'sandbox_not_running', message: 'the sandbox ended', requestId: 'req_s' });

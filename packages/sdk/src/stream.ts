@@ -23,6 +23,8 @@ export interface OutputStreamOptions {
    * recent output from its own copy); no input goes over it. `ws` (default): the WebSocket, which also carries input.
    */
   transport?: 'ws' | 'http';
+  /** Reconnects after a drop go over `http` whatever the first connection used (a stream that carries no input). */
+  reconnectOverHttp?: boolean;
   onData: (fd: Fd, bytes: Buffer) => void;
   onExit: (exit: ExitMessage) => void;
   onFail: (err: SandglassError) => void;
@@ -35,6 +37,7 @@ export class OutputStream {
   /** The body being read by the http transport. */
   private reader?: ReadableStreamDefaultReader<Uint8Array>;
   private finished = false;
+  private connectedOnce = false;
   private failedAttempts = 0;
   private refreshedToken = false;
   /** The last attempt could not reach the gateway, or it did not have the sandbox. */
@@ -91,7 +94,9 @@ export class OutputStream {
   }
 
   private async connect(): Promise<void> {
-    if (this.opts.transport === 'http') return this.connectHttp();
+    const reconnect = this.connectedOnce;
+    this.connectedOnce = true;
+    if (this.opts.transport === 'http' || (reconnect && this.opts.reconnectOverHttp)) return this.connectHttp();
     let target;
     try {
       target = await this.dataPlane.webSocketTarget(
