@@ -1,48 +1,13 @@
 // Snapshot faults on a server of its own: kill -9 in the middle of a capture, a full store, a flipped byte in a chunk.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox, SandglassError } from '@sandglass/sdk';
-import { deriveNodeKeys, loadNodeSecret } from '@sandglass/core';
 import { rawRequest } from '../packages/gateway/src/test-support.js';
-import { home as sharedHome } from './helpers.js';
+import { OwnServer } from './own-server.js';
 
-const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
-// A home of its own (database, chunk store, keys) that reuses the suite's built artifacts.
-const home = mkdtempSync(join(tmpdir(), 'sg-faults-'));
-symlinkSync(join(sharedHome, 'artifacts'), join(home, 'artifacts'));
-const port = Number(process.env.SANDGLASS_TEST_PORT ?? 17070) + 20;
-let child: ChildProcess | undefined;
-
-async function up(failpoints = ''): Promise<{ apiUrl: string; apiKey: string; gatewayUrl: string; internalSocket: string; internalBearer: string }> {
-  rmSync(join(home, 'server.json'), { force: true });
-  child = spawn(bin, ['up', '--port', String(port)], {
-    env: { ...process.env, SANDGLASS_HOME: home, SANDGLASS_WARM_POOL: '0', SANDGLASS_LOG_LEVEL: 'warn', SANDGLASS_FAILPOINTS: failpoints },
-    stdio: 'ignore',
-  });
-  const until = Date.now() + 120_000;
-  while (!existsSync(join(home, 'server.json'))) {
-    if (Date.now() > until || child.exitCode !== null) throw new Error('the fault-test server did not come up');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return {
-    apiUrl: `http://127.0.0.1:${port}`,
-    apiKey: readFileSync(join(home, 'admin-key'), 'utf8').trim(),
-    gatewayUrl: `http://127.0.0.1:${port + 1}`,
-    internalSocket: join(home, 'internal', 'gateway.sock'),
-    internalBearer: deriveNodeKeys(loadNodeSecret(join(home, 'node-secret'))).internalBearer.toString('hex'),
-  };
-}
-
-async function down(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-  if (!child || child.exitCode !== null || child.signalCode !== null) return;
-  const gone = new Promise((r) => child!.once('exit', r));
-  child.kill(signal);
-  await gone;
-}
+const server = new OwnServer('snapshot-faults');
+const up = (failpoints = '') => server.up({ SANDGLASS_FAILPOINTS: failpoints });
 
 function chunkFiles(): string[] {
   const out: string[] = [];
@@ -54,14 +19,11 @@ function chunkFiles(): string[] {
       else if (!name.startsWith('.')) out.push(p);
     }
   };
-  walk(join(home, 'store', 'chunks'));
+  walk(join(server.home, 'store', 'chunks'));
   return out;
 }
 
-afterAll(async () => {
-  await down();
-  rmSync(home, { recursive: true, force: true });
-});
+afterAll(() => server.dispose());
 
 describe('snapshot faults', () => {
   it('survives kill -9 mid-capture, reports a full store cleanly, and refuses a corrupt chunk', async () => {
@@ -74,8 +36,8 @@ describe('snapshot faults', () => {
     await sbx.commands.run('head -c 8000000 /dev/urandom > /root/noise && sync');
     const dying = await sbx.snapshot().catch((e: unknown) => e);
     expect(dying).toBeInstanceOf(SandglassError);
-    await new Promise<void>((r) => (child!.exitCode !== null || child!.signalCode !== null ? r() : child!.once('exit', () => r())));
-    expect(child!.signalCode).toBe('SIGKILL');
+    await server.exited();
+    expect(server.child.signalCode).toBe('SIGKILL');
 
     // 2. Restarted: the partial snapshot does not exist; the sandbox is back at its last good snapshot, paused.
     s = await up('capture.chunks=enospc@1');
