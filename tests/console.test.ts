@@ -43,12 +43,15 @@ async function readStream(cookie: string, query: string, until: (ev: { type: str
     text += decoder.decode(chunk, { stream: true });
     let end = text.indexOf('\n\n');
     while (end >= 0) {
-      const data = text
-        .slice(0, end)
-        .split('\n')
-        .find((l) => l.startsWith('data: '));
+      const lines = text.slice(0, end).split('\n');
+      const data = lines.find((l) => l.startsWith('data: '));
       text = text.slice(end + 2);
-      if (data) {
+      // The stream's one `ready` marker (the backlog is through) is seen as a pseudo-event of type `(ready)`.
+      if (lines.includes('event: ready')) {
+        const ready = { type: '(ready)', sandboxId: null, data: {} };
+        seen.push(ready);
+        if (until(ready)) return seen;
+      } else if (data && lines.includes('event: log')) {
         const ev = JSON.parse(data.slice(6));
         seen.push(ev);
         // Leaving the loop cancels the body, which closes the stream.
@@ -156,6 +159,24 @@ describe('console session and CSRF boundary', () => {
     expect(events.filter((e) => e.sandboxId === sandboxId)).toEqual([]);
   }, 60_000);
 
+  it("marks where the log's backlog ends and live events begin", async () => {
+    const { cookie } = await signIn(adminKey);
+    const named = (name: string) => (ev: { type: string }) => ev.type === 'api_key.created' && JSON.stringify(ev).includes(name);
+    const before = `console-before-${Date.now()}`;
+    const after = `console-after-${Date.now()}`;
+    expect((await api('POST', '/v1/api-keys', { body: { name: before } })).status).toBe(201);
+    let created: Promise<unknown> | undefined;
+    const seen = await readStream(cookie, 'afterSeq=0', (ev) => {
+      if (ev.type === '(ready)') created = api('POST', '/v1/api-keys', { body: { name: after } });
+      return named(after)(ev);
+    });
+    await created;
+    const readyAt = seen.findIndex((e) => e.type === '(ready)');
+    expect(seen.filter((e) => e.type === '(ready)')).toHaveLength(1);
+    expect(seen.findIndex(named(before))).toBeLessThan(readyAt);
+    expect(seen.findIndex(named(after))).toBeGreaterThan(readyAt);
+  }, 60_000);
+
   it('ends the session when its key is revoked', async () => {
     const { cookie } = await signIn(otherKey);
     expect((await asConsole(cookie, '/console/api/session', { headers: CSRF })).status).toBe(200);
@@ -235,17 +256,29 @@ describe('console in a browser', () => {
     expect(stored).not.toContain(adminKey);
     expect(stored).not.toContain('sg_session');
 
-    const rowsBefore = await page.getByTestId('sandbox-row').count();
+    const before = new Set((await api('GET', '/v1/sandboxes')).body!.sandboxes.map((s: { id: string }) => s.id));
     await page.getByRole('button', { name: 'New sandbox' }).click();
-    // The new row arrives through the page's event stream, with no reload.
-    await page.getByTestId('sandbox-row').nth(rowsBefore).waitFor({ timeout: 120_000 });
-    const ids = await page.getByTestId('sandbox-row').locator('a').allTextContents();
-    const known = new Set((await api('GET', '/v1/sandboxes')).body!.sandboxes.map((s: { id: string }) => s.id));
-    const created = ids.filter((id) => !killAtEnd.includes(id) && known.has(id));
-    killAtEnd.push(...created);
+    let createdId: string | undefined;
+    await expect
+      .poll(
+        async () => {
+          createdId = (await api('GET', '/v1/sandboxes')).body!.sandboxes.find((s: { id: string }) => !before.has(s.id))?.id;
+          return createdId;
+        },
+        { timeout: 120_000 },
+      )
+      .toBeDefined();
+    killAtEnd.push(createdId!);
+    const newest = { id: createdId! };
+    // The new row, and then its state, arrive through the page's event stream, with no reload.
+    await page
+      .getByTestId('sandbox-row')
+      .filter({ hasText: newest.id })
+      .getByTestId('sandbox-state')
+      .filter({ hasText: 'running' })
+      .waitFor({ timeout: 120_000 });
     await page.screenshot({ path: join(artifacts, '2-sandboxes.png') });
 
-    const newest = (await api('GET', '/v1/sandboxes')).body!.sandboxes.filter((s: { id: string }) => created.includes(s.id))[0] as { id: string };
     // This test takes minutes on TCG: no rolling snapshot may land between the two it takes, and no timeout end it.
     expect((await api('POST', `/v1/sandboxes/${newest.id}/snapshot-interval`, { body: { snapshotIntervalS: 3600 } })).status).toBe(200);
     expect((await api('POST', `/v1/sandboxes/${newest.id}/timeout`, { body: { timeoutS: 3600 } })).status).toBe(200);
@@ -364,7 +397,17 @@ describe('console in a browser', () => {
 
     await page.getByRole('button', { name: new RegExp(`^Snapshot ${first.id} `) }).click();
     await scrubbed.getByTestId('selected-snapshot').filter({ hasText: first.id }).waitFor();
-    await page.getByLabel('Forks').fill('1');
+    // A fork with a count lists the forks it started; one alone opens its page.
+    await page.getByLabel('Forks', { exact: true }).fill('2');
+    await page.getByRole('button', { name: 'Fork from this snapshot' }).click();
+    const started = page.getByRole('list', { name: 'Forks started' }).getByRole('link');
+    await started.nth(1).waitFor({ timeout: 120_000 });
+    const pair = await started.allTextContents();
+    killAtEnd.push(...pair);
+    expect(pair).toHaveLength(2);
+    for (const id of pair) expect((await api('GET', `/v1/sandboxes/${id}`)).body!.sourceSnapshotId).toBe(first.id);
+    for (const id of pair) await api('DELETE', `/v1/sandboxes/${id}`);
+    await page.getByLabel('Forks', { exact: true }).fill('1');
     await page.getByRole('button', { name: 'Fork from this snapshot' }).click();
     await page.waitForURL((url) => url.hash.startsWith('#/sandboxes/') && !url.hash.endsWith(newest.id), { timeout: 120_000 });
     const forkId = new URL(page.url()).hash.slice('#/sandboxes/'.length);

@@ -33,9 +33,10 @@ export interface LogEvent {
 
 /**
  * Follows the tenant's event log (optionally one sandbox's) over one server-sent events stream, read with fetch so the
- * CSRF header goes along. A dropped stream is reopened once, after a pause, from the last event seen.
+ * CSRF header goes along. A dropped stream is reopened once, after a pause, from the last event seen. `onReady` is
+ * called when the events already in the log have been delivered: those after it are live.
  */
-export function followEvents(query: { sandboxId?: string; afterSeq?: number }, onEvent: (ev: LogEvent) => void): () => void {
+export function followEvents(query: { sandboxId?: string; afterSeq?: number }, onEvent: (ev: LogEvent) => void, onReady?: () => void): () => void {
   const abort = new AbortController();
   let afterSeq = query.afterSeq ?? 0;
   const run = async (): Promise<void> => {
@@ -52,12 +53,13 @@ export function followEvents(query: { sandboxId?: string; afterSeq?: number }, o
       while (end >= 0) {
         const block = buffered.slice(0, end);
         buffered = buffered.slice(end + 2);
-        const data = block
-          .split('\n')
+        const lines = block.split('\n');
+        const data = lines
           .filter((l) => l.startsWith('data: '))
           .map((l) => l.slice(6))
           .join('\n');
-        if (data) {
+        if (lines.includes('event: ready')) onReady?.();
+        else if (data) {
           const ev = JSON.parse(data) as LogEvent;
           afterSeq = ev.seq;
           onEvent(ev);

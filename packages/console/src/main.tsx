@@ -105,10 +105,18 @@ function SandboxList() {
   }, []);
   useEffect(() => {
     load();
-    // One stream for the page; each sandbox event reloads the list once.
-    return followEvents({}, (ev) => {
-      if (ev.type.startsWith('sandbox.')) load();
-    });
+    // One stream for the page; each live sandbox event reloads the list once (the log's backlog only once, when ready).
+    let live = false;
+    return followEvents(
+      {},
+      (ev) => {
+        if (live && ev.type.startsWith('sandbox.')) load();
+      },
+      () => {
+        if (!live) load();
+        live = true;
+      },
+    );
   }, [load]);
   const act = (fn: () => Promise<unknown>) => fn().then(load, (e: Error) => setError(e.message));
   const shown = sandboxes.filter((s) => filter === '' || s.state === filter);
@@ -213,18 +221,33 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
     load();
     loadApprovals();
     setEvents([]);
+    setVm(0);
     setError('');
-    return followEvents({ sandboxId: id }, (ev) => {
-      setEvents((prev) => [...prev, ev]);
-      if (ev.type.startsWith('sandbox.') || ev.type.startsWith('snapshot.')) load();
-      if (ev.type.startsWith('command.')) setCommandsVersion((v) => v + 1);
-      if (ev.type === 'sandbox.resumed' || ev.type === 'sandbox.moved') {
-        forgetAccess(id);
-        setVm(ev.seq);
-      }
-      // A request waiting for a human shows the moment its event is logged.
-      if (ev.type.startsWith('secret.approval_')) loadApprovals();
-    });
+    // The log's backlog fills the page's history; only live events make it reload or replace its terminal.
+    let live = false;
+    return followEvents(
+      { sandboxId: id },
+      (ev) => {
+        setEvents((prev) => [...prev, ev]);
+        if (!live) return;
+        if (ev.type.startsWith('sandbox.') || ev.type.startsWith('snapshot.')) load();
+        if (ev.type.startsWith('command.')) setCommandsVersion((v) => v + 1);
+        if (ev.type === 'sandbox.resumed' || ev.type === 'sandbox.moved') {
+          forgetAccess(id);
+          setVm(ev.seq);
+        }
+        // A request waiting for a human shows the moment its event is logged.
+        if (ev.type.startsWith('secret.approval_')) loadApprovals();
+      },
+      () => {
+        // What changed while the backlog streamed in is loaded once.
+        if (!live) {
+          load();
+          loadApprovals();
+        }
+        live = true;
+      },
+    );
   }, [id, load, loadApprovals]);
   // Only once this page's sandbox is loaded: after a fork the previous one's state is still shown for a moment.
   const current = sandbox?.id === id ? sandbox : undefined;

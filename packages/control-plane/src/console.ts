@@ -223,7 +223,8 @@ export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
       return reply.code(204).send();
     });
 
-    // One stream per page: every event of the caller's tenant from `afterSeq` on, as server-sent events.
+    // One stream per page: every event of the caller's tenant from `afterSeq` on, as server-sent events (`event: log`),
+    // and one `event: ready` after the events that were already in the log when it opened.
     scope.get<{ Querystring: { afterSeq?: string; sandboxId?: string } }>('/console/api/stream', async (req, reply) => {
       const who = await requireSession(req);
       let afterSeq = Number(req.query.afterSeq ?? 0);
@@ -235,6 +236,7 @@ export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
       res.write(': stream open\n\n');
       let closed = false;
       let busy = false;
+      let caughtUp = false;
       const tail = async () => {
         if (busy || closed) return;
         busy = true;
@@ -249,6 +251,11 @@ export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
               );
             if (page.length > 0) afterSeq = page[page.length - 1]!.seq;
             if (page.length < STREAM_PAGE) break;
+          }
+          // Once: what came so far was the backlog, what comes next is live. The page reacts to live events only.
+          if (!caughtUp) {
+            caughtUp = true;
+            res.write('event: ready\ndata: {}\n\n');
           }
         } catch {
           stop();
