@@ -1,7 +1,5 @@
 // Placement and the node gateway's internal API as seen from the control plane: it only ever talks to gateways over HTTP.
-import { request as httpRequest } from 'node:http';
-import { request as httpsRequest } from 'node:https';
-import { deriveNodeKeys, errorFromBody, SandglassError, type GatewayApi, type RequestBody, type SuccessBody } from '@sandglass/core';
+import { deriveNodeKeys, errorFromBody, httpExchange, SandglassError, type GatewayApi, type RequestBody, type SuccessBody } from '@sandglass/core';
 import type { ApprovalRequest, NetworkPolicy } from './api.js';
 
 export interface GatewayEndpoint {
@@ -181,37 +179,14 @@ function send(
   opts: { authorization: string; body?: string; timeoutMs: number },
 ): Promise<{ status: number; text: string }> {
   const target = base.startsWith('unix:') ? { socketPath: base.slice('unix:'.length), path, tls: false } : urlTarget(base, path);
-  // A gateway's certificate is checked against the system's CAs (and NODE_EXTRA_CA_CERTS for a private CA).
-  const request = target.tls ? httpsRequest : httpRequest;
   const headers: Record<string, string> = { authorization: opts.authorization };
   if (opts.body !== undefined) {
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(opts.body));
   }
-  const signal = AbortSignal.timeout(opts.timeoutMs);
-  const { tls: _tls, ...where } = target;
-  const attempt = (mayRetry: boolean): Promise<{ status: number; text: string }> =>
-    new Promise((resolve, reject) => {
-      let answered = false;
-      const req = request({ ...where, method, headers, signal }, (res) => {
-        answered = true;
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-        res.on('error', (err) => reject(signal.aborted ? signal.reason : err));
-      });
-      req.on('error', (err: NodeJS.ErrnoException) => {
-        if (signal.aborted) return reject(signal.reason);
-        // A kept-alive connection the gateway closed as idle just as we reused it: the request never reached it
-        // (nothing was answered), so it is sent once more on a new connection rather than failing the caller.
-        if (mayRetry && !answered && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) {
-          return resolve(attempt(false));
-        }
-        reject(err);
-      });
-      req.end(opts.body);
-    });
-  return attempt(true);
+  const { tls, ...where } = target;
+  // A gateway's certificate is checked against the system's CAs (and NODE_EXTRA_CA_CERTS for a private CA).
+  return httpExchange({ options: { ...where, method, headers }, https: tls, body: opts.body, timeoutMs: opts.timeoutMs });
 }
 
 function urlTarget(base: string, path: string): { host: string; port: number; path: string; tls: boolean } {

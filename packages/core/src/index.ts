@@ -7,6 +7,7 @@ export * from './home.js';
 export * from './home-lock.js';
 export * from './proc.js';
 export * from './http.js';
+export * from './http-exchange.js';
 export * from './access-token.js';
 export * from './node-secret.js';
 export * from './validation.js';

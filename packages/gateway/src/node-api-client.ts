@@ -1,7 +1,7 @@
 // The gateway's client of the control plane's node API (spec/node.yaml): authenticated calls, bounded in time, retried when safe.
-import { request as httpRequest, Agent as HttpAgent } from 'node:http';
-import { request as httpsRequest, Agent as HttpsAgent } from 'node:https';
-import { deriveNodeKeys, errorFromBody, SandglassError, type NodeApi, type RequestBody, type SuccessBody } from '@sandglass/core';
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import { deriveNodeKeys, errorFromBody, httpExchange, SandglassError, type NodeApi, type RequestBody, type SuccessBody } from '@sandglass/core';
 
 type Ops = NodeApi.operations;
 export type Heartbeat = RequestBody<Ops['nodeHeartbeat']>;
@@ -178,19 +178,7 @@ export class NodeApiClient {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(Buffer.byteLength(body));
     }
-    const signal = AbortSignal.timeout(timeoutMs);
-    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    return new Promise((resolve, reject) => {
-      const fail = (err: unknown) => reject(signal.aborted ? signal.reason : err);
-      const req = request(url, { method, headers, signal, agent: this.#agent, ...(this.#ca ? { ca: this.#ca } : {}) }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-        res.on('error', fail);
-      });
-      req.on('error', fail);
-      req.end(body);
-    });
+    return httpExchange({ url, options: { method, headers, agent: this.#agent, ...(this.#ca ? { ca: this.#ca } : {}) }, body, timeoutMs });
   }
 }
 
