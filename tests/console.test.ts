@@ -4,7 +4,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import { type Browser, chromium, type Page, type WebSocketRoute } from 'playwright-core';
 import { adminKey, api, apiUrl, home } from './helpers.js';
 
 const CSRF = { 'x-sandglass-console': '1' };
@@ -282,11 +282,37 @@ describe('console in a browser', () => {
     // This test takes minutes on TCG: no rolling snapshot may land between the two it takes, and no timeout end it.
     expect((await api('POST', `/v1/sandboxes/${newest.id}/snapshot-interval`, { body: { snapshotIntervalS: 3600 } })).status).toBe(200);
     expect((await api('POST', `/v1/sandboxes/${newest.id}/timeout`, { body: { timeoutS: 3600 } })).status).toBe(200);
+    // The page's command streams pass through here, so the test can drop one as a network would.
+    const streams: Array<{ page: WebSocketRoute; server: WebSocketRoute }> = [];
+    await page.routeWebSocket(
+      (url) => url.pathname.endsWith('/stream'),
+      (ws) => {
+        streams.push({ page: ws, server: ws.connectToServer() });
+      },
+    );
     await page.goto(`${apiUrl}/console/#/sandboxes/${newest.id}`);
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
     // The shell's prompt shows before typing, so the keystrokes reach a shell that reads them.
     await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
     await typeAndSee(page, 'echo $((6*7))', '42');
+
+    // The terminal's connection drops: the page reattaches from the last byte it showed, losing and repeating nothing.
+    expect(streams).toHaveLength(1);
+    await streams[0]!.server.close();
+    await streams[0]!.page.close();
+    await page.getByTestId('terminal-status').filter({ hasText: 'reconnecting' }).waitFor();
+    await page
+      .getByTestId('terminal-status')
+      .filter({ hasText: /^connected$/ })
+      .waitFor({ timeout: 60_000 });
+    expect(streams).toHaveLength(2);
+    await typeAndSee(page, 'echo $((6*8))', '48');
+    expect(
+      await page
+        .locator('.xterm-rows > div')
+        .filter({ hasText: /^\s*42\s*$/ })
+        .count(),
+    ).toBe(1);
     await page.screenshot({ path: join(artifacts, '3-terminal.png') });
 
     // The terminal fits its box: a narrower window gives the shell's PTY fewer columns.
