@@ -1,7 +1,8 @@
 // Issue 14 in a cluster (two control-plane replicas on PostgreSQL, a gateway on S3) with SoftHSM2: a tenant's key
 // registered, rotated and revoked through either replica; the revocation stops its sandbox on the gateway at once and
-// refuses its boots; a sandbox lost with its node while the key is gone from the HSM is not brought back.
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+// refuses its boots, and its store is reclaimed after retention; a sandbox lost with its node while the key is gone
+// from the HSM is not brought back.
+import { type Dirent, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +21,7 @@ const cluster = new Cluster({
   gateways: 1,
   deadAfterS: 6,
   heartbeatIntervalS: 1,
+  controlPlaneStore: true,
 });
 let hsm: SoftHsm;
 
@@ -51,7 +53,10 @@ async function stateOf(id: string, apiKey: string): Promise<string> {
 }
 
 beforeAll(async () => {
-  // Before the replicas start: they inherit SOFTHSM2_CONF, and the token store is this test's.
+  // Before the replicas start: they inherit SOFTHSM2_CONF, and the token store is this test's. A revoked tenant's
+  // store is reclaimed at the first maintenance round after its revocation (retention 0).
+  process.env.SANDGLASS_REVOKED_RETENTION_S = '0';
+  process.env.SANDGLASS_MAINTENANCE_INTERVAL_S = '5';
   hsm = softHsm([TOKEN], { dir: join(dir, 'softhsm') });
   for (const label of ['kek-r', 'kek-f']) hsm.createKey(TOKEN, label);
   try {
@@ -119,6 +124,8 @@ describe('bring your own key in a cluster', () => {
     expect(status.body).toMatchObject({ revoked: true });
     // Another tenant on the same gateway runs on.
     expect((await otherSbx.commands.run('echo still here')).stdout).toBe('still here\n');
+    // One replica reclaims the revoked tenant's blobs from the shared store once its retention (0 here) is over.
+    await waitFor(() => sealedVersions(t.id).size === 0, 120_000, "the revoked tenant's store was not reclaimed");
   });
 
   it('a sandbox lost with its node while its key is gone from the HSM is not brought back: it fails key_revoked', async () => {
@@ -139,16 +146,31 @@ describe('bring your own key in a cluster', () => {
   });
 });
 
-/** Data key versions that sealed the tenant's blobs in the S3 server's files (s3rver keeps each object as a file). */
+/** Data key versions that sealed the tenant's chunks and manifests in the S3 server's files (s3rver keeps each object as a file). */
 function sealedVersions(tenantId: string): Set<number> {
   const out = new Set<number>();
+  // The S3 server deletes files and emptied directories while a purge runs: what vanished mid-walk is simply gone.
+  const gone = (err: unknown) => (err as NodeJS.ErrnoException).code === 'ENOENT';
   const walk = (d: string) => {
-    for (const e of readdirSync(d, { withFileTypes: true })) {
+    let entries: Dirent[];
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch (err) {
+      if (gone(err)) return;
+      throw err;
+    }
+    for (const e of entries) {
       const p = join(d, e.name);
       if (e.isDirectory()) walk(p);
-      else if (p.includes(tenantId) && e.name.endsWith('._S3rver_object')) {
+      else if ((p.includes(`/chunks/${tenantId}/`) || p.includes(`/manifests/${tenantId}/`)) && e.name.endsWith('._S3rver_object')) {
+        let head: Buffer;
+        try {
+          head = readFileSync(p).subarray(0, 5);
+        } catch (err) {
+          if (gone(err)) continue;
+          throw err;
+        }
         // The chunk store's framing: a bare seal (format byte 1) is version 1; 0x80 and a u32 name a later version.
-        const head = readFileSync(p).subarray(0, 5);
         if (head[0] === 0x80) out.add(head.readUInt32BE(1));
         else if (head[0] === 1) out.add(1);
       }

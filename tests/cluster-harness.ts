@@ -34,6 +34,8 @@ export interface ClusterOptions {
   heartbeatIntervalS: number;
   /** Extra environment for the gateways. */
   gatewayEnv?: Record<string, string>;
+  /** Give the replicas the shared store too (`--store`), so their maintenance rounds run (retention, GC, revoked tenants). */
+  controlPlaneStore?: boolean;
 }
 
 interface Proc {
@@ -113,8 +115,12 @@ export class Cluster {
       String(this.opts.deadAfterS),
       '--heartbeat-interval-s',
       String(this.opts.heartbeatIntervalS),
+      ...(this.opts.controlPlaneStore ? ['--store', this.s3!.url] : []),
     ];
-    const proc = this.#spawn(`cp${i + 1}`, bin, args, {});
+    const env: Record<string, string> = this.opts.controlPlaneStore
+      ? { AWS_ACCESS_KEY_ID: this.s3!.accessKeyId, AWS_SECRET_ACCESS_KEY: this.s3!.secretAccessKey }
+      : {};
+    const proc = this.#spawn(`cp${i + 1}`, bin, args, env);
     this.#cps.set(i, proc);
     await waitFor(
       async () => (await fetch(`http://127.0.0.1:${port}/v1/health`).catch(() => undefined))?.ok === true,

@@ -1,14 +1,16 @@
 // `sandglass control-plane`: one stateless replica of the control plane of a cluster (PostgreSQL, gateways as nodes).
+import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { createLogger, loadNodeSecret, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { LocalKeyring, TenantKeys } from '@sandglass/kms';
 import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
-import { bootstrapLocal, createControlPlane, Maintenance, NodeDirectory, upsertTemplate } from '@sandglass/control-plane';
+import { bootstrapLocal, claimLease, createControlPlane, Maintenance, NodeDirectory, releaseLease, upsertTemplate } from '@sandglass/control-plane';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
 import { intFromEnv } from './env.js';
 import { parseListen } from './gateway-node.js';
+import { DEFAULT_REVOKED_RETENTION_S, purgeRevokedTenants } from './revoked-retention.js';
 
 export interface ControlPlaneNodeOptions {
   /** `postgres://…` for a cluster (several replicas share it); `sqlite:` works for one replica. */
@@ -81,25 +83,45 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
   });
   const url = await cp.listen(port, host);
   // Every replica runs the loop; the maintenance lease lets one of them work each round.
-  const maintenance =
-    backend &&
-    new Maintenance({
-      db,
-      events,
-      store: new ChunkStore({ backend, keys, clock }),
-      retention: DEFAULT_RETENTION,
-      clock,
-      logger: log,
-      intervalMs: intFromEnv('SANDGLASS_MAINTENANCE_INTERVAL_S', 600, 1, 86_400) * 1000,
-    });
+  const maintenanceMs = intFromEnv('SANDGLASS_MAINTENANCE_INTERVAL_S', 600, 1, 86_400) * 1000;
+  const store = backend && new ChunkStore({ backend, keys, clock });
+  const maintenance = store && new Maintenance({ db, events, store, retention: DEFAULT_RETENTION, clock, logger: log, intervalMs: maintenanceMs });
   if (maintenance) maintenance.start();
   else log.warn('no --store: snapshot retention and chunk-store GC do not run (snapshots are never thinned)');
+  // A revoked tenant's store (unreadable by anyone) is reclaimed once its retention period is over, by one replica a
+  // round: the one holding the lease.
+  const revokedRetentionMs = intFromEnv('SANDGLASS_REVOKED_RETENTION_S', DEFAULT_REVOKED_RETENTION_S, 0, 10 * 365 * 86_400) * 1000;
+  const holder = `cp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  const reclaim = async (s: ChunkStore): Promise<void> => {
+    // Held well past one round: a long purge must not find a second replica purging beside it.
+    if (!(await claimLease(db, 'revoked-retention', holder, Math.max(maintenanceMs, 600_000), clock))) return;
+    try {
+      await purgeRevokedTenants({
+        keys,
+        store: s,
+        events: { append: (e) => events.append(e, { clock }) },
+        clock,
+        logger: log,
+        retentionMs: revokedRetentionMs,
+      });
+    } finally {
+      await releaseLease(db, 'revoked-retention', holder).catch(() => undefined);
+    }
+  };
+  const reclaimTimer =
+    store &&
+    setInterval(
+      () => reclaim(store).catch((err: unknown) => log.warn({ err: (err as Error).message }, "reclaiming revoked tenants' stores failed")),
+      maintenanceMs,
+    );
+  reclaimTimer?.unref();
   log.info({ url, deadAfterS, heartbeatIntervalS }, 'control plane replica up');
   let stopping: Promise<void> | undefined;
   return {
     url,
     stop: () =>
       (stopping ??= (async () => {
+        clearInterval(reclaimTimer);
         await maintenance?.stop();
         await cp.close();
         await keys.close();
