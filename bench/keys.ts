@@ -100,7 +100,11 @@ export async function keysBench(opts: { apiUrl: string; apiKey: string; home: st
   }
   return [
     { what: 'key check, keyring', samplesMs: verifyMs.keyring, note: 'verify(): the tombstone checked, the cached key' },
-    { what: 'key check, PKCS#11', samplesMs: verifyMs.pkcs11, note: 'verify(): C_FindObjects + C_UnwrapKey + read + destroy in SoftHSM2' },
+    {
+      what: 'key check, PKCS#11',
+      samplesMs: verifyMs.pkcs11,
+      note: "verify(): C_FindObjects + C_UnwrapKey + read + destroy in SoftHSM2, on the provider's worker thread",
+    },
     { what: 'create, keyring tenant', samplesMs: samples.createKeyring, note: 'restore from the template (warm pool off)' },
     { what: 'create, PKCS#11 tenant', samplesMs: samples.createPkcs11, note: 'same, plus an unwrap in the HSM before the boot' },
     { what: 'fork, keyring tenant', samplesMs: samples.forkKeyring, note: 'one fork of a snapshot cached on tmpfs' },
