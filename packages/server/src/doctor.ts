@@ -3,7 +3,7 @@ import { existsSync, readFileSync, readdirSync, statSync, statfsSync } from 'nod
 import { freemem, totalmem } from 'node:os';
 import { homeLayout } from '@sandglass/core';
 import { defaultKernelArgs, ensureGuestImage } from '@sandglass/images';
-import { cachedAccel, probeCacheKey, qemuVersion, TCG_CPU_MODEL, type AccelChoice } from '@sandglass/vmm';
+import { accelWithoutProbe, cachedAccel, probeCacheKey, qemuVersion, type AccelChoice } from '@sandglass/vmm';
 import { accelCacheFile, nodeAccel } from './accel.js';
 import { progressPrinter } from './progress.js';
 
@@ -71,14 +71,16 @@ export async function doctor(opts: { home?: string; probe?: boolean } = {}): Pro
     progress.finish();
     accel = await nodeAccel(layout, image, defaultKernelArgs().join(' '));
   } else {
-    const setting = process.env.SANDGLASS_ACCEL?.trim().toLowerCase();
-    accel =
-      setting === 'tcg'
-        ? { accel: 'tcg', cpu: TCG_CPU_MODEL, reason: 'SANDGLASS_ACCEL=tcg: KVM not probed', attempts: [], cached: false }
-        : (cachedAccel(accelCacheFile(layout), probeCacheKey(qemu)) ?? {
-            accel: 'unknown',
-            reason: 'no verdict cached for this host boot and QEMU version: run `sandglass doctor` without --no-probe',
-          });
+    // What the node would choose without a probe (a setting, no /dev/kvm), else its cached verdict.
+    try {
+      accel = accelWithoutProbe(process.env.SANDGLASS_ACCEL) ??
+        cachedAccel(accelCacheFile(layout), probeCacheKey(qemu)) ?? {
+          accel: 'unknown',
+          reason: 'no verdict cached for this host boot and QEMU version: run `sandglass doctor` without --no-probe',
+        };
+    } catch (err) {
+      accel = { accel: 'unknown', reason: (err as Error).message };
+    }
   }
   return {
     kvm: kvmDevice(),

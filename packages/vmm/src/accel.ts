@@ -141,15 +141,26 @@ async function timed(attempt: ProbeAttempt, target: ProbeTarget, timeoutMs: numb
  * The accelerator and CPU model for this host: KVM with the first CPU model that boots the guest to its agent within
  * the limit, TCG otherwise. `setting` kvm makes a failed probe an error; tcg skips the probe.
  */
-export async function chooseAccel(opts: ChooseAccelOptions): Promise<AccelChoice> {
-  const setting = parseAccelSetting(opts.setting);
-  const tcg = (reason: string, attempts: ProbeResult[] = [], cached = false): AccelChoice => ({ accel: 'tcg', cpu: TCG_CPU_MODEL, reason, attempts, cached });
+/**
+ * The choice no probe is needed for: TCG when the setting says so or there is no KVM device (SANDGLASS_ACCEL=kvm
+ * without one is an error); undefined when only the probe, or its cached verdict, can tell.
+ */
+export function accelWithoutProbe(settingValue: string | undefined, device = '/dev/kvm'): AccelChoice | undefined {
+  const setting = parseAccelSetting(settingValue);
+  const tcg = (reason: string): AccelChoice => ({ accel: 'tcg', cpu: TCG_CPU_MODEL, reason, attempts: [], cached: false });
   if (setting === 'tcg') return tcg('SANDGLASS_ACCEL=tcg: KVM not probed');
-  const device = opts.kvmDevice ?? '/dev/kvm';
   if (!existsSync(device)) {
     if (setting === 'kvm') throw new SandglassError('vm_failed', `SANDGLASS_ACCEL=kvm but ${device} does not exist`);
     return tcg(`no ${device}: using TCG`);
   }
+  return undefined;
+}
+
+export async function chooseAccel(opts: ChooseAccelOptions): Promise<AccelChoice> {
+  const setting = parseAccelSetting(opts.setting);
+  const tcg = (reason: string, attempts: ProbeResult[] = [], cached = false): AccelChoice => ({ accel: 'tcg', cpu: TCG_CPU_MODEL, reason, attempts, cached });
+  const settled = accelWithoutProbe(opts.setting, opts.kvmDevice);
+  if (settled) return settled;
   let entry = readCache(opts.cacheFile, opts.cacheKey);
   const cached = entry !== undefined;
   if (!entry) {
