@@ -33,8 +33,11 @@ export function stdinHasData(fd = 0): boolean {
   }
 }
 
-/** Starts argv in the background (printing nothing); the caller decides whether to wait. */
-export function startExec(sbx: Sandbox, argv: string[], opts: ExecOptions): Promise<CommandHandle> {
+/**
+ * Starts argv in the background; with `live`, its output is written to ours as it comes (else nothing is printed, and
+ * output that arrives before a disconnect is left for `attach`). The caller decides whether to wait.
+ */
+export function startExec(sbx: Sandbox, argv: string[], opts: ExecOptions, live = false): Promise<CommandHandle> {
   return sbx.commands.exec(argv, {
     background: true,
     cwd: opts.cwd,
@@ -42,14 +45,14 @@ export function startExec(sbx: Sandbox, argv: string[], opts: ExecOptions): Prom
     user: opts.user,
     timeoutMs: opts.timeoutMs,
     stdin: opts.stdin ?? stdinHasData(),
-    ...outputCallbacks,
+    ...(live ? outputCallbacks : { retainOutput: false }),
   });
 }
 
 /** Runs argv with live output and stdin forwarding; resolves with the exit code to exit with. */
 export async function execStreaming(sbx: Sandbox, argv: string[], opts: ExecOptions): Promise<number> {
   const forwardStdin = opts.stdin ?? stdinHasData();
-  const handle = await startExec(sbx, argv, { ...opts, stdin: forwardStdin });
+  const handle = await startExec(sbx, argv, { ...opts, stdin: forwardStdin }, true);
   // Ctrl-C interrupts the command, not only us; a second one kills it outright.
   let interrupts = 0;
   const onInt = () => void handle.kill(interrupts++ === 0 ? 'SIGINT' : 'SIGKILL').catch(() => undefined);
