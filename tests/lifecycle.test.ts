@@ -60,8 +60,9 @@ describe('lifecycle', () => {
 
   it('detects a guest kernel crash (panic) and keeps the reason and console tail', async () => {
     const sbx = await Sandbox.create(config());
-    // The command never returns: the guest kernel panics under it.
-    await sbx.commands.run('echo c > /proc/sysrq-trigger', { background: true });
+    // The command never returns: the guest kernel panics under it. A moment later, so the agent's answer to the start
+    // is on its way out before the guest goes down (otherwise the start itself fails: agent not connected).
+    await sbx.commands.run('sleep 1; echo c > /proc/sysrq-trigger', { background: true });
     const info = await until(
       () => sbx.getInfo(),
       (i) => i.state === 'failed',
