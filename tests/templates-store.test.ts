@@ -99,7 +99,7 @@ describe('templates in the chunk store', () => {
       warmPoolSize: 0,
       store: new ChunkStore({ backend: new LocalDiskBackend(layoutA.store), keys: new LocalKeyring({ dir: layoutA.keys }) }),
       templateRegistry: { registry: dbTemplateRegistry(database.db), nodeId: 'node-b' },
-      snapshotIndex: { all: async () => [] },
+      snapshotIndex: { all: async () => [], thinnable: async () => false },
       retention: DEFAULT_RETENTION,
       secrets: { resolve: async () => Promise.reject(new Error('node B resolves no secrets')) },
     });

@@ -241,6 +241,56 @@ describe.each(dialects)('gc gate and maintenance on $dialect', ({ url }) => {
     expect(left.map((s) => s.id)).toEqual([snap(2)]);
     expect(await b.has(id)).toBe(true);
   });
+
+  it('keeps a snapshot named after it was taken, and thins it again once its name is cleared', async () => {
+    const b = await new ChunkStore({ backend, keys, clock }).tenant(tenantId);
+    const sandboxId = `sbx_${'c'.repeat(20)}`;
+    const { id } = await b.put(randomBytes(1024));
+    const created = {
+      template: 'base',
+      memoryMib: 256,
+      vcpus: 1,
+      timeoutS: 600,
+      snapshotIntervalS: 60,
+      metadata: {},
+      gatewayId: 'node-b',
+      gatewayUrl: 'http://x',
+      secrets: [],
+    };
+    await events.append({ type: 'sandbox.created', tenantId, sandboxId, data: created }, { clock });
+    const old = new Date(clock.nowMs() - 30 * 24 * 60 * MINUTE).toISOString();
+    for (const [n, takenAt] of [
+      [0, old],
+      [1, old],
+      [2, new Date(clock.nowMs()).toISOString()],
+    ] as const) {
+      await b.putManifest(snap(n), { refs: [id], body: {} });
+      const data = {
+        snapshotId: snap(n),
+        takenAt,
+        parentId: null,
+        reason: 'rolling',
+        name: null,
+        pinned: false,
+        sizeAddedBytes: 1,
+        memoryMib: 256,
+        vcpus: 1,
+        template: 'base',
+      };
+      await events.append({ type: 'snapshot.taken', tenantId, sandboxId, data }, { clock });
+    }
+    const name = (n: number, to: string | null, from: string | null) =>
+      events.append({ type: 'snapshot.named', tenantId, sandboxId, data: { snapshotId: snap(n), name: to, previousName: from } }, { clock });
+    await name(0, 'keep', null);
+    await name(1, 'brief', null);
+    await name(1, null, 'brief');
+    expect((await maintenance().tick())?.deleted).toBe(1);
+    expect((await b.listManifests()).sort()).toEqual([snap(0), snap(2)].sort());
+    await name(0, null, 'keep');
+    clock.advance(11 * MINUTE);
+    expect((await maintenance().tick())?.deleted).toBe(1);
+    expect(await b.listManifests()).toEqual([snap(2)]);
+  });
 });
 
 describe('capture leases over the node API', () => {

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import { SandglassError, type Clock, type Logger } from '@sandglass/core';
 import type { ChunkStore, GcResult } from '@sandglass/chunkstore';
-import { toIso, type Schema } from '@sandglass/db';
+import { isPostgres, toIso, type Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import { planRetention, type RetentionPolicy } from '@sandglass/snapshots';
 import { GcGate } from './gc-gate.js';
@@ -131,10 +131,19 @@ export class Maintenance {
     for (const r of rows) {
       if (!drop.has(r.id)) continue;
       signal.throwIfAborted();
-      await events.append(
-        { type: 'snapshot.deleted', tenantId: r.tenant_id, sandboxId: r.sandbox_id, data: { snapshotId: r.id, why: 'retention' } },
-        { clock },
-      );
+      // Named (so pinned) since the plan read it, or deleted meanwhile: it stays out of this round. Row and append
+      // share a transaction, the row locked on PostgreSQL, so a snapshot.named cannot land between them.
+      const thinned = await db.transaction().execute(async (trx) => {
+        const q = trx.selectFrom('snapshots').select('pinned').where('id', '=', r.id);
+        const now = await (isPostgres(trx) ? q.forUpdate() : q).executeTakeFirst();
+        if (!now || now.pinned === 1) return false;
+        await events.append(
+          { type: 'snapshot.deleted', tenantId: r.tenant_id, sandboxId: r.sandbox_id, data: { snapshotId: r.id, why: 'retention' } },
+          { clock, trx },
+        );
+        return true;
+      });
+      if (!thinned) continue;
       await (await store.tenant(r.tenant_id)).deleteManifest(r.id);
       deleted++;
     }

@@ -1,7 +1,7 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
 import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock, type ControlPlaneApi } from '@sandglass/core';
-import { fromIso, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
+import { fromIso, isPostgres, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
@@ -279,6 +279,25 @@ export class SandboxService {
 
   async getSnapshot(who: Principal, snapshotId: string): Promise<Snapshot> {
     return toSnapshot(await this.#ownSnapshot(who, snapshotId));
+  }
+
+  /**
+   * Names, renames or (null) unnames a snapshot: `snapshot.named`, whose projection pins a named one and unpins an
+   * unnamed one, which is all retention reads. Read and appended in one transaction, the row locked on PostgreSQL, so a
+   * deletion cannot slip between them and previousName is the name this rename replaced.
+   */
+  async nameSnapshot(who: Principal, snapshotId: string, name: string | null): Promise<Snapshot> {
+    const { db, events, clock } = this.deps;
+    return db.transaction().execute(async (trx) => {
+      const q = trx.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).where('tenant_id', '=', who.tenantId);
+      const snap = await (isPostgres(trx) ? q.forUpdate() : q).executeTakeFirst();
+      if (!snap) throw noSuchSnapshot(snapshotId);
+      await events.append(
+        { type: 'snapshot.named', tenantId: who.tenantId, sandboxId: snap.sandbox_id, data: { snapshotId, name, previousName: snap.name } },
+        { clock, trx },
+      );
+      return toSnapshot({ ...snap, name, pinned: name === null ? 0 : 1 });
+    });
   }
 
   /** The gateway deletes the manifest and records snapshot.deleted; forks already started from it keep running. */
@@ -576,8 +595,7 @@ export class SandboxService {
   /** Another tenant's snapshot is indistinguishable from one that does not exist. */
   async #ownSnapshot(who: Principal, snapshotId: string): Promise<SnapshotRow> {
     const row = await this.deps.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).where('tenant_id', '=', who.tenantId).executeTakeFirst();
-    if (!row)
-      throw new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant (retention may have thinned it, or it was deleted).`);
+    if (!row) throw noSuchSnapshot(snapshotId);
     return row;
   }
 
@@ -643,4 +661,9 @@ export class SandboxService {
       expiresAt: toIso(expMs),
     };
   }
+}
+
+/** Another tenant's snapshot and one thinned or deleted answer alike. */
+function noSuchSnapshot(snapshotId: string): SandglassError {
+  return new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant (retention may have thinned it, or it was deleted).`);
 }

@@ -248,7 +248,7 @@ function checkAgainstSpec(method: string, url: string, status: number, body: str
   if (!ajv.validate(derefSchema(spec, schema) as object, JSON.parse(body))) violations.push(`${where}: ${ajv.errorsText(ajv.errors)} in ${body.slice(0, 300)}`);
 }
 
-type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 async function call(
   method: Method,
   url: string,
@@ -900,6 +900,48 @@ describe('snapshots', () => {
     expect(await state()).toEqual(before);
   });
 
+  it('names, renames and unnames a snapshot after the fact, recording snapshot.named and pinning only a named one', async () => {
+    const { sbx, snapshots } = await sandboxWithTimeline();
+    const id = snapshots[1]!.id;
+    const named = await call('PATCH', `/v1/snapshots/${id}`, { json: { name: 'good.state-1' } });
+    expect(named.statusCode, named.body).toBe(200);
+    expect(named.json()).toEqual({ ...snapshots[1], name: 'good.state-1', pinned: true });
+    expect((await call('GET', `/v1/snapshots/${id}`)).json()).toEqual(named.json());
+    const renamed = await call('PATCH', `/v1/snapshots/${id}`, { json: { name: 'better' } });
+    expect(renamed.json()).toMatchObject({ name: 'better', pinned: true });
+    const cleared = await call('PATCH', `/v1/snapshots/${id}`, { json: { name: null } });
+    expect(cleared.json()).toEqual(snapshots[1]);
+    expect(seen).toEqual([]);
+    const log = (await events.list({ sandboxId: sbx.id })).filter((e) => e.type === 'snapshot.named');
+    expect(log.map((e) => e.data)).toEqual([
+      { snapshotId: id, name: 'good.state-1', previousName: null },
+      { snapshotId: id, name: 'better', previousName: 'good.state-1' },
+      { snapshotId: id, name: null, previousName: 'better' },
+    ]);
+    // A sandbox that has ended keeps its timeline, and it can still be named.
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+    expect((await call('PATCH', `/v1/snapshots/${snapshots[2]!.id}`, { json: { name: 'last' } })).json()).toMatchObject({ name: 'last', pinned: true });
+    const live = await database.db.selectFrom('snapshots').selectAll().orderBy('id').execute();
+    await events.rebuildProjections();
+    expect(await database.db.selectFrom('snapshots').selectAll().orderBy('id').execute()).toEqual(live);
+  });
+
+  it.each([
+    ['an empty name', { name: '' }, 'name'],
+    ['a name with a slash', { name: 'a/b' }, 'name'],
+    ['a name of 65 characters', { name: 'x'.repeat(65) }, 'name'],
+    ['a number', { name: 7 }, 'name'],
+    ['no name at all', {}, 'name'],
+    ['an unknown field', { name: 'a', pinned: false }, 'pinned'],
+  ])('refuses to name a snapshot with %s, changing nothing', async (_what, json, field) => {
+    const { snapshots } = await sandboxWithTimeline();
+    const before = { ...(await state()), snapshots: await database.db.selectFrom('snapshots').selectAll().orderBy('id').execute() };
+    const res = await call('PATCH', `/v1/snapshots/${snapshots[0]!.id}`, { json });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    expect({ ...(await state()), snapshots: await database.db.selectFrom('snapshots').selectAll().orderBy('id').execute() }).toEqual(before);
+  });
+
   it('snapshots only a running sandbox', async () => {
     const sbx = await createSandbox();
     await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
@@ -933,10 +975,11 @@ describe('snapshots', () => {
     for (const [method, url, json] of [
       ['GET', '/v1/snapshots/SNAP', undefined],
       ['DELETE', '/v1/snapshots/SNAP', undefined],
+      ['PATCH', '/v1/snapshots/SNAP', { name: 'mine-now' }],
       ['POST', '/v1/forks', { snapshotId: 'SNAP' }],
       ['POST', `/v1/sandboxes/${mine.id}/resume`, { snapshotId: 'SNAP' }],
     ] as const) {
-      const withId = (id: string) => (json === undefined ? undefined : { snapshotId: id });
+      const withId = (id: string) => (json === undefined ? undefined : 'name' in json ? json : { snapshotId: id });
       const theirs = await call(method, url.replace('SNAP', snap), { key: b.key, json: withId(snap) });
       const none = await call(method, url.replace('SNAP', unknown), { key: b.key, json: withId(unknown) });
       expect(theirs.statusCode, `${method} ${url}`).toBe(404);

@@ -239,6 +239,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/sandboxes/{id}/pause', async (req) => sandboxes.pause(who(req), idOf(req)));
   route('POST', '/v1/sandboxes/{id}/resume', async (req) => sandboxes.resume(who(req), idOf(req), req.body));
   route('GET', '/v1/snapshots/{id}', async (req) => sandboxes.getSnapshot(who(req), idOf(req)));
+  route('PATCH', '/v1/snapshots/{id}', async (req) => sandboxes.nameSnapshot(who(req), idOf(req), req.body.name));
   route('DELETE', '/v1/snapshots/{id}', async (req, reply) => {
     await sandboxes.deleteSnapshot(who(req), idOf(req));
     return reply.code(204).send();

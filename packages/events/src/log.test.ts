@@ -288,6 +288,51 @@ describe.each(dialects('log_test'))('on $dialect', ({ fresh }) => {
       expect(await sandboxes()).toEqual(live);
     });
 
+    it('renames and pins a snapshot by snapshot.named, only the tenant’s own, and rebuilds the same', async () => {
+      const taken = (snapshotId: string, name: string | null): AppendInput => ({
+        type: 'snapshot.taken',
+        tenantId: 'ten_a',
+        sandboxId: 'sbx_1',
+        data: { snapshotId, parentId: null, reason: 'manual', name, pinned: name !== null, sizeAddedBytes: 1, memoryMib: 256, vcpus: 1, template: 'base' },
+      });
+      const named = (tenantId: string, snapshotId: string, name: string | null, previousName: string | null): AppendInput => ({
+        type: 'snapshot.named',
+        tenantId,
+        sandboxId: 'sbx_1',
+        data: { snapshotId, name, previousName },
+      });
+      await log.append(created('sbx_1'), { clock });
+      for (const input of [
+        taken('snap_1', null),
+        taken('snap_2', 'before'),
+        taken('snap_3', null),
+        named('ten_a', 'snap_1', 'after', null),
+        named('ten_a', 'snap_2', null, 'before'),
+        named('ten_a', 'snap_3', 'one', null),
+        named('ten_a', 'snap_3', 'two', 'one'),
+        // Another tenant's event for the same id renames nothing of ten_a's.
+        named('ten_b', 'snap_1', 'theirs', null),
+        { type: 'snapshot.deleted', tenantId: 'ten_a', sandboxId: 'sbx_1', data: { snapshotId: 'snap_2', why: 'user' } },
+        // Named after it was deleted: no row comes back.
+        named('ten_a', 'snap_2', 'late', null),
+      ])
+        await log.append(input, { clock });
+      const rows = () => database.db.selectFrom('snapshots').selectAll().orderBy('id').execute();
+      const live = await rows();
+      expect(live.map((r) => [r.id, r.name, r.pinned])).toEqual([
+        ['snap_1', 'after', 1],
+        ['snap_3', 'two', 1],
+      ]);
+      await log.append(named('ten_a', 'snap_1', null, 'after'), { clock });
+      const unpinned = await rows();
+      expect(unpinned.map((r) => [r.id, r.name, r.pinned])).toEqual([
+        ['snap_1', null, 0],
+        ['snap_3', 'two', 1],
+      ]);
+      await log.rebuildProjections();
+      expect(await rows()).toEqual(unpinned);
+    });
+
     it('takes a fork’s network and secrets from sandbox.forked when the gateway reports them, and only the rules', async () => {
       const fork = created('sbx_f');
       fork.data = { ...fork.data, network: { allow: ['now.example'], deny: [] }, secrets: ['A', 'B'] };

@@ -262,6 +262,11 @@ async function applyToProjection(trx: Kysely<Schema>, event: StoredEvent): Promi
 async function applySnapshot(trx: Kysely<Schema>, event: StoredEvent): Promise<void> {
   const change = projectSnapshot(event);
   if (change.insert) await trx.insertInto('snapshots').values(change.insert).execute();
+  if (change.rename) {
+    const { id, tenantId, name, pinned } = change.rename;
+    // Only the tenant's own row: a rename of an id thinned or deleted meanwhile changes nothing, live or rebuilt.
+    await trx.updateTable('snapshots').set({ name, pinned }).where('id', '=', id).where('tenant_id', '=', tenantId).execute();
+  }
   if (change.deleteId) await trx.deleteFrom('snapshots').where('id', '=', change.deleteId).execute();
 }
 

@@ -95,8 +95,16 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
   }
 }
 
-/** The snapshots projection: `snapshot.taken` adds a row, `snapshot.deleted` removes it. */
-export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; deleteId?: string } {
+/** A snapshot's new name, and the pin that goes with having one. */
+export interface SnapshotRename {
+  id: string;
+  tenantId: string;
+  name: string | null;
+  pinned: 0 | 1;
+}
+
+/** The snapshots projection: `snapshot.taken` adds a row, `snapshot.named` renames it, `snapshot.deleted` removes it. */
+export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?: SnapshotRename; deleteId?: string } {
   if (e.type === 'snapshot.taken') {
     const d = e.data as unknown as SnapshotTakenData;
     return {
@@ -116,6 +124,11 @@ export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; deleteI
         template: d.template,
       },
     };
+  }
+  if (e.type === 'snapshot.named') {
+    const d = e.data as EventDataMap['snapshot.named'];
+    const name = typeof d.name === 'string' ? d.name : null;
+    return { rename: { id: String(d.snapshotId), tenantId: e.tenantId, name, pinned: name === null ? 0 : 1 } };
   }
   if (e.type === 'snapshot.deleted') return { deleteId: String((e.data as EventDataMap['snapshot.deleted']).snapshotId) };
   return {};

@@ -89,6 +89,8 @@ export interface EventDataMap {
   'snapshot.taken': Open<SnapshotTakenData>;
   'snapshot.failed': Open<{ reason: string; code: string; attempt?: number; willRetry?: boolean }>;
   'snapshot.deleted': Open<{ snapshotId: string; why: 'retention' | 'user' }>;
+  /** Named, renamed or (name null) unnamed after it was taken; a named snapshot is pinned, an unnamed one is not. */
+  'snapshot.named': Open<{ snapshotId: string; name: string | null; previousName: string | null }>;
   'gc.completed': Open<object>;
   /** The guest agent sent past a stream's credit; the stream was reset. Recorded once per sandbox. */
   'agent.protocol_violation': Open<{ kind: string; stream: number; creditBytes: number; frameBytes: number }>;

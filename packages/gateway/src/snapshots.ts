@@ -51,6 +51,8 @@ export interface SnapshotInfo {
 export interface SnapshotIndex {
   /** Every committed snapshot with its sandbox's state. */
   all(): Promise<Array<{ id: string; tenantId: string; sandboxId: string; takenAt: string; pinned: boolean; sandboxState: string }>>;
+  /** Whether the snapshot is still on record and still unpinned: named since `all` read it (PATCH /v1/snapshots), it stays. */
+  thinnable(snapshotId: string): Promise<boolean>;
 }
 
 export interface SnapshotManagerOptions {
@@ -413,6 +415,10 @@ export class SnapshotManager {
     let deleted = 0;
     for (const s of all) {
       if (!drop.has(s.id)) continue;
+      if (!(await this.opts.index.thinnable(s.id))) {
+        drop.delete(s.id);
+        continue;
+      }
       await this.delete(s.tenantId, s.sandboxId, s.id, 'retention');
       deleted++;
     }

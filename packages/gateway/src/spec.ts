@@ -5,7 +5,7 @@ import { loadOpenApi, routeSchema, type GatewayApi, type MethodsAt, type Operati
 
 const spec = loadOpenApi(fileURLToPath(new URL('../../../spec/gateway.yaml', import.meta.url)));
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 type Paths = GatewayApi.paths;
 type Path = keyof Paths;

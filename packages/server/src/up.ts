@@ -97,6 +97,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
             .orderBy('snapshots.taken_at', 'asc')
             .execute()
         ).map((r) => ({ id: r.id, tenantId: r.tenant_id, sandboxId: r.sandbox_id, takenAt: r.taken_at, pinned: r.pinned === 1, sandboxState: r.state })),
+      thinnable: async (snapshotId) => (await db.selectFrom('snapshots').select('pinned').where('id', '=', snapshotId).executeTakeFirst())?.pinned === 0,
     },
   });
   await upsertTemplate(db, { name: BASE_TEMPLATE.name, status: 'building', memoryMib: BASE_TEMPLATE.memoryMib }, { clock });

@@ -376,7 +376,11 @@ export interface paths {
         delete: operations["deleteSnapshot"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Names, renames or (null) unnames the snapshot; a named one is pinned, an unnamed one is thinned by retention again.
+         * @description Recorded as `snapshot.named` (`snapshotId`, `name`, `previousName`). The name follows the rules of a name given at capture; a snapshot of an ended sandbox can be named as long as retention has not thinned it.
+         */
+        patch: operations["nameSnapshot"];
         trace?: never;
     };
     "/v1/forks": {
@@ -686,6 +690,10 @@ export interface components {
         TakeSnapshotRequest: {
             name?: components["schemas"]["SnapshotName"];
         };
+        NameSnapshotRequest: {
+            /** @description The new name, by the rules of SnapshotName; null removes it (and the pin that came with it). */
+            name: string | null;
+        };
         /** @description At most one of `at` and `snapshotId`. */
         ResumeSandboxRequest: {
             /**
@@ -802,7 +810,7 @@ export interface components {
             /** @description Position in the one log; increases */
             seq: number;
             id: string;
-            /** @description sandbox.created, sandbox.started, sandbox.killed (data.reason), sandbox.failed (data.reason, data.consoleTail), sandbox.timeout, sandbox.extended, sandbox.paused, sandbox.resumed, sandbox.forked, sandbox.configured, sandbox.network_changed (data.allow, data.deny), snapshot.taken, snapshot.failed, snapshot.deleted, command.started, command.exited, file.written, file.removed, tenant.created, api_key.created, api_key.revoked, api_key.role_changed (data.keyId and the acting key's id, never a key), secret.set and secret.removed (tenant events: name, hosts, header, approval; never the value), and from the egress gateway egress.request, egress.exchange, egress.secret_scope, egress.rejected, secret.approval_requested, secret.approval_decided; gateways may add further command.*, file.* and egress.* types. */
+            /** @description sandbox.created, sandbox.started, sandbox.killed (data.reason), sandbox.failed (data.reason, data.consoleTail), sandbox.timeout, sandbox.extended, sandbox.paused, sandbox.resumed, sandbox.forked, sandbox.configured, sandbox.network_changed (data.allow, data.deny), snapshot.taken, snapshot.failed, snapshot.deleted, snapshot.named, command.started, command.exited, file.written, file.removed, tenant.created, api_key.created, api_key.revoked, api_key.role_changed (data.keyId and the acting key's id, never a key), secret.set and secret.removed (tenant events: name, hosts, header, approval; never the value), and from the egress gateway egress.request, egress.exchange, egress.secret_scope, egress.rejected, secret.approval_requested, secret.approval_decided; gateways may add further command.*, file.* and egress.* types. */
             type: string;
             tenantId: string;
             sandboxId: string | null;
@@ -1625,6 +1633,35 @@ export interface operations {
             409: components["responses"]["Error"];
             502: components["responses"]["Error"];
             503: components["responses"]["Error"];
+        };
+    };
+    nameSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NameSnapshotRequest"];
+            };
+        };
+        responses: {
+            /** @description The snapshot with its new name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
         };
     };
     forkSandbox: {

@@ -43,7 +43,7 @@ export interface OperationRoute<Op extends Operation> {
   Reply: Replies<Op>;
 }
 
-export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /** The operation of a generated `paths` type at one path and method; never where the spec has none. */
 export type OperationAt<Paths, P extends keyof Paths, M extends HttpMethod> =
