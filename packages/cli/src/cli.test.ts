@@ -122,6 +122,11 @@ beforeAll(async () => {
       await receive(route, req);
       return json(res, 204);
     }
+    if (route === `PATCH /v1/snapshots/${SNAP}`) {
+      await receive(route, req);
+      const { name } = received.get(route)!.at(-1) as { name: string | null };
+      return json(res, 200, snapshot({ reason: 'manual', name, pinned: name !== null }));
+    }
     if (route === `PUT /v1/sandboxes/${SBX}/network`) {
       await receive(route, req);
       return json(res, 200, { network: received.get(route)!.at(-1) });
@@ -371,6 +376,18 @@ describe('sandglass time travel', () => {
     const missing = await cli(['snapshot-rm', 'snap_missingmissingmis']);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toBe('error: snapshot_not_found: no such snapshot (request req_2)\n');
+  });
+
+  it('names, renames and unnames a snapshot, and refuses a name together with --clear', async () => {
+    received.clear();
+    const named = await cli(['snapshot-name', SNAP, 'good-state']);
+    expect([named.code, named.stdout.toString()]).toEqual([0, `${SNAP} good-state\n`]);
+    const cleared = await cli(['snapshot-name', SNAP, '--clear', '--json']);
+    expect(cleared.code).toBe(0);
+    expect(JSON.parse(cleared.stdout.toString())).toMatchObject({ id: SNAP, name: null, pinned: false });
+    expect(received.get(`PATCH /v1/snapshots/${SNAP}`)).toEqual([{ name: 'good-state' }, { name: null }]);
+    for (const args of [[SNAP], [SNAP, 'x', '--clear']]) expect((await cli(['snapshot-name', ...args])).code).toBe(2);
+    expect(received.get(`PATCH /v1/snapshots/${SNAP}`)).toHaveLength(2);
   });
 
   it('forks from a sandbox at a time and prints the new ids; --json leaves access out', async () => {

@@ -157,6 +157,20 @@ describe('auditTimeline', () => {
     ]);
   });
 
+  it('tells a snapshot named, renamed and unnamed after it was taken', () => {
+    const named = [
+      ev('snapshot.named', '00:01.000', { snapshotId: 'snap_1', name: 'v1', previousName: null }),
+      ev('snapshot.named', '00:02.000', { snapshotId: 'snap_1', name: 'v2', previousName: 'v1' }),
+      ev('snapshot.named', '00:03.000', { snapshotId: 'snap_1', name: null, previousName: 'v2' }),
+    ];
+    expect(auditTimeline(named).map((x) => `${x.kind} ${x.summary}`)).toEqual([
+      'snapshot snap_1 named v1, pinned',
+      'snapshot snap_1 named v2 (was v1), pinned',
+      'snapshot snap_1 unnamed (was v2, no longer pinned)',
+    ]);
+    expect(auditTimeline(named)[1]!.details).toEqual({ snapshotId: 'snap_1', name: 'v2', previousName: 'v1' });
+  });
+
   it("pairs a command's start and exit by command id, with argv, cwd, user, outcome and duration", () => {
     const [a, b] = auditTimeline(session).filter((x) => x.kind === 'command');
     expect(a).toEqual({

@@ -347,6 +347,16 @@ export function auditTimeline(events: readonly SandboxEvent[]): AuditEntry[] {
           code: str(d.code),
         });
         break;
+      case 'snapshot.named': {
+        const name = str(d.name);
+        const previous = str(d.previousName);
+        const change =
+          name === undefined
+            ? `unnamed (was ${previous ?? '?'}, no longer pinned)`
+            : `named ${name}${previous === undefined ? '' : ` (was ${previous})`}, pinned`;
+        add(e, 'snapshot', `${str(d.snapshotId) ?? '?'} ${change}`, { snapshotId: str(d.snapshotId), name, previousName: previous });
+        break;
+      }
       case 'snapshot.deleted':
         add(e, 'snapshot', `deleted ${str(d.snapshotId) ?? '?'}${str(d.why) ? ` (${str(d.why)})` : ''}`, { snapshotId: str(d.snapshotId), why: str(d.why) });
         break;

@@ -197,6 +197,15 @@ export class Sandbox {
     await cp.request('DELETE', `/v1/snapshots/${encodeURIComponent(id)}`);
   }
 
+  /**
+   * Names or renames a snapshot after it was taken (1–64 of [A-Za-z0-9._-]), which pins it; null removes the name,
+   * and retention may thin it again. Answers the snapshot as it is now.
+   */
+  static async nameSnapshot(id: string, name: string | null, config?: ConnectionConfig): Promise<SnapshotInfo> {
+    const cp = await ControlPlane.open(config);
+    return cp.json<ControlPlaneReply<'nameSnapshot'>>('PATCH', `/v1/snapshots/${encodeURIComponent(id)}`, { json: { name } });
+  }
+
   /** A handle on an existing sandbox; fails with sandbox_not_found when there is none with this id. */
   static async connect(id: string, config?: ConnectionConfig): Promise<Sandbox> {
     const cp = await ControlPlane.open(config);

@@ -1,7 +1,7 @@
-// `timeline`, `snapshot`, `snapshot-rm`, `pause`, `resume` and `fork`: a sandbox's snapshots and what starts from them.
+// `timeline`, `snapshot`, `snapshot-rm`, `snapshot-name`, `pause`, `resume` and `fork`: a sandbox's snapshots and what starts from them.
 import { type Command, Option } from 'commander';
 import { Sandbox } from '@sandglass/sdk';
-import { parseForkArg, parsePositiveInt, parseTime } from '../args.js';
+import { parseForkArg, parsePositiveInt, parseTime, UsageError } from '../args.js';
 import { formatBytes, printJson, printTable, shortTime } from '../output.js';
 import { type Act, withoutAccess } from './shared.js';
 
@@ -48,6 +48,22 @@ export function registerTimeTravelCommands(program: Command, act: Act): void {
     .description('delete a snapshot')
     .argument('<snapshot-id>', 'snapshot id (snap_…)')
     .action(act(async (id: string) => Sandbox.deleteSnapshot(id)));
+
+  program
+    .command('snapshot-name')
+    .description('name or rename a snapshot, which pins it; --clear removes the name and retention may thin it again')
+    .argument('<snapshot-id>', 'snapshot id (snap_…)')
+    .argument('[name]', '1–64 of A-Z a-z 0-9 . _ -')
+    .option('--clear', 'remove the name instead')
+    .option('--json', 'print the snapshot as JSON')
+    .action(
+      act(async (id: string, name: string | undefined, flags: { clear?: boolean; json?: boolean }) => {
+        if ((name === undefined) === !flags.clear) throw new UsageError('snapshot-name: give a name, or --clear to remove it (not both)');
+        const snapshot = await Sandbox.nameSnapshot(id, flags.clear ? null : name!);
+        if (flags.json) return printJson(snapshot);
+        process.stdout.write(`${snapshot.id} ${snapshot.name ?? '(unnamed)'}\n`);
+      }),
+    );
 
   program
     .command('pause')
