@@ -413,6 +413,22 @@ describe('console in a browser', () => {
     await scrubbed.getByTestId('selected-snapshot').filter({ hasText: first.id }).waitFor();
     await page.screenshot({ path: join(artifacts, '6-timeline.png'), fullPage: true });
 
+    // Name the selected snapshot after the fact: pinned, and on the timeline from the stream; clearing unpins it.
+    await page.getByLabel('Name of this snapshot').fill('baseline');
+    await page.getByRole('button', { name: 'Save name' }).click();
+    await page.getByTestId('snapshots').locator('li').filter({ hasText: 'baseline' }).filter({ hasText: first.id }).waitFor({ timeout: 30_000 });
+    await scrubbed.getByRole('heading').filter({ hasText: '"baseline"' }).waitFor();
+    expect((await api('GET', `/v1/snapshots/${first.id}`)).body).toMatchObject({ name: 'baseline', pinned: true });
+    await page.getByLabel('Name of this snapshot').fill('');
+    await page.getByRole('button', { name: 'Save name' }).click();
+    await page.getByTestId('snapshots').locator('li').filter({ hasText: 'baseline' }).waitFor({ state: 'detached', timeout: 30_000 });
+    expect((await api('GET', `/v1/snapshots/${first.id}`)).body).toMatchObject({ name: null, pinned: false });
+    const namings = (await api('GET', `/v1/sandboxes/${newest.id}/events?type=snapshot.named`)).body!.events.map((e: { data: unknown }) => e.data);
+    expect(namings).toEqual([
+      { snapshotId: first.id, name: 'baseline', previousName: null },
+      { snapshotId: first.id, name: null, previousName: 'baseline' },
+    ]);
+
     // Delete the second snapshot from the timeline; the first stays, and a fork from it has the old file.
     await page.getByRole('button', { name: /^Snapshot after-upload / }).click();
     await scrubbed.getByTestId('selected-snapshot').filter({ hasText: second }).waitFor();

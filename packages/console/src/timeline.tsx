@@ -1,5 +1,6 @@
 // The snapshot timeline: snapshots on a time axis, a scrubber that shows what changed between two of them, and what
-// can be done from one (fork with a count, resume the sandbox there, delete it) or now (take one, named or not).
+// can be done from one (name or rename it, fork with a count, resume the sandbox there, delete it) or now (take one,
+// named or not).
 import { useState } from 'react';
 import { call, type LogEvent, type Sandbox, type Snapshot } from './api.js';
 import { digest } from './digest.js';
@@ -25,6 +26,8 @@ export function Timeline({ sandbox, snapshots, events, onChanged, fail }: Props)
   const [busy, setBusy] = useState('');
   const [forks, setForks] = useState<Sandbox[]>([]);
   const [confirmDelete, setConfirmDelete] = useState<string>();
+  // The name being edited, for the snapshot it was typed for: selecting another one shows that one's name.
+  const [draft, setDraft] = useState<{ snapshotId: string; name: string }>();
 
   const times = snapshots.map((s) => Date.parse(s.takenAt));
   const lastEventMs = events.length > 0 ? Date.parse(events[events.length - 1]!.at) : 0;
@@ -74,6 +77,12 @@ export function Timeline({ sandbox, snapshots, events, onChanged, fail }: Props)
       setConfirmDelete(undefined);
       await call('DELETE', `/v1/snapshots/${s.id}`);
       setAtMs(undefined);
+    });
+  // An empty name removes it (and the pin); the stream's snapshot.named reloads the timeline for every open page.
+  const rename = (s: Snapshot, newName: string) =>
+    run('Naming…', async () => {
+      await call('PATCH', `/v1/snapshots/${s.id}`, { name: newName.trim() === '' ? null : newName.trim() });
+      setDraft(undefined);
     });
   const jump = (i: number) => {
     const t = times[i];
@@ -183,6 +192,29 @@ export function Timeline({ sandbox, snapshots, events, onChanged, fail }: Props)
             </ul>
           </section>
         </div>
+        {selected && (
+          <form
+            className="toolbar"
+            aria-label="Name this snapshot"
+            onSubmit={(e) => {
+              e.preventDefault();
+              void rename(selected, draft?.snapshotId === selected.id ? draft.name : (selected.name ?? ''));
+            }}
+          >
+            <label>
+              Name of this snapshot (pins it; empty unpins it){' '}
+              <input
+                value={draft?.snapshotId === selected.id ? draft.name : (selected.name ?? '')}
+                onChange={(e) => setDraft({ snapshotId: selected.id, name: e.target.value })}
+                maxLength={128}
+                placeholder="unnamed"
+              />
+            </label>
+            <button type="submit" disabled={busy !== ''}>
+              Save name
+            </button>
+          </form>
+        )}
         {selected && (
           <div className="toolbar" data-testid="snapshot-actions">
             <label>
