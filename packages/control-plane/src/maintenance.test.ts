@@ -189,62 +189,9 @@ describe.each(dialects)('gc gate and maintenance on $dialect', ({ url }) => {
     await expect(b.putManifest(snap(1), { refs: [id], body: {} })).rejects.toEqual(expect.objectContaining({ code: 'snapshot_corrupt' }));
   });
 
-  it('thins by the retention policy over the snapshots table: snapshot.deleted, then the manifest', async () => {
+  /** A sandbox with one rolling snapshot per age (ms before now), each with a manifest naming one shared chunk. */
+  async function sandboxWithSnapshots(sandboxId: string, agesMs: readonly number[]) {
     const b = await new ChunkStore({ backend, keys, clock }).tenant(tenantId);
-    const sandboxId = `sbx_${'b'.repeat(20)}`;
-    const { id } = await b.put(randomBytes(1024));
-    const base = {
-      template: 'base',
-      memoryMib: 256,
-      vcpus: 1,
-      timeoutS: 600,
-      snapshotIntervalS: 60,
-      metadata: {},
-      gatewayId: 'node-b',
-      gatewayUrl: 'http://x',
-      secrets: [],
-    };
-    await events.append({ type: 'sandbox.created', tenantId: tenantId, sandboxId, data: base }, { clock });
-    // Two snapshots 30 days old and one now: the old ones age out, the newest stays.
-    for (const [n, ageMs] of [
-      [0, 30 * 24 * 60 * MINUTE],
-      [1, 30 * 24 * 60 * MINUTE - MINUTE],
-      [2, 0],
-    ] as const) {
-      await b.putManifest(snap(n), { refs: [id], body: {} });
-      const takenAt = new Date(clock.nowMs() - ageMs).toISOString();
-      await events.append(
-        {
-          type: 'snapshot.taken',
-          tenantId: tenantId,
-          sandboxId,
-          data: {
-            snapshotId: snap(n),
-            takenAt,
-            parentId: null,
-            reason: 'rolling',
-            name: null,
-            pinned: false,
-            sizeAddedBytes: 1,
-            memoryMib: 256,
-            vcpus: 1,
-            template: 'base',
-          },
-        },
-        { clock },
-      );
-    }
-    const r = await maintenance().tick();
-    expect(r?.deleted).toBe(2);
-    expect(await b.listManifests()).toEqual([snap(2)]);
-    const left = await database.db.selectFrom('snapshots').select('id').execute();
-    expect(left.map((s) => s.id)).toEqual([snap(2)]);
-    expect(await b.has(id)).toBe(true);
-  });
-
-  it('keeps a snapshot named after it was taken, and thins it again once its name is cleared', async () => {
-    const b = await new ChunkStore({ backend, keys, clock }).tenant(tenantId);
-    const sandboxId = `sbx_${'c'.repeat(20)}`;
     const { id } = await b.put(randomBytes(1024));
     const created = {
       template: 'base',
@@ -258,16 +205,11 @@ describe.each(dialects)('gc gate and maintenance on $dialect', ({ url }) => {
       secrets: [],
     };
     await events.append({ type: 'sandbox.created', tenantId, sandboxId, data: created }, { clock });
-    const old = new Date(clock.nowMs() - 30 * 24 * 60 * MINUTE).toISOString();
-    for (const [n, takenAt] of [
-      [0, old],
-      [1, old],
-      [2, new Date(clock.nowMs()).toISOString()],
-    ] as const) {
+    for (const [n, ageMs] of agesMs.entries()) {
       await b.putManifest(snap(n), { refs: [id], body: {} });
       const data = {
         snapshotId: snap(n),
-        takenAt,
+        takenAt: new Date(clock.nowMs() - ageMs).toISOString(),
         parentId: null,
         reason: 'rolling',
         name: null,
@@ -279,6 +221,24 @@ describe.each(dialects)('gc gate and maintenance on $dialect', ({ url }) => {
       };
       await events.append({ type: 'snapshot.taken', tenantId, sandboxId, data }, { clock });
     }
+    return { b, id };
+  }
+
+  it('thins by the retention policy over the snapshots table: snapshot.deleted, then the manifest', async () => {
+    // Two snapshots 30 days old and one now: the old ones age out, the newest stays.
+    const { b, id } = await sandboxWithSnapshots(`sbx_${'b'.repeat(20)}`, [30 * 24 * 60 * MINUTE, 30 * 24 * 60 * MINUTE - MINUTE, 0]);
+    const r = await maintenance().tick();
+    expect(r?.deleted).toBe(2);
+    expect(await b.listManifests()).toEqual([snap(2)]);
+    const left = await database.db.selectFrom('snapshots').select('id').execute();
+    expect(left.map((s) => s.id)).toEqual([snap(2)]);
+    expect(await b.has(id)).toBe(true);
+  });
+
+  it('keeps a snapshot named after it was taken, and thins it again once its name is cleared', async () => {
+    const sandboxId = `sbx_${'c'.repeat(20)}`;
+    const old = 30 * 24 * 60 * MINUTE;
+    const { b } = await sandboxWithSnapshots(sandboxId, [old, old, 0]);
     const name = (n: number, to: string | null, from: string | null) =>
       events.append({ type: 'snapshot.named', tenantId, sandboxId, data: { snapshotId: snap(n), name: to, previousName: from } }, { clock });
     await name(0, 'keep', null);
