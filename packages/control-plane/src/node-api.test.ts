@@ -25,6 +25,7 @@ describe('node API', () => {
   let tenant: string;
   let other: string;
   let onN1: string;
+  let keys: LocalKeyring;
 
   const call = (method: 'GET' | 'POST' | 'PUT', url: string, opts: { node?: string | null; auth?: string; body?: unknown } = {}) =>
     cp.app.inject({
@@ -57,7 +58,7 @@ describe('node API', () => {
     clock = new ManualClock(Date.UTC(2026, 10, 30, 12));
     database = await openDatabase({ url: 'sqlite::memory:' });
     events = new EventLog(database.db);
-    const keys = new LocalKeyring({ dir });
+    keys = new LocalKeyring({ dir });
     const nodes = new NodeDirectory({ db: database.db, clock, deadAfterMs: 10_000, heartbeatIntervalMs: 1000 });
     cp = createControlPlane({
       db: database.db,
@@ -131,6 +132,61 @@ describe('node API', () => {
     expect(fromN2.json().appended).toBe(0);
     expect(fromN2.json().dropped.map((d: { id: string }) => d.id)).toEqual([forged.id, tenantWide.id]);
     expect((await database.db.selectFrom('sandboxes').select('state').where('id', '=', onN1).executeTakeFirstOrThrow()).state).toBe('starting');
+  });
+
+  it("appends a node's wipe report only for a revoked tenant it ran, naming only that tenant's sandboxes there", async () => {
+    const at = '2026-11-30T11:59:00.000Z';
+    const report = (tenantId: string, data: Record<string, unknown> = {}) => ({
+      id: newId('evt'),
+      type: 'tenant.plaintext_wiped',
+      tenantId,
+      at,
+      data: { trigger: 'api', stoppedSandboxes: [onN1], wipedFiles: 2, ...data },
+    });
+    const post = async (node: string, ...evs: unknown[]) => (await call('POST', '/node/v1/events', { node, body: { events: evs } })).json();
+    const reasons = (res: { dropped: Array<{ reason: string }> }) => res.dropped.map((d) => d.reason);
+
+    // Before the revocation: a node cannot claim a live tenant's data was destroyed.
+    const early = await post('n1', report(tenant));
+    expect([early.appended, reasons(early)]).toEqual([0, [`the key of tenant ${tenant} is not revoked`]]);
+
+    await keys.revoke(tenant);
+    const onN2 = newId('sbx');
+    const forged = await post(
+      'n2',
+      report(tenant), // the tenant never ran on n2
+      report(tenant, { stoppedSandboxes: [] }),
+      report(tenant, { stoppedSandboxes: [onN2] }),
+    );
+    expect(forged.appended).toBe(0);
+    expect(reasons(forged)).toEqual([
+      `a stopped sandbox is not of tenant ${tenant} on this node`,
+      `tenant ${tenant} has no sandbox placed on this node`,
+      `a stopped sandbox is not of tenant ${tenant} on this node`,
+    ]);
+    const bent = await post(
+      'n1',
+      report(tenant, { stoppedSandboxes: [onN1, newId('sbx')] }), // one sandbox that is not on n1
+      report(tenant, { trigger: 'operator' }),
+      report(tenant, { wipedFiles: -1 }),
+      report(other, { stoppedSandboxes: [] }), // another tenant: neither revoked nor ever on n1
+      { ...report(tenant), type: 'tenant.deleted', data: {} }, // only the wipe report passes
+    );
+    expect(bent.appended).toBe(0);
+    expect(reasons(bent)).toEqual([
+      `a stopped sandbox is not of tenant ${tenant} on this node`,
+      'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
+      'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
+      `tenant ${other} has no sandbox placed on this node`,
+      'an event about no sandbox must be of the system tenant',
+    ]);
+
+    // The node that ran the tenant's sandbox reports its wipe once the key is gone, even with the sandbox ended.
+    await events.append({ type: 'sandbox.failed', tenantId: tenant, sandboxId: onN1, data: { reason: 'revoked', code: 'key_revoked' } }, { clock });
+    const wiped = report(tenant);
+    expect(await post('n1', wiped)).toEqual({ appended: 1, duplicates: 0, dropped: [] });
+    const logged = await events.list({ tenantId: tenant, types: ['tenant.plaintext_wiped'] });
+    expect(logged.map((e) => [e.id, e.sandboxId ?? null, e.data])).toEqual([[wiped.id, null, wiped.data]]);
   });
 
   it('hands a node keys and secret values sealed for it alone, only for what it runs', async () => {

@@ -118,7 +118,7 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       let duplicates = 0;
       const dropped: Array<{ id: string; reason: string }> = [];
       for (const e of (req.body as { events: NodeEvent[] }).events) {
-        const why = await refusal(db, nodeId, e);
+        const why = await refusal(db, opts.keys, nodeId, e);
         if (why) {
           dropped.push({ id: e.id, reason: why });
           continue;
@@ -218,13 +218,60 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
 /**
  * Why an event from this node is not appended, or undefined: an event about a sandbox counts only while the sandbox
  * is placed on the node (so a node that comes back cannot end or alter one that moved), and one about no sandbox
- * only for the platform's own tenant.
+ * only for the platform's own tenant, or as a wipe report (plaintextWipeRefusal).
  */
-async function refusal(db: Kysely<Schema>, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  if (e.sandboxId === undefined) return e.tenantId === TEMPLATE_TENANT ? undefined : 'an event about no sandbox must be of the system tenant';
+async function refusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
+  if (e.sandboxId === undefined) {
+    if (e.tenantId === TEMPLATE_TENANT) return undefined;
+    if (e.type === 'tenant.plaintext_wiped') return plaintextWipeRefusal(db, keys, nodeId, e);
+    return 'an event about no sandbox must be of the system tenant';
+  }
   const row = await db.selectFrom('sandboxes').select(['tenant_id', 'gateway_id']).where('id', '=', e.sandboxId).executeTakeFirst();
   if (!row) return 'no such sandbox';
   if (row.tenant_id !== e.tenantId) return 'the sandbox belongs to another tenant';
   if (row.gateway_id !== nodeId) return `the sandbox is placed on ${row.gateway_id ?? 'no node'}`;
   return undefined;
+}
+
+/**
+ * A node's report that it wiped a revoked tenant's plaintext (gateway revocation.ts) is the one tenant event about no
+ * sandbox a node may write. It counts only when it cannot be a forgery that harms: the tenant ran a sandbox on this
+ * node (in any state: the wipe ended them), every sandbox it says it stopped is that tenant's and was placed here, and
+ * the key provider, asked now, says the key is revoked, so a node cannot claim a live tenant's data was destroyed.
+ */
+async function plaintextWipeRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
+  const data = e.data as { trigger?: unknown; stoppedSandboxes?: unknown; wipedFiles?: unknown };
+  const stopped = data.stoppedSandboxes;
+  if (
+    (data.trigger !== 'api' && data.trigger !== 'provider') ||
+    !Array.isArray(stopped) ||
+    !stopped.every((id) => typeof id === 'string') ||
+    !Number.isSafeInteger(data.wipedFiles) ||
+    (data.wipedFiles as number) < 0
+  ) {
+    return 'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}';
+  }
+  const ids = [...new Set(stopped as string[])];
+  // One node holds far fewer sandboxes than this; the bound keeps the query within every database's parameter limit.
+  if (ids.length > 4096) return 'a wipe report names more sandboxes than a node holds';
+  const want = Math.max(ids.length, 1);
+  const placed = await db
+    .selectFrom('sandboxes')
+    .select('id')
+    .where('tenant_id', '=', e.tenantId)
+    .where('gateway_id', '=', nodeId)
+    .$if(ids.length > 0, (q) => q.where('id', 'in', ids))
+    .limit(want)
+    .execute();
+  if (placed.length < want) {
+    return ids.length === 0 ? `tenant ${e.tenantId} has no sandbox placed on this node` : `a stopped sandbox is not of tenant ${e.tenantId} on this node`;
+  }
+  try {
+    if (keys.verify) await keys.verify(e.tenantId);
+    else await keys.dataKey(e.tenantId, 'chunk-data');
+  } catch (err) {
+    if (err instanceof SandglassError && err.code === 'key_revoked') return undefined;
+    return `the key provider did not confirm the revocation: ${(err as Error).message}`;
+  }
+  return `the key of tenant ${e.tenantId} is not revoked`;
 }
