@@ -6,6 +6,7 @@ import { type Dirent, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '@sandglass/db';
 import { Sandbox } from '@sandglass/sdk';
 import { softHsm, type SoftHsm } from '../packages/kms/src/softhsm-fixture.js';
 import { Cluster, waitFor } from './cluster-harness.js';
@@ -124,6 +125,18 @@ describe('bring your own key in a cluster', () => {
     expect(status.body).toMatchObject({ revoked: true });
     // Another tenant on the same gateway runs on.
     expect((await otherSbx.commands.run('echo still here')).stdout).toBe('still here\n');
+    // The gateway's wipe report reaches the shared log through the node API: the one tenant event about no sandbox a node may write.
+    const { db, close } = await openDatabase({ url: cluster.dbUrl });
+    try {
+      const wipes = async () =>
+        (await db.selectFrom('events').select(['sandbox_id', 'data']).where('tenant_id', '=', t.id).where('type', '=', 'tenant.plaintext_wiped').execute()).map(
+          (r) => ({ sandboxId: r.sandbox_id, data: JSON.parse(r.data) as { trigger: string; stoppedSandboxes: string[] } }),
+        );
+      await waitFor(async () => (await wipes()).length > 0, 30_000, "the gateway's wipe report did not reach the log");
+      expect((await wipes())[0]).toMatchObject({ sandboxId: null, data: { trigger: 'api', stoppedSandboxes: [sbx.id] } });
+    } finally {
+      await close();
+    }
     // One replica reclaims the revoked tenant's blobs from the shared store once its retention (0 here) is over.
     await waitFor(() => sealedVersions(t.id).size === 0, 120_000, "the revoked tenant's store was not reclaimed");
   });
