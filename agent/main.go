@@ -75,6 +75,7 @@ func init() {
 		"fs.watch":      {fn: fsWatchMethod},
 		"fs.unwatch":    {fn: fsUnwatchMethod},
 		"env.defaults":  {fn: envDefaults, inline: true},
+		"disk.grow":     {fn: diskGrow},
 		"net.listen":    {fn: netListen, inline: true},
 		"net.close":     {fn: netClose, inline: true},
 	}

@@ -771,6 +771,10 @@ describe('relayed guest connections (net.listen) and env defaults', () => {
     await client.envDefaults({});
   });
 
+  it('refuses a disk.grow of no size; growing the disk itself is tested in a real guest (tests/files-bulk)', async () => {
+    await expectCode(client.diskGrow(0), 'bad_request');
+  });
+
   it('refuses connections the host has no handler for', async () => {
     const fresh = startAgent();
     try {

@@ -477,6 +477,14 @@ export class AgentClient extends EventEmitter {
   }
 
   /**
+   * Grows the root filesystem online to fill a root disk the host has made at least `bytes` long (after QMP
+   * `block_resize`); answers the filesystem's new size. Waits for the guest kernel to notice the resize.
+   */
+  async diskGrow(bytes: number, opts?: CallOptions): Promise<{ bytes: number }> {
+    return this.call('disk.grow', { bytes }, opts);
+  }
+
+  /**
    * Starts (or keeps) the guest's relay listener. Each connection a guest program makes to it arrives as a
    * `net.open` event carrying a NetConnection. The same port again is a no-op (port 0: keep whatever port is bound);
    * another port replaces the listener, leaving connections already relayed open. Agent state: it survives
