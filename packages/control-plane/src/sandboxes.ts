@@ -131,7 +131,14 @@ export class SandboxService {
       ...(template.artifact_key === null ? {} : { templateKey: template.artifact_key }),
     });
     const id = newId('sbx');
-    const spec = { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS };
+    const spec = {
+      template: template.name,
+      memoryMib: req.memoryMib,
+      vcpus: req.vcpus,
+      timeoutS: req.timeoutS,
+      snapshotIntervalS: req.snapshotIntervalS,
+      ...(req.diskMib === undefined ? {} : { diskMib: req.diskMib }),
+    };
     const egress = { ...(network === undefined ? {} : { network }), ...(secrets.length === 0 ? {} : { secrets }) };
     // Before the sandbox exists in the log, so every later start finds them; the log names the variables, never their values.
     if (envNames.length > 0) await this.#saveEnvs(id, who.tenantId, envs);

@@ -17,6 +17,8 @@ export interface SandboxCreatedData {
   network?: NetworkPolicyData | null;
   /** Names of the tenant secrets bound to it (never values). */
   secrets?: string[];
+  /** The root disk size asked for (MiB); absent: the template's. */
+  diskMib?: number;
 }
 
 /** An egress policy as the API takes it: rules in the grammar of @sandglass/egress. */

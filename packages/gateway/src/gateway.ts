@@ -121,6 +121,8 @@ export interface CreateSandboxRequest {
   secrets?: string[];
   /** Environment variables for every process; the egress variables win over the same names. */
   envs?: Record<string, string>;
+  /** The root disk is made at least this large (MiB) before the create answers; absent: the template's size. */
+  diskMib?: number;
 }
 
 /** The templates this node knows by name; each is the guest image booted with the request's VM shape. */
@@ -277,6 +279,7 @@ export class Gateway {
     const sbx = this.newSandbox(req.id, req.tenantId, template, warm?.dir ?? sandboxDir(this.opts.home.run, req.id), req.timeoutS, req.snapshotIntervalS);
     this.sandboxes.set(req.id, sbx);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
+    if (req.diskMib !== undefined) await this.growDisk(sbx, req.diskMib);
     await this.connectNetwork(sbx, this.network.newSpec(req.network, req.secrets ?? []), req.envs);
     this.snapshots.track(sbx);
     await this.opts.events.append({
@@ -294,6 +297,16 @@ export class Gateway {
     if (req.network === undefined && req.secrets === undefined) return saved ?? this.network.newSpec(undefined, []);
     const fresh = this.network.newSpec(req.network, req.secrets ?? saved?.secrets ?? []);
     return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders } };
+  }
+
+  /** Gives a started sandbox the root disk it asked for; if that fails the sandbox fails with it. */
+  private async growDisk(sbx: Sandbox, diskMib: number): Promise<void> {
+    try {
+      await sbx.growDisk(diskMib * 1024 * 1024);
+    } catch (err) {
+      await sbx.fail(`growing the sandbox's disk to ${diskMib} MiB failed: ${(err as Error).message}`);
+      throw err;
+    }
   }
 
   /** Gives a started sandbox its network; if that fails the sandbox fails with it (it would not be what was asked). */

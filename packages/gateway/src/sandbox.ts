@@ -368,6 +368,18 @@ export class Sandbox {
     return this.#agent;
   }
 
+  /**
+   * Makes the root disk at least `bytes` long and grows the guest's filesystem into it; a disk already that large is
+   * left as it is. The size then travels with every snapshot (the disk layers' size), so resumes and forks keep it.
+   */
+  async growDisk(bytes: number): Promise<void> {
+    const agent = this.requireRunning();
+    const vm = this.#vm!;
+    if ((await vm.diskBytes()) >= bytes) return;
+    await vm.growDisk(bytes);
+    await agent.diskGrow(bytes, { timeoutMs: 30_000 });
+  }
+
   /** Appends one of this sandbox's events (through the node's per-sandbox quota). */
   record(type: string, data: Record<string, unknown>): Promise<unknown> {
     return Promise.resolve(this.events.append({ type, tenantId: this.tenantId, sandboxId: this.id, data }));

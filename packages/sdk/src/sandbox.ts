@@ -30,6 +30,11 @@ export interface SandboxCreateOptions extends ConnectionConfig {
    * variables and secret placeholders win over the same names; use secrets for credentials (values are stored as given).
    */
   envs?: Record<string, string>;
+  /**
+   * The root disk in MiB (1024…65536): the filesystem is grown to at least this before the create answers; absent,
+   * the template's own (about 1 GiB free). Resumes and forks keep it.
+   */
+  diskMib?: number;
 }
 
 export interface ApproveOptions extends ConnectionConfig {
@@ -128,9 +133,9 @@ export class Sandbox {
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, ...config } = opts;
+    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs };
+    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib };
     const info = await cp.json<ControlPlaneReply<'createSandbox'>>('POST', '/v1/sandboxes', { json });
     return new Sandbox(cp, info);
   }

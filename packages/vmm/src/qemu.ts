@@ -117,6 +117,32 @@ export function tcgTbMib(env: NodeJS.ProcessEnv = process.env): number {
     throw new SandglassError('invalid_argument', `SANDGLASS_TCG_TB_MIB must be an integer from 1 to 1024, got ${JSON.stringify(raw)}`);
   return v;
 }
+/**
+ * glibc's allocator settings for QEMU (GLIBC_TUNABLES). SANDGLASS_QEMU_GLIBC_TUNABLES overrides them, empty for
+ * glibc's defaults. Measurements: docs/design/density.md.
+ */
+export const DEFAULT_QEMU_GLIBC_TUNABLES = '';
+
+/**
+ * Whether QEMU may have transparent huge pages (SANDGLASS_QEMU_THP=on|off). QEMU asks for them (MADV_HUGEPAGE) on its
+ * TCG code buffer and its RAM blocks such as the 2 MiB ACPI table block, and a huge page is resident whole however
+ * little of it is used. Off needs the jailer (PR_SET_THP_DISABLE); QEMU run directly keeps the host's setting.
+ */
+export function qemuThp(env: NodeJS.ProcessEnv = process.env): boolean {
+  const raw = env.SANDGLASS_QEMU_THP ?? DEFAULT_QEMU_THP;
+  if (raw !== 'on' && raw !== 'off') throw new SandglassError('invalid_argument', `SANDGLASS_QEMU_THP must be on or off, got ${JSON.stringify(raw)}`);
+  return raw === 'on';
+}
+export const DEFAULT_QEMU_THP: 'on' | 'off' = 'on';
+
+/** The environment QEMU runs with, besides PATH. */
+export function qemuEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const tunables = env.SANDGLASS_QEMU_GLIBC_TUNABLES ?? DEFAULT_QEMU_GLIBC_TUNABLES;
+  if (!/^[A-Za-z0-9_.=:]{0,256}$/.test(tunables)) {
+    throw new SandglassError('invalid_argument', `SANDGLASS_QEMU_GLIBC_TUNABLES must be glibc's name=value:… list, got ${JSON.stringify(tunables)}`);
+  }
+  return tunables === '' ? {} : { GLIBC_TUNABLES: tunables };
+}
 // QEMU itself (device emulation, TCG cache, page tables) on top of guest RAM.
 const VMM_OVERHEAD_MIB = 192;
 
@@ -392,6 +418,22 @@ export class Vm {
   }
 
   /** The files of the root disk's backing chain, the active (writable) layer first. */
+  /** The root disk's size as the guest sees it (the active layer's virtual size). */
+  async diskBytes(): Promise<number> {
+    const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: { 'virtual-size': number } } }>>('query-block');
+    const root = blocks.find((b) => b.device === 'root');
+    if (!root?.inserted) throw new SandglassError('vm_failed', `VM ${this.id} has no root disk`);
+    return root.inserted.image['virtual-size'];
+  }
+
+  /**
+   * Makes the root disk `bytes` long while the guest runs: the active layer grows (the layers under it keep their
+   * size; reads past them are zeros) and the guest gets a config-change interrupt. Its filesystem grows separately.
+   */
+  async growDisk(bytes: number): Promise<void> {
+    await this.requireQmp().execute('block_resize', { device: 'root', size: bytes });
+  }
+
   async diskChain(): Promise<string[]> {
     interface Image {
       filename: string;
@@ -530,12 +572,14 @@ async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: str
         addressSpaceBytes: (config.memoryMib + ADDRESS_SPACE_OVERHEAD_MIB) * 1024 * 1024,
         keepFds: files.extraFds?.length ?? 0,
         record,
+        env: qemuEnv(),
+        noThp: !qemuThp(),
       },
       [qemu.binary, ...args],
     );
     child = spawn(ctx.jailerPath, argv, { stdio, env: {} });
   } else {
-    child = spawn(qemu.binary, args, { stdio, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    child = spawn(qemu.binary, args, { stdio, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...qemuEnv() } });
     if (child.pid) {
       // Without the jailer QEMU joins its cgroup only now, before it allocates guest memory.
       try {

@@ -12,6 +12,7 @@ interface CreateFlags {
   template?: string;
   memoryMib?: number;
   vcpus?: number;
+  diskMib?: number;
   timeoutS?: number;
   metadata?: Record<string, string>;
   snapshotInterval?: number;
@@ -25,6 +26,7 @@ function addCreateOptions(cmd: Command): Command {
     .option('--template <name>', 'template name or id', 'base')
     .option('--memory-mib <n>', 'guest memory in MiB', parsePositiveInt)
     .option('--vcpus <n>', 'virtual CPUs', parsePositiveInt)
+    .option('--disk-mib <n>', "grow the root disk to at least this many MiB (1024…65536; default: the template's)", parsePositiveInt)
     .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
     .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
     .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt)
@@ -41,6 +43,7 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   template: f.template,
   memoryMib: f.memoryMib,
   vcpus: f.vcpus,
+  diskMib: f.diskMib,
   timeoutS: f.timeoutS,
   metadata: f.metadata,
   snapshotIntervalS: f.snapshotInterval,

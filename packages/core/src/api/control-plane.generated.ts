@@ -593,6 +593,8 @@ export interface components {
             /** @description Names of tenant secrets to bind; an unknown one answers `secret_not_found` naming `secrets[i]`. Without a network policy the placeholders exist but nothing can be reached to use them on. */
             secrets?: components["schemas"]["SecretName"][];
             envs?: components["schemas"]["Envs"];
+            /** @description The root disk, in MiB: the sandbox's filesystem is grown online to at least this size before the create answers (absent: the template's own size, about 1 GiB free). Disks are thin: the node's storage holds only what the guest writes. Resumes and forks keep the size. */
+            diskMib?: number;
         };
         /** @description Environment variables set for every process of the sandbox, kept for its life (resumes, moves) and inherited by its forks. The egress variables (HTTP_PROXY, the CA bundle paths …) and secret placeholders win over a variable of the same name. A value may not contain NUL, and all names and values together may not exceed 64 KiB (`invalid_argument` naming `envs.NAME`). Values are stored in the database, never in the event log (which records only the names); use secrets for credentials. */
         Envs: {

@@ -1387,6 +1387,8 @@ export interface operations {
                     network?: components["schemas"]["NodePolicy"];
                     secrets?: components["schemas"]["NodeSecretNames"];
                     envs?: components["schemas"]["NodeEnvs"];
+                    /** @description The root disk is grown to at least this many MiB before the answer; absent: the template's size. */
+                    diskMib?: number;
                 };
             };
         };
