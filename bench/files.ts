@@ -61,12 +61,14 @@ async function guestRate(s: Sandbox, cmd: string, bytes: number): Promise<number
 
 /**
  * Rows for the files phase on one fresh sandbox of the server `config` points at. `home` holds the host-side files;
- * `bigMib` > 0 adds the large-file rows (1 GiB needs that much free space in the guest's disk).
+ * `bigMib` > 0 adds the large-file rows; the sandbox then asks for a root disk with room for two copies (a write
+ * replaces the file only once it is whole).
  */
 export async function filesBench(config: ConnectionConfig, opts: { home: string; quick: boolean; bigMib: number }): Promise<FilesRow[]> {
   const rows: FilesRow[] = [];
   const work = mkdtempSync(join(opts.home, 'bench-files-'));
-  const s = await Sandbox.create({ ...config, timeoutS: 3600, snapshotIntervalS: 86400 });
+  const diskMib = opts.bigMib > 0 ? Math.ceil((2 * opts.bigMib + 1024) / 1024) * 1024 : undefined;
+  const s = await Sandbox.create({ ...config, timeoutS: 3600, snapshotIntervalS: 86400, diskMib });
   try {
     const started = (await s.events()).find((e) => e.type === 'sandbox.started');
     const qemuPid = (started?.data as { pid?: number } | undefined)?.pid;

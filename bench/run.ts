@@ -765,14 +765,15 @@ function replaySection(header: string, rs: Row[]): string {
 
 /**
  * Phase 11, files (BENCH_ONLY=files): cp and files.write/read of 64 MiB both ways, and 10,000 files as a tar stream both
- * ways, each next to its host baseline measured in the same run. BENCH_FILES_BIG_MIB=1024 adds the 1 GiB rows.
+ * ways, each next to its host baseline measured in the same run, and the 1 GiB rows (BENCH_FILES_BIG_MIB sets
+ * another size; 0 or BENCH_QUICK leaves them out).
  */
 async function filesPhase(): Promise<Row[]> {
   const running = await start({ home, port, warmPoolSize: 0 });
   try {
     const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
     const out: Row[] = [];
-    const bigMib = Number(process.env.BENCH_FILES_BIG_MIB ?? 0);
+    const bigMib = Number(process.env.BENCH_FILES_BIG_MIB ?? (quick ? 0 : 1024));
     for (const r of await filesBench(config, { home, quick, bigMib })) addLatencyTo(out, r.what, r.samplesMs, [r.note]);
     return out;
   } finally {
