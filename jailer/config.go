@@ -35,7 +35,12 @@ type Config struct {
 	KeepFDs  int
 	Record   string
 	Instance string
-	Argv     []string
+	// Transparent huge pages off for the program (PR_SET_THP_DISABLE): QEMU asks for them on its TCG code buffer and
+	// RAM blocks, and a huge page is resident whole however little of it is used.
+	NoTHP bool
+	// NAME=VALUE pairs the program gets besides PATH; only names in allowedEnv (how QEMU's allocator behaves).
+	Env  []string
+	Argv []string
 }
 
 type listFlag []string
@@ -45,6 +50,13 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// allowedEnv names the variables --env may set. Anything else (LD_PRELOAD, LD_LIBRARY_PATH, QEMU's own) could change
+// what runs inside the jail, so it is refused rather than passed on.
+var allowedEnv = map[string]bool{"GLIBC_TUNABLES": true}
+
+// A tunables string is glibc's name=value:name=value list: nothing in it can be a path or a shell word.
+var envValuePattern = regexp.MustCompile(`^[A-Za-z0-9_.=:]{0,256}$`)
+
 // The jailed uid and gid are never root's, nor a system account's: a typo must not hand QEMU a real identity.
 const minJailID = 1000
 
@@ -53,7 +65,7 @@ func ParseArgs(args []string) (*Config, error) {
 	fs := flag.NewFlagSet("sandglass-jailer", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := &Config{}
-	var cgroups, rw, ro, sharedRO, disks listFlag
+	var cgroups, rw, ro, sharedRO, disks, env listFlag
 	fs.StringVar(&c.ID, "id", "", "VM id (names the jail in messages and records)")
 	fs.IntVar(&c.UID, "uid", -1, "uid the program runs as")
 	fs.IntVar(&c.GID, "gid", -1, "gid the program runs as")
@@ -69,10 +81,12 @@ func ParseArgs(args []string) (*Config, error) {
 	fs.IntVar(&c.KeepFDs, "keep-fds", 0, "file descriptors from 3 up passed on to the program (3 … 3+n-1)")
 	fs.StringVar(&c.Record, "record", "", "file the jailer writes its VM record to (pid, start time, instance)")
 	fs.StringVar(&c.Instance, "instance", "", "id of the gateway instance that owns the VM")
+	fs.BoolVar(&c.NoTHP, "no-thp", false, "no transparent huge pages for the program (PR_SET_THP_DISABLE)")
+	fs.Var(&env, "env", "NAME=VALUE in the program's environment, NAME one of allowedEnv (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	c.Cgroups, c.RW, c.RO, c.SharedRO, c.Disks = cgroups, rw, ro, sharedRO, disks
+	c.Cgroups, c.RW, c.RO, c.SharedRO, c.Disks, c.Env = cgroups, rw, ro, sharedRO, disks, env
 	c.Argv = fs.Args()
 	return c, c.Validate()
 }
@@ -125,6 +139,14 @@ func (c *Config) Validate() error {
 		if err := cleanAbs("--record", c.Record); err != nil {
 			return err
 		}
+	}
+	seen := map[string]bool{}
+	for _, kv := range c.Env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !allowedEnv[name] || seen[name] || !envValuePattern.MatchString(value) {
+			return fmt.Errorf("--env %q: want NAME=VALUE once per name, NAME one of GLIBC_TUNABLES, VALUE of [A-Za-z0-9_.=:]", kv)
+		}
+		seen[name] = true
 	}
 	if len(c.Argv) == 0 {
 		return errors.New("no program after --")

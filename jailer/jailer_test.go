@@ -37,6 +37,19 @@ func TestParseArgsAcceptsAVmJail(t *testing.T) {
 	}
 }
 
+func TestParseArgsPassesMemorySettings(t *testing.T) {
+	c, err := ParseArgs(append([]string{"--no-thp", "--env", "GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=131072"}, validArgs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.NoTHP {
+		t.Fatal("--no-thp not parsed")
+	}
+	if !reflect.DeepEqual(c.Env, []string{"GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=131072"}) {
+		t.Fatalf("env %v", c.Env)
+	}
+}
+
 func TestParseArgsFailsClosed(t *testing.T) {
 	cases := map[string][]string{
 		"root uid":          replace(validArgs(), "--uid", "0"),
@@ -52,6 +65,10 @@ func TestParseArgsFailsClosed(t *testing.T) {
 		"no program":        validArgs()[:len(validArgs())-2],
 		"cgroup and none":   append([]string{"--no-cgroups"}, validArgs()...),
 		"too many kept fds": append([]string{"--keep-fds", "99"}, validArgs()...),
+		"preload in env":    append([]string{"--env", "LD_PRELOAD=/tmp/x.so"}, validArgs()...),
+		"env without value": append([]string{"--env", "GLIBC_TUNABLES"}, validArgs()...),
+		"path in tunables":  append([]string{"--env", "GLIBC_TUNABLES=glibc.rtld.x=/tmp/x"}, validArgs()...),
+		"env name twice":    append([]string{"--env", "GLIBC_TUNABLES=a=1", "--env", "GLIBC_TUNABLES=b=2"}, validArgs()...),
 		"no cgroup, no opt-out": func() []string {
 			a := validArgs()
 			return append(a[:6], a[8:]...)

@@ -10,6 +10,7 @@ import (
 
 const (
 	prSetNoNewPrivs = 38
+	prSetTHPDisable = 41
 	sysCloseRange   = 436
 	closeRangeExec  = 1 << 2
 )
@@ -72,6 +73,12 @@ func stage2(cfg *Config) {
 	must("setgid", syscall.Setgid(cfg.GID))
 	must("setuid", syscall.Setuid(cfg.UID))
 	must("no_new_privs", prctl(prSetNoNewPrivs, 1))
+	if cfg.NoTHP {
+		// Inherited across execve; the kernel wants the three arguments after it zero.
+		if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetTHPDisable, 1, 0, 0, 0, 0); e != 0 {
+			must("PR_SET_THP_DISABLE", e)
+		}
+	}
 	// Changing credentials cleared the parent-death signal; the jail still dies with stage 1.
 	must("PR_SET_PDEATHSIG", prctl(syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL)))
 	for _, r := range CloexecRanges(cfg.KeepFDs) {
@@ -79,7 +86,7 @@ func stage2(cfg *Config) {
 			must("marking descriptors close-on-exec", e)
 		}
 	}
-	err = syscall.Exec(cfg.Argv[0], cfg.Argv, []string{"PATH=/usr/bin:/bin"})
+	err = syscall.Exec(cfg.Argv[0], cfg.Argv, append([]string{"PATH=/usr/bin:/bin"}, cfg.Env...))
 	must("exec "+cfg.Argv[0], err)
 }
 

@@ -236,6 +236,10 @@ export interface JailSpec {
   /** Descriptors 3 … 3+n-1 passed on (a restore's device-state stream is fd 3). */
   keepFds: number;
   record?: string;
+  /** Transparent huge pages off for the program (PR_SET_THP_DISABLE, inherited across exec). */
+  noThp?: boolean;
+  /** Variables the program gets besides PATH; the jailer accepts only GLIBC_TUNABLES. */
+  env?: Record<string, string>;
 }
 
 export const JAIL_NOFILE = 1024;
@@ -262,6 +266,8 @@ export function jailerArgv(ctx: JailContext, spec: JailSpec, program: string[]):
     '--keep-fds',
     String(spec.keepFds),
     ...(spec.record ? ['--record', spec.record, '--instance', ctx.instanceId] : []),
+    ...(spec.noThp ? ['--no-thp'] : []),
+    ...Object.entries(spec.env ?? {}).flatMap(([k, v]) => ['--env', `${k}=${v}`]),
     '--',
     ...program,
   ];
