@@ -11,6 +11,8 @@ export const DEFAULT_RECORDING_CAP_BYTES = 256 * 1024 * 1024;
  * content id names; shorter content is one chunk. A reader tells the two apart by the size the event gives.
  */
 export const CONTENT_PART_BYTES = 4 * 1024 * 1024;
+/** While input keeps arriving faster than it is stored, the manifest is still committed this often. */
+const COMMIT_AT_LEAST_EVERY_MS = 2_000;
 
 /** The manifest that keeps a sandbox's recorded chunks alive in GC's mark, like a snapshot's manifest does its own. */
 export function recordingManifestId(sandboxId: string): string {
@@ -43,8 +45,8 @@ export interface RecorderOptions {
 
 /**
  * Records input bytes without adding a wait to the input: the content id is computed at once (keyed BLAKE3, in this
- * process), the write to the store runs behind it, in order, and the recording's manifest follows each batch of
- * writes. A chunk is leased from before its write until a manifest naming it is committed, so GC never takes it.
+ * process), the write to the store runs behind it, in order, and the recording's manifest is committed once the
+ * writes have caught up (at least every 2 s while they have not). A chunk is leased from before its write until a manifest naming it is committed, so GC never takes it.
  */
 export class Recorder {
   readonly #tenant: TenantStore;
@@ -55,6 +57,7 @@ export class Recorder {
   #queue: Array<{ id: string; data: Buffer }> = [];
   #lease: CaptureLease;
   #draining?: Promise<void>;
+  #committedAt = performance.now();
   #closed = false;
 
   private constructor(tenant: TenantStore, opts: RecorderOptions, prior: { refs: string[]; body?: RecordingBody }) {
@@ -195,10 +198,15 @@ export class Recorder {
   async #drain(): Promise<void> {
     const batch = this.#queue.splice(0);
     try {
+      // Staged, not put: the manifest's commit makes them durable with one filesystem sync, where a put pays two per
+      // chunk (each a process on the local disk: most of the node's CPU in a large upload).
       for (const { id, data } of batch) {
-        await this.#tenant.put(data, id);
+        await this.#tenant.stage(data, id);
         this.#refs.add(id);
       }
+      // More input queued meanwhile: commit when it has caught up, or when the last commit is getting old.
+      if (this.#queue.length > 0 && performance.now() - this.#committedAt < COMMIT_AT_LEAST_EVERY_MS) return;
+      this.#committedAt = performance.now();
       const body: RecordingBody = { kind: 'recording', sandboxId: this.#opts.sandboxId, recordedBytes: this.#recordedBytes, capped: this.#capped };
       await this.#tenant.putManifest(recordingManifestId(this.#opts.sandboxId), { refs: [...this.#refs], body });
     } catch (err) {
