@@ -1,11 +1,12 @@
 // Shared by the integration tests: how to reach the server, and a check of every HTTP response against the OpenAPI specs.
+import { subscribe } from 'node:diagnostics_channel';
 import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { inject, afterAll, expect } from 'vitest';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { derefSchema, loadOpenApi, type OpenApiDoc } from '@sandglass/core';
-import type { ConnectionConfig } from '@sandglass/sdk';
+import { RESPONSE_CHANNEL, type ConnectionConfig, type ObservedResponse } from '@sandglass/sdk';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -90,6 +91,13 @@ globalThis.fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
   }
   return res;
 };
+
+// The SDK talks node:http, and publishes every answer it read whole on its diagnostics channel.
+subscribe(RESPONSE_CHANNEL, (message) => {
+  const res = message as ObservedResponse;
+  const ct = String(res.headers['content-type'] ?? '');
+  if (ct.includes('application/json') || res.status === 204 || res.status >= 400) validate(res.method, res.url, res.status, ct, res.body.toString('utf8'));
+});
 
 /** Every test file ends by asserting that no response broke its spec. */
 export function checkResponsesAgainstSpec(): void {

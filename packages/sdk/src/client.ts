@@ -1,7 +1,7 @@
 // The two HTTP endpoints a sandbox talks to: the control plane (API key) and its node's gateway (short-lived access token, refreshed before it expires).
 import { resolveConfig, type ConnectionConfig, type ResolvedConfig } from './config.js';
 import { AuthenticationError, ConnectionError, NotFoundError, SandglassError } from './errors.js';
-import { buildUrl, readJson, send, type HttpRequest, type Query, type StreamBody } from './http.js';
+import { buildUrl, readJson, send, type HttpRequest, type HttpResponse, type Query, type StreamBody } from './http.js';
 import type { ControlPlaneReply } from './replies.js';
 import type { Access } from './types.js';
 
@@ -13,6 +13,8 @@ export interface RequestOptions {
   contentType?: string;
   /** Overrides the configured header timeout; 0 = none (uploads, whose body may take long to send). */
   timeoutMs?: number;
+  /** Hand over the response body as it arrives (the caller reads or cancels it); otherwise it is read whole. */
+  stream?: boolean;
 }
 
 export class ControlPlane {
@@ -22,7 +24,7 @@ export class ControlPlane {
     return new ControlPlane(await resolveConfig(config));
   }
 
-  async request(method: string, path: string, opts: RequestOptions = {}): Promise<Response> {
+  async request(method: string, path: string, opts: RequestOptions = {}): Promise<HttpResponse> {
     return send(buildUrl(this.config.apiUrl, path, opts.query), this.config.apiKey, toRequest(method, opts, this.config.requestTimeoutMs));
   }
 
@@ -32,7 +34,15 @@ export class ControlPlane {
 }
 
 function toRequest(method: string, opts: RequestOptions, defaultTimeoutMs: number): HttpRequest {
-  return { method, query: opts.query, json: opts.json, body: opts.body, contentType: opts.contentType, timeoutMs: opts.timeoutMs ?? defaultTimeoutMs };
+  return {
+    method,
+    query: opts.query,
+    json: opts.json,
+    body: opts.body,
+    contentType: opts.contentType,
+    timeoutMs: opts.timeoutMs ?? defaultTimeoutMs,
+    stream: opts.stream,
+  };
 }
 
 // Refresh this long before expiry, or halfway through the token's life when it is shorter than twice this.
@@ -80,7 +90,7 @@ export class DataPlane {
     return `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}${subpath}`;
   }
 
-  async request(method: string, subpath: string, opts: RequestOptions = {}): Promise<Response> {
+  async request(method: string, subpath: string, opts: RequestOptions = {}): Promise<HttpResponse> {
     const attempt = async (access: Access) =>
       send(buildUrl(access.gatewayUrl, this.path(subpath), opts.query), access.token, toRequest(method, opts, this.controlPlane.config.requestTimeoutMs));
     const used = await this.access();
@@ -119,6 +129,6 @@ export class DataPlane {
 function notDelivered(err: unknown, method: string): boolean {
   if (err instanceof NotFoundError) return err.code === 'sandbox_not_found';
   if (!(err instanceof ConnectionError)) return false;
-  const code = (err.cause as { cause?: { code?: string } } | undefined)?.cause?.code;
+  const code = (err.cause as { code?: string } | undefined)?.code;
   return method === 'GET' || code === 'ECONNREFUSED' || code === 'EHOSTUNREACH';
 }

@@ -243,7 +243,7 @@ export class Commands {
   async readOutput(commandId: string, opts: { fromOffset?: number } = {}): Promise<OutputRead> {
     const res = await this.dataPlane.request('GET', `/commands/${encodeURIComponent(commandId)}/output`, { query: { fromOffset: opts.fromOffset } });
     const records = new RecordReader();
-    const frames = records.push(new Uint8Array(await res.arrayBuffer()));
+    const frames = records.push(await res.bytes());
     if (records.pendingBytes > 0) throw new ProtocolError('protocol_error', `the output of ${commandId} ended inside a record`);
     const read: OutputRead = { startOffset: -1, outputOffset: -1, pieces: [], droppedBytes: 0 };
     for (const frame of frames) {

@@ -36,14 +36,15 @@ export class Files {
   read(path: string, opts: { format: 'stream' }): Promise<ReadableStream<Uint8Array>>;
   read(path: string, opts?: { format?: ReadFormat }): Promise<string | Uint8Array | ReadableStream<Uint8Array>>;
   async read(path: string, opts: { format?: ReadFormat } = {}): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
-    const res = await this.dataPlane.request('GET', '/files', { query: { path } });
-    switch (opts.format ?? 'text') {
+    const format = opts.format ?? 'text';
+    const res = await this.dataPlane.request('GET', '/files', { query: { path }, stream: format === 'stream' });
+    switch (format) {
       case 'text':
         return res.text();
       case 'bytes':
-        return new Uint8Array(await res.arrayBuffer());
+        return new Uint8Array(await res.bytes());
       case 'stream':
-        return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+        return res.webStream();
     }
   }
 
@@ -71,9 +72,9 @@ export class Files {
   readTar(dir: string, opts?: { format?: 'stream' }): Promise<ReadableStream<Uint8Array>>;
   readTar(dir: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
   async readTar(dir: string, opts: { format?: 'stream' | 'bytes' } = {}): Promise<ReadableStream<Uint8Array> | Uint8Array> {
-    const res = await this.dataPlane.request('GET', '/files/tar', { query: { path: dir }, timeoutMs: 0 });
-    if (opts.format === 'bytes') return new Uint8Array(await res.arrayBuffer());
-    return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+    const res = await this.dataPlane.request('GET', '/files/tar', { query: { path: dir }, timeoutMs: 0, stream: opts.format !== 'bytes' });
+    if (opts.format === 'bytes') return new Uint8Array(await res.bytes());
+    return res.webStream();
   }
 
   /** Entries under `path`; depth > 1 descends into subdirectories. */

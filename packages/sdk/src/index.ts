@@ -48,6 +48,7 @@ export { ApiKeys, type ApiKeyCreateOptions, type ApiKeyInfo, type ApiKeyListOpti
 export { TenantKeys, type KeyProviderChoice, type TenantKeyStatus } from './tenant-keys.js';
 export { Files, type ReadFormat, type TarWriteResult, type WriteData, type WriteResult } from './files.js';
 export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
+export { RESPONSE_CHANNEL, type ObservedResponse } from './http.js';
 export { resolveConfig, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionConfig, type ResolvedConfig, type ServerFile } from './config.js';
 export * from './errors.js';
 export type * from './types.js';

@@ -92,7 +92,7 @@ export async function runReplay(cp: ControlPlane, sourceId: string, opts: Replay
   const files = new Files(dataPlane);
   const recorded = async (contentId: string, sizeBytes?: number): Promise<Buffer> => {
     const res = await dataPlane.request('GET', `/recording/${contentId}`, { query: { sizeBytes } });
-    return Buffer.from(await res.arrayBuffer());
+    return res.bytes();
   };
   const capped = events.find((e) => e.type === 'recording.capped');
   const inputs: ReplayInputResult[] = [];

@@ -378,9 +378,8 @@ export class Sandbox {
   async exportAudit(opts: { stream: true }): Promise<AsyncIterable<Uint8Array>>;
   async exportAudit(opts: { stream?: boolean } = {}): Promise<string | AsyncIterable<Uint8Array>> {
     // The request timeout bounds the wait for the answer to begin, not the streaming of a long session's export.
-    const res = await this.controlPlane.request('GET', `${sandboxPath(this.id)}/audit/export`);
+    const res = await this.controlPlane.request('GET', `${sandboxPath(this.id)}/audit/export`, { stream: opts.stream });
     if (!opts.stream) return res.text();
-    // Node's web ReadableStream is async-iterable; the DOM typing of fetch's body does not say so.
-    return res.body as unknown as AsyncIterable<Uint8Array>;
+    return res.body;
   }
 }

@@ -177,12 +177,13 @@ export class OutputStream {
     try {
       const res = await this.dataPlane.request('GET', `/commands/${encodeURIComponent(this.commandId)}/output`, {
         query: { fromOffset: this.offset, follow: true },
+        stream: true,
       });
       if (this.finished) {
-        await res.body?.cancel();
+        res.body.destroy();
         return;
       }
-      const reader = res.body!.getReader();
+      const reader = res.webStream().getReader();
       this.reader = reader;
       const records = new RecordReader();
       for (;;) {
