@@ -386,6 +386,8 @@ export class Gateway {
         `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which neither this node nor the template registry has.`,
       );
     }
+    // The source's last inputs may still be on their way into its recording (a source running here): commit them first.
+    if (kind === 'fork' && req.replay) await this.sandboxes.get(req.replay.sourceSandboxId)?.recorder?.flush();
     // A replay reads only its source's recording: refused before anything starts when there is none.
     const source = kind === 'fork' && req.replay ? await SourceRecording.open(this.opts.store, req.tenantId, req.replay.sourceSandboxId) : undefined;
     const sync = source && req.replay?.sync;
