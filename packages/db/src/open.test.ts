@@ -54,6 +54,34 @@ describe('openDatabase on SQLite', () => {
     await again.close();
   });
 
+  it('reuses prepared statements: each call gets its own values, after a stream left halfway and after a schema change', async () => {
+    const { db, close } = await openDatabase({ url: 'sqlite::memory:' });
+    try {
+      for (const t of ['a', 'b', 'c']) {
+        await db
+          .insertInto('tenants')
+          .values({ id: `ten_${t}`, name: t, created_at: toIso(0) })
+          .execute();
+      }
+      const byId = (id: string) => db.selectFrom('tenants').selectAll().where('id', '=', id).executeTakeFirst();
+      expect((await byId('ten_a'))?.name).toBe('a');
+      expect((await byId('ten_b'))?.name).toBe('b');
+      // A streamed query left halfway releases its statement for the next run of the same SQL.
+      const names = () => db.selectFrom('tenants').select('name').orderBy('name').stream();
+      for await (const row of names()) {
+        expect(row.name).toBe('a');
+        break;
+      }
+      const all: string[] = [];
+      for await (const row of names()) all.push(row.name);
+      expect(all).toEqual(['a', 'b', 'c']);
+      await sql`alter table tenants add column extra text`.execute(db);
+      expect(Object.keys((await byId('ten_c'))!)).toContain('extra');
+    } finally {
+      await close();
+    }
+  });
+
   it('refuses URLs it cannot open', async () => {
     await expect(openDatabase({ url: 'mysql://localhost/sg' })).rejects.toThrow(/use sqlite: or postgres:/);
     await expect(openDatabase({ url: 'sqlite:' })).rejects.toThrow(/names no file/);

@@ -2,7 +2,7 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
-import { type Dialect, Kysely, Migrator, PostgresAdapter, PostgresDialect, SqliteDialect } from 'kysely';
+import { type Dialect, Kysely, Migrator, PostgresAdapter, PostgresDialect, SqliteDialect, type SqliteDatabase } from 'kysely';
 import pg from 'pg';
 import { migrationProvider } from './migrations.js';
 import type { Schema } from './schema.js';
@@ -77,9 +77,38 @@ function dialectFor(opts: OpenDatabaseOptions): Dialect {
       if (!memory) conn.pragma('journal_mode = WAL');
       conn.pragma('foreign_keys = ON');
       conn.pragma('busy_timeout = 5000');
-      return conn;
+      return withStatementCache(conn);
     },
   });
+}
+
+/** Statements kept per connection; Kysely binds values as parameters, so Sandglass's SQL texts are far fewer. */
+const STATEMENT_CACHE_SIZE = 512;
+
+/**
+ * better-sqlite3 compiles a statement on every prepare, and Kysely prepares for every query: that took longer than the
+ * indexed lookup it ran (the API key and the sandbox row of each request). Statements are kept by their SQL text, least
+ * recently used dropped first; one still iterating a streamed query is busy, and then a fresh one is prepared.
+ */
+function withStatementCache(conn: BetterSqlite3.Database): SqliteDatabase {
+  const cache = new Map<string, BetterSqlite3.Statement>();
+  return {
+    close: () => conn.close(),
+    prepare(sql) {
+      const hit = cache.get(sql);
+      if (hit && !hit.busy) {
+        cache.delete(sql);
+        cache.set(sql, hit);
+        return hit;
+      }
+      const stmt = conn.prepare(sql);
+      if (!hit) {
+        cache.set(sql, stmt);
+        if (cache.size > STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value!);
+      }
+      return stmt;
+    },
+  };
 }
 
 /** int8 (bigint: seq, byte sizes, counts) as a number: exact up to 2^53, far beyond any seq or size Sandglass stores. */
