@@ -793,6 +793,9 @@ function filesSection(header: string, rs: Row[]): string {
   );
 }
 
+/** BENCH_RECONNECTS=connect: only the phase's Sandbox.connect rows, printed and not written to docs/benchmarks.md. */
+const connectOnly = process.env.BENCH_RECONNECTS === 'connect';
+
 /** Host load at the end of the reconnects phase: its rates are the machine's, which other work shares. */
 let reconnectsLoad = '';
 
@@ -802,7 +805,7 @@ async function reconnectsPhase(): Promise<Row[]> {
   try {
     const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
     const out: Row[] = [];
-    for (const r of await reconnectsBench({ config, quick })) addLatencyTo(out, r.what, r.samplesMs, [`p99 ${ms(pct(r.samplesMs, 99))}`, r.note]);
+    for (const r of await reconnectsBench({ config, quick, connectOnly })) addLatencyTo(out, r.what, r.samplesMs, [`p99 ${ms(pct(r.samplesMs, 99))}`, r.note]);
     reconnectsLoad = loadavg();
     return out;
   } finally {
@@ -846,7 +849,7 @@ async function main(): Promise<void> {
     accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
     const header = hostLine();
     printTable('Reconnects', reconnectRows);
-    if (!quick) writeSection('reconnects', reconnectsSection(header, reconnectRows));
+    if (!quick && !connectOnly) writeSection('reconnects', reconnectsSection(header, reconnectRows));
     return;
   }
   if (only === 'density') {
