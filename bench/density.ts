@@ -184,18 +184,16 @@ export interface DensityResult {
 }
 
 /**
- * Baseline first: the template as it was built before (SANDGLASS_TEMPLATE_PREP=off), then as built now, each with
- * `n` idle sandboxes in one server. Then placement: the node's guest-memory budget, and a server with a small budget
+ * Baseline first: QEMU with transparent huge pages as before (SANDGLASS_QEMU_THP=on), then as now, each with `n`
+ * idle sandboxes in one server. Then placement: the node's guest-memory budget, and a server with a small budget
  * (SANDGLASS_GUEST_MEMORY_BUDGET_MIB) filled until it refuses, to show the refusal is where the budget says.
  */
 export async function densityBench(opts: { home: string; port: number; quick: boolean }): Promise<DensityResult> {
   const n = opts.quick ? 3 : 8;
   const samples = opts.quick ? 10 : 30;
-  const before = await withServer(opts.home, opts.port, { SANDGLASS_TEMPLATE_PREP: 'off' }, (r) =>
-    measure('before (SANDGLASS_TEMPLATE_PREP=off)', r, n, samples),
-  );
+  const before = await withServer(opts.home, opts.port, { SANDGLASS_QEMU_THP: 'on' }, (r) => measure('before (SANDGLASS_QEMU_THP=on)', r, n, samples));
   let capacityMib = 0;
-  const after = await withServer(opts.home, opts.port, { SANDGLASS_TEMPLATE_PREP: undefined }, async (r) => {
+  const after = await withServer(opts.home, opts.port, { SANDGLASS_QEMU_THP: undefined }, async (r) => {
     capacityMib = r.gateway.memory().capacityMib;
     return measure('now', r, n, samples);
   });
@@ -255,8 +253,8 @@ export function densitySection(header: string, rows: DensityRow[]): string {
   const table = `| measure | n | p50 | p95 | note |\n|---|---|---|---|---|\n${rows.map((r) => `| ${r.what} | ${r.n} | ${r.p50} | ${r.p95} | ${r.other} |`).join('\n')}\n`;
   return (
     `<!-- density phase -->\n## Density and exec\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header} (\`BENCH_ONLY=density\`). ` +
-    'Idle 256 MiB sandboxes with rolling snapshots on (each has taken one), first from a template built as before ' +
-    '(`SANDGLASS_TEMPLATE_PREP=off`), then as now, in one run. PSS is split by mapping (docs/design/density.md); the ' +
+    'Idle 256 MiB sandboxes with rolling snapshots on (each has taken one), first with QEMU given transparent huge ' +
+    'pages as before (`SANDGLASS_QEMU_THP=on`), then as now, in one run. PSS is split by mapping (docs/design/density.md); the ' +
     "second row of each adds the pages of the VM's RAM file on tmpfs that QEMU has not mapped. Ping is the agent's " +
     'own round trip on the same sandbox, interleaved with the exec. The last row fills a server started with ' +
     '`SANDGLASS_GUEST_MEMORY_BUDGET_MIB` until it refuses.\n\n' +

@@ -56,5 +56,7 @@ describe('jailer argv', () => {
         '--record /h/vms/sbx_1.json --instance me -- /usr/bin/qemu-system-x86_64 -nodefaults',
     );
     expect(jailerArgv(ctx(), { ...spec, cgroupDirs: null }, ['/bin/true'])).toContain('--no-cgroups');
+    const memory = jailerArgv(ctx(), { ...spec, noThp: true, env: { GLIBC_TUNABLES: 'glibc.malloc.arena_max=1' } }, ['/bin/true']).join(' ');
+    expect(memory).toContain('--no-thp --env GLIBC_TUNABLES=glibc.malloc.arena_max=1 -- /bin/true');
   });
 });

@@ -118,22 +118,24 @@ export function tcgTbMib(env: NodeJS.ProcessEnv = process.env): number {
   return v;
 }
 /**
- * glibc's allocator settings for QEMU (GLIBC_TUNABLES). SANDGLASS_QEMU_GLIBC_TUNABLES overrides them, empty for
- * glibc's defaults. Measurements: docs/design/density.md.
+ * glibc's allocator settings for QEMU (GLIBC_TUNABLES): none, glibc's defaults. SANDGLASS_QEMU_GLIBC_TUNABLES sets
+ * them, to measure again (docs/design/density.md: one arena saved 0.2 MiB per VM, rejected).
  */
 export const DEFAULT_QEMU_GLIBC_TUNABLES = '';
 
 /**
- * Whether QEMU may have transparent huge pages (SANDGLASS_QEMU_THP=on|off). QEMU asks for them (MADV_HUGEPAGE) on its
- * TCG code buffer and its RAM blocks such as the 2 MiB ACPI table block, and a huge page is resident whole however
- * little of it is used. Off needs the jailer (PR_SET_THP_DISABLE); QEMU run directly keeps the host's setting.
+ * Whether QEMU may have transparent huge pages (SANDGLASS_QEMU_THP=on|off, default off). QEMU asks for them
+ * (MADV_HUGEPAGE) on its TCG code buffer and its RAM blocks, and a huge page is resident whole however little of it
+ * is used: the ACPI table block holds 4 KiB of tables in a 2 MiB block, and cost 2 MiB per VM. Off needs the jailer
+ * (PR_SET_THP_DISABLE); QEMU run directly keeps the host's setting. Measurements: docs/design/density.md.
  */
+export const DEFAULT_QEMU_THP: 'on' | 'off' = 'off';
+
 export function qemuThp(env: NodeJS.ProcessEnv = process.env): boolean {
-  const raw = env.SANDGLASS_QEMU_THP ?? DEFAULT_QEMU_THP;
+  const raw = env.SANDGLASS_QEMU_THP || DEFAULT_QEMU_THP;
   if (raw !== 'on' && raw !== 'off') throw new SandglassError('invalid_argument', `SANDGLASS_QEMU_THP must be on or off, got ${JSON.stringify(raw)}`);
   return raw === 'on';
 }
-export const DEFAULT_QEMU_THP: 'on' | 'off' = 'on';
 
 /** The environment QEMU runs with, besides PATH. */
 export function qemuEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
