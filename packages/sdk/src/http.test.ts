@@ -1,7 +1,14 @@
 // The SDK's HTTP transport against a real local node:http server: header timeout, stale-socket retry, streaming both ways, typed errors.
+import { execFile } from 'node:child_process';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createTlsServer } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConnectionError, NotFoundError, TimeoutError, type SandglassError } from './errors.js';
 import { RESPONSE_CHANNEL, send, type HttpRequest, type ObservedResponse } from './http.js';
@@ -243,5 +250,52 @@ describe('send', () => {
     expect(Buffer.from((await reader.read()).value!).toString()).toBe('b');
     await reader.cancel();
     await serverSawClose;
+  });
+});
+
+// A self-signed certificate for 127.0.0.1, made for this test alone (valid for 100 years): the SDK trusts what Node
+// trusts, the system's CAs and NODE_EXTRA_CA_CERTS, exactly as it did over fetch.
+const TEST_CERT = `-----BEGIN CERTIFICATE-----
+MIIBrDCCAVOgAwIBAgIUEV1q+UnXT6rS+XgG9xo2eZnlfAUwCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSc2FuZGdsYXNzIHNkayB0ZXN0MCAXDTI2MTIwMTEyMzUyNloY
+DzIxMjYxMTA3MTIzNTI2WjAdMRswGQYDVQQDDBJzYW5kZ2xhc3Mgc2RrIHRlc3Qw
+WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAATv4QC4fzX+Mh5ULom78qeYtmTCMUCi
+o51rBnduZ5X1AE7d8e2EO4ehDzd0ZjCFEWBtNqXkf6/0ojBgrv3kftb4o28wbTAd
+BgNVHQ4EFgQUTohv3SsmFx5pQX14ZlL/S/wow7wwHwYDVR0jBBgwFoAUTohv3Ssm
+Fx5pQX14ZlL/S/wow7wwDwYDVR0TAQH/BAUwAwEB/zAaBgNVHREEEzARhwR/AAAB
+gglsb2NhbGhvc3QwCgYIKoZIzj0EAwIDRwAwRAIgFHs9eJFc5SS1XA4r21fDudCu
+DR29Wvh8njRD6YiqDx8CIGQdc5Ex/FKV9tqw6YDwscioHfT6IwLxfkWZI652c5my
+-----END CERTIFICATE-----`;
+const TEST_KEY = `-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgZ1+BI8JYWXdX7jN0
+zRWe8HO4TUaJ4Sr/Ypv4Z0bwIvKhRANCAATv4QC4fzX+Mh5ULom78qeYtmTCMUCi
+o51rBnduZ5X1AE7d8e2EO4ehDzd0ZjCFEWBtNqXkf6/0ojBgrv3kftb4
+-----END PRIVATE KEY-----`;
+
+describe('send over https', () => {
+  it('refuses a certificate no trusted CA signed, and accepts it once NODE_EXTRA_CA_CERTS names it', async () => {
+    const tlsServer = createTlsServer({ cert: TEST_CERT, key: TEST_KEY }, (_req, res) => res.end('{"over":"tls"}'));
+    await new Promise<void>((resolve) => tlsServer.listen(0, '127.0.0.1', resolve));
+    const url = `https://127.0.0.1:${(tlsServer.address() as AddressInfo).port}/v1/health`;
+    const dir = mkdtempSync(join(tmpdir(), 'sg-sdk-tls-'));
+    try {
+      const untrusted = await caught(send(new URL(url), 'tok', { method: 'GET', timeoutMs: 5_000 }));
+      expect(untrusted).toBeInstanceOf(ConnectionError);
+      expect(untrusted.message).toContain('SELF_SIGNED');
+
+      // NODE_EXTRA_CA_CERTS is read when a process starts: a child process sends the request.
+      const caFile = join(dir, 'ca.pem');
+      writeFileSync(caFile, TEST_CERT);
+      const httpTs = fileURLToPath(new URL('./http.ts', import.meta.url));
+      const script = `const { send } = await import(${JSON.stringify(httpTs)}); const res = await send(new URL(${JSON.stringify(url)}), 'tok', { method: 'GET', timeoutMs: 5000 }); process.stdout.write(await res.text());`;
+      const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+        env: { ...process.env, NODE_EXTRA_CA_CERTS: caFile },
+      });
+      expect(JSON.parse(stdout)).toEqual({ over: 'tls' });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      tlsServer.closeAllConnections();
+      await new Promise((resolve) => tlsServer.close(resolve));
+    }
   });
 });
