@@ -86,6 +86,10 @@ describe('a grown root disk', () => {
     expect(await rootFsBytes(back)).toBe(grown);
     const [fork] = await Sandbox.fork(paused.id, { ...config(), timeoutS: 600 });
     try {
+      const listed = await Sandbox.list(config());
+      // The size asked for is on the sandbox, and on its fork, whose disk is the snapshot's.
+      expect(listed.find((s) => s.id === sbx.id)?.diskMib).toBe(DISK_MIB);
+      expect(listed.find((s) => s.id === fork!.id)?.diskMib).toBe(DISK_MIB);
       expect(await rootFsBytes(fork!)).toBe(grown);
       expect((await fork!.files.stat('/root/past-the-old-end')).sizeBytes).toBe(1700 * MiB);
     } finally {

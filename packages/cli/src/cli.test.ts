@@ -54,6 +54,7 @@ const sandbox = {
   expiresAt: '2025-01-01T00:05:00Z',
   snapshotIntervalS: 60,
   sourceSnapshotId: null,
+  diskMib: null,
   pausedAt: null,
   network: null,
   secrets: [],

@@ -44,6 +44,7 @@ export function toSandbox(row: SandboxRow): Sandbox {
     expiresAt: row.expires_at,
     snapshotIntervalS: row.snapshot_interval_s,
     sourceSnapshotId: row.source_snapshot_id,
+    diskMib: row.disk_mib,
     pausedAt: row.paused_at,
     gatewayId: row.gateway_id,
     network: row.network === null ? null : (JSON.parse(row.network) as NetworkPolicy),

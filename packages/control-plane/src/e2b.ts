@@ -35,8 +35,8 @@ export const E2B_ENVD_VERSION = '0.5.7';
 /** E2B's deprecated client id: one constant, there being no E2B cluster client behind it. */
 const CLIENT_ID = 'sandglass';
 /**
- * The control plane sets no disk quota and does not know the guest image's size: the root filesystem is the image's
- * content plus 1 GiB free, bounded only by the node's disk. 0 says "not known" rather than inventing a number.
+ * The control plane does not know the guest image's size: a sandbox created without `diskMib` has the image's content
+ * plus 1 GiB free. 0 says "not known" rather than inventing a number; a sandbox that asked for a size reports it.
  */
 const DISK_SIZE_MB = 0;
 const SEE_DOCS = 'see docs/e2b.md';
@@ -280,7 +280,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       endAt: s.expiresAt,
       cpuCount: s.vcpus,
       memoryMB: s.memoryMib,
-      diskSizeMB: DISK_SIZE_MB,
+      diskSizeMB: s.diskMib ?? DISK_SIZE_MB,
       envdVersion: E2B_ENVD_VERSION,
       state: s.state === 'paused' ? 'paused' : 'running',
       metadata: s.metadata,

@@ -476,6 +476,8 @@ export class SandboxService {
         gatewayUrl: gateway.url,
         snapshotIntervalS: source.snapshot_interval_s,
         sourceSnapshotId: snap.id,
+        // The disk is the snapshot's (its layers carry the size); the source's request says what that is.
+        ...(source.disk_mib === null ? {} : { diskMib: source.disk_mib }),
         // The gateway restores the snapshot's network; until its sandbox.forked says which, the source's is the best guess.
         network: source.network === null ? null : (JSON.parse(source.network) as NetworkPolicy),
         secrets: JSON.parse(source.secrets) as string[],

@@ -800,7 +800,7 @@ describe('snapshot interval', () => {
     const sbx = await createSandbox(adminKey, { snapshotIntervalS: 15 });
     expect(seen[0]!.body).toMatchObject({ snapshotIntervalS: 15 });
     expect((await events.list({ sandboxId: sbx.id }))[0]!.data).toMatchObject({ snapshotIntervalS: 15 });
-    expect(sbx).toMatchObject({ snapshotIntervalS: 15, sourceSnapshotId: null, pausedAt: null });
+    expect(sbx).toMatchObject({ snapshotIntervalS: 15, sourceSnapshotId: null, diskMib: null, pausedAt: null });
     expect((await createSandbox()) as unknown).toMatchObject({ snapshotIntervalS: 60 });
 
     seen = [];

@@ -314,6 +314,13 @@ const sandboxSubChain: Migration = {
   },
 };
 
+const sandboxDisk: Migration = {
+  async up(db: Kysely<any>) {
+    // A projection column like the others: rebuilt from sandbox.created's diskMib (null when the event has none).
+    await db.schema.alterTable('sandboxes').addColumn('disk_mib', 'integer').execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -330,5 +337,6 @@ export const migrationProvider: MigrationProvider = {
     '0007_postgres_bigint': postgresBigint,
     '0008_sandbox_envs': sandboxEnvs,
     '0009_sandbox_sub_chain': sandboxSubChain,
+    '0010_sandbox_disk': sandboxDisk,
   }),
 };

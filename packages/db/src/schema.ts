@@ -76,6 +76,8 @@ export interface SandboxesTable {
   snapshot_interval_s: number;
   /** The snapshot a fork started from (null for sandboxes created from a template). */
   source_snapshot_id: string | null;
+  /** The root disk size asked for at create (MiB), inherited by forks; null: the template's own. */
+  disk_mib: number | null;
   paused_at: IsoTime | null;
   /** JSON text of the egress policy `{ allow, deny }`; null: the sandbox has no network at all. */
   network: string | null;

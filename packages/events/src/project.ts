@@ -43,6 +43,7 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       expires_at: plusSeconds(e.at, d.timeoutS),
       snapshot_interval_s: d.snapshotIntervalS ?? 60,
       source_snapshot_id: d.sourceSnapshotId ?? null,
+      disk_mib: d.diskMib ?? null,
       paused_at: null,
       network: networkJson(d.network),
       secrets: canonicalJson(d.secrets ?? []),

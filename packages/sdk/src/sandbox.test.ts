@@ -63,6 +63,7 @@ function info(extra: Partial<SandboxInfo> = {}): SandboxInfo {
     expiresAt: now,
     snapshotIntervalS: 60,
     sourceSnapshotId: null,
+    diskMib: null,
     pausedAt: null,
     network: null,
     secrets: [],

@@ -795,6 +795,8 @@ export interface components {
             snapshotIntervalS: number;
             /** @description The snapshot a fork started from; null when created from a template. */
             sourceSnapshotId: string | null;
+            /** @description The root disk size asked for at create (MiB), which forks inherit; null: the template's own. */
+            diskMib: number | null;
             /**
              * Format: date-time
              * @description When the sandbox was paused; null unless the state is paused.
