@@ -161,6 +161,24 @@ describe('Sandbox lifecycle', () => {
     }
   });
 
+  it('sends a POST again on the node a sandbox moved to when the old one refused the connection', async () => {
+    const other = await startTestServer();
+    try {
+      const dead = await startTestServer();
+      const deadUrl = dead.url;
+      await dead.close();
+      const sbx = await create({ gatewayUrl: deadUrl, token: 'tok0', expiresAt: new Date(Date.now() + 600_000).toISOString() });
+      server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
+        sendJson(res, 200, { gatewayUrl: other.url, token: 'tok1', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
+      );
+      other.on(`POST /v1/sandboxes/${SBX}/files/rename`, (_req, res) => sendJson(res, 204, undefined));
+      await sbx.files.rename('/a', '/b');
+      expect(other.requests.at(-1)).toMatchObject({ method: 'POST', path: `/v1/sandboxes/${SBX}/files/rename`, auth: 'Bearer tok1' });
+    } finally {
+      await other.close();
+    }
+  });
+
   it('sends list filters, timeout and events to the control plane', async () => {
     server.on('GET /v1/sandboxes', (_req, res) => sendJson(res, 200, { sandboxes: [info()] }));
     server.on(`POST /v1/sandboxes/${SBX}/timeout`, async (req, res) =>
