@@ -10,7 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ConnectionError, NotFoundError, TimeoutError, type SandglassError } from './errors.js';
+import { ConnectionError, NotFoundError, ProtocolError, TimeoutError, type SandglassError } from './errors.js';
 import { RESPONSE_CHANNEL, send, type HttpRequest, type ObservedResponse } from './http.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, socketRequests: number) => unknown;
@@ -207,6 +207,18 @@ describe('send', () => {
     const proxy = await caught(get('/proxy'));
     expect(proxy.status).toBe(502);
     expect(proxy.message).toContain('bad gateway');
+  });
+
+  it('does not follow a redirect, which would carry the token elsewhere, and says where it pointed', async () => {
+    handler = (_req, res) => {
+      res.writeHead(301, { location: 'https://elsewhere.example/v1/health' });
+      res.end();
+    };
+    const err = await caught(get('/v1/health'));
+    expect(err).toBeInstanceOf(ProtocolError);
+    expect(err.status).toBe(301);
+    expect(err.message).toContain('https://elsewhere.example/v1/health');
+    expect(connections.size).toBe(1);
   });
 
   it('reports a server that is not there, and a body cut short, as connection_failed', async () => {

@@ -10,7 +10,7 @@ import {
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { Readable } from 'node:stream';
-import { ConnectionError, SandglassError, TimeoutError, errorFromResponse } from './errors.js';
+import { ConnectionError, ProtocolError, SandglassError, TimeoutError, errorFromResponse } from './errors.js';
 
 export type Query = Record<string, string | number | boolean | undefined>;
 
@@ -140,6 +140,14 @@ export async function send(url: URL, token: string, req: HttpRequest): Promise<H
   // Read before returning, so that a caller that ignores the body does not hold the connection.
   const bytes = await readWhole(url, res);
   if (responses.hasSubscribers) responses.publish({ method: req.method, url, status, headers: res.headers, body: bytes } satisfies ObservedResponse);
+  if (status >= 300 && status < 400) {
+    // fetch followed redirects; the SDK does not: one would carry the bearer token to wherever it points.
+    throw new ProtocolError(
+      'protocol_error',
+      `${req.method} ${url.origin}${url.pathname} answered HTTP ${status}, a redirect to ${res.headers.location ?? '(no location)'}; the SDK does not follow redirects: point apiUrl at the server itself`,
+      { status },
+    );
+  }
   if (!ok) throw readError(status, res.headers, bytes);
   return new HttpResponse(status, res.headers, url, res, bytes);
 }
