@@ -16,6 +16,7 @@ const session: SandboxEvent[] = [
     template: 'base',
     memoryMib: 256,
     vcpus: 1,
+    diskMib: 4096,
     timeoutS: 300,
     snapshotIntervalS: 60,
     metadata: {},
@@ -128,7 +129,7 @@ const lines = (entries: AuditEntry[]) => entries.map((x) => `${x.kind} ${x.summa
 describe('auditTimeline', () => {
   it('turns a session into one readable entry per action, in log order', () => {
     expect(lines(auditTimeline(session))).toEqual([
-      'lifecycle created (base, 256 MiB, 1 vCPU)',
+      'lifecycle created (base, 256 MiB, 1 vCPU, 4096 MiB disk)',
       'lifecycle started from the warm pool (restore 31 ms)',
       "command python3 -c 'print('\\''hi'\\'')' (as user in /work): exit 0 after 2.3 s",
       'command sleep 100 (as root): timed out, SIGKILL after 12.5 s',

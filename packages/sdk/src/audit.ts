@@ -90,10 +90,12 @@ export function auditTimeline(events: readonly SandboxEvent[]): AuditEntry[] {
     switch (e.type) {
       case 'sandbox.created': {
         const from = str(d.sourceSnapshotId);
-        const shape = `${str(d.template) ?? '?'}, ${num(d.memoryMib) ?? '?'} MiB, ${num(d.vcpus) ?? '?'} vCPU`;
+        const disk = num(d.diskMib);
+        const shape = `${str(d.template) ?? '?'}, ${num(d.memoryMib) ?? '?'} MiB, ${num(d.vcpus) ?? '?'} vCPU${disk ? `, ${disk} MiB disk` : ''}`;
         add(e, 'lifecycle', `created (${shape})${from ? ` from ${from}` : ''}`, {
           template: str(d.template),
           memoryMib: num(d.memoryMib),
+          diskMib: disk,
           vcpus: num(d.vcpus),
           timeoutS: num(d.timeoutS),
           sourceSnapshotId: from,
