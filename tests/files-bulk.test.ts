@@ -2,7 +2,7 @@
 // source tree of 10,000 files up and down as tar streams, extraction confined to its directory.
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createReadStream, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -97,6 +97,24 @@ describe('a grown root disk', () => {
     }
     expect((await back.files.stat('/root/past-the-old-end')).sizeBytes).toBe(1700 * MiB);
     await back.files.remove('/root/past-the-old-end');
+  });
+
+  // The node refuses a disk larger than its free space (runs where the host has under 64 GiB free, as CI's does).
+  const freeMib = (() => {
+    const fs = statfsSync(home);
+    return Math.floor((fs.bavail * fs.bsize) / MiB);
+  })();
+  it.skipIf(freeMib >= 65536)('is refused when the node has less disk free than asked, naming the field', async () => {
+    const live = async () =>
+      (await Sandbox.list(config()))
+        .filter((s) => s.state === 'running' || s.state === 'starting')
+        .map((s) => s.id)
+        .sort();
+    const before = await live();
+    const err = await Sandbox.create({ ...config(), diskMib: 65536 }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'capacity_exhausted', details: { field: 'diskMib' } });
+    // Refused before any VM was taken: nothing more runs.
+    expect(await live()).toEqual(before);
   });
 
   it('refuses a size out of range, naming the field, and creates nothing', async () => {

@@ -1,5 +1,6 @@
 // The node gateway: runs sandbox VMs restored from templates and serves their data plane (commands, files, PTYs).
 import { readdirSync, rmSync } from 'node:fs';
+import { statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { SandglassError, lockHome, type Clock, type GatewayApi, type HomeLayout, type Logger } from '@sandglass/core';
@@ -273,6 +274,7 @@ export class Gateway {
       );
     }
     await this.network.validate(req.tenantId, req.network, req.secrets ?? []);
+    if (req.diskMib !== undefined) await this.requireDiskRoom(req.diskMib);
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
     const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel, this.cpu));
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
@@ -297,6 +299,22 @@ export class Gateway {
     if (req.network === undefined && req.secrets === undefined) return saved ?? this.network.newSpec(undefined, []);
     const fresh = this.network.newSpec(req.network, req.secrets ?? saved?.secrets ?? []);
     return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders } };
+  }
+
+  /**
+   * Disks are thin, but a sandbox asking for more disk than the node has free could fill it (and every other
+   * sandbox's snapshots with it) by writing what it asked for: such a create is refused as out of capacity. Checked
+   * per create against what is free now, not against what running sandboxes could still write (a commitment of
+   * every disk in full would refuse most creates of a busy node).
+   */
+  private async requireDiskRoom(diskMib: number): Promise<void> {
+    const fs = await statfs(this.opts.home.run);
+    const freeMib = Math.floor((fs.bavail * fs.bsize) / (1024 * 1024));
+    if (freeMib < diskMib) {
+      throw new SandglassError('capacity_exhausted', `This node has ${freeMib} MiB of disk free; a ${diskMib} MiB disk was asked for.`, {
+        details: { field: 'diskMib' },
+      });
+    }
   }
 
   /** Gives a started sandbox the root disk it asked for; if that fails the sandbox fails with it. */
