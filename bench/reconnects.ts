@@ -1,7 +1,10 @@
-// Reconnects to a command's output: the HTTP route served from the gateway's output hub next to the WebSocket route (the old path), 32 clients, same run; and Sandbox.connect.
-import { Agent, request } from 'node:http';
-import WebSocket from 'ws';
+// Reconnects to a command's output: the HTTP route served from the gateway's output hub next to the WebSocket route (the old path), 32 clients, same run; and Sandbox.connect. The clients run in worker threads and, as the baseline, in the server's own thread.
+import { readFileSync } from 'node:fs';
+import { Agent } from 'node:http';
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
 import { Sandbox, type ConnectionConfig } from '@sandglass/sdk';
+import { checkWriting, httpReconnect, runShare, sharedState, type Job, type Shared, type ShareResult } from './reconnect-clients.js';
 
 export interface ReconnectRow {
   what: string;
@@ -11,149 +14,189 @@ export interface ReconnectRow {
 }
 
 const CLIENTS = 32;
-/** The writer's line i is `%09d\n` of i, so the byte at any offset is known and every reconnect's bytes are checked. */
-const LINE_BYTES = 10;
 
-/** The writer's sequence, built once and grown as needed: answers are compared with a slice of it. */
-let sequence = Buffer.alloc(0);
-function expected(from: number, to: number): Buffer {
-  if (to > sequence.length) {
-    const lines = Math.ceil((Math.max(to, 2 * sequence.length) + LINE_BYTES) / LINE_BYTES);
-    const b = Buffer.allocUnsafe(lines * LINE_BYTES);
-    for (let i = 0; i < lines; i++) b.write(`${String(i).padStart(9, '0')}\n`, i * LINE_BYTES, 'latin1');
-    sequence = b;
-  }
-  return sequence.subarray(from, to);
+interface Measured {
+  samplesMs: number[];
+  perSecond: number;
+  checkedBytes: number;
+  /** The server thread over the measure: ns on a CPU, and ns runnable but waiting for one (schedstat). */
+  serverRunNs: number;
+  serverWaitNs: number;
+  /** The host's CPU jiffies over the measure: idle, in all. */
+  hostIdle: number;
+  hostTotal: number;
 }
 
-interface Answer {
-  startOffset: number;
-  bytes: Buffer;
-  exit?: { exitCode: number | null; endOffset: number };
+/** Where the 32 clients run: `run` has them do `n` operations of a job between them. */
+interface Clients {
+  label: string;
+  run(job: Job, n: number): Promise<Pick<Measured, 'samplesMs' | 'perSecond' | 'checkedBytes'>>;
+  close(): Promise<void>;
 }
 
-/** Parses the output route's records, checking that the data is contiguous from its start. */
-function parseRecords(body: Buffer): Answer {
-  const parts: Buffer[] = [];
-  let startOffset = -1;
-  let at = 0;
-  let next = -1;
-  let exit: Answer['exit'];
-  while (at < body.length) {
-    const len = body.readUInt32BE(at);
-    const frame = body.subarray(at + 4, at + 4 + len);
-    at += 4 + len;
-    if (frame[0] === 0) {
-      const msg = JSON.parse(frame.subarray(1).toString('utf8'));
-      if (msg.type === 'start') next = startOffset = msg.startOffset;
-      else if (msg.type === 'exit') exit = msg;
-      else throw new Error(`the output route answered an error: ${JSON.stringify(msg)}`);
-      continue;
-    }
-    const offset = Number(frame.readBigUInt64BE(1));
-    if (offset !== next) throw new Error(`output jumped from ${next} to ${offset}`);
-    parts.push(frame.subarray(9));
-    next += len - 9;
-  }
-  return { startOffset, bytes: Buffer.concat(parts), exit };
+/** Operations per second from the first operation's start in any thread to the last one's end. */
+function aggregate(n: number, shares: ShareResult[]): Pick<Measured, 'samplesMs' | 'perSecond' | 'checkedBytes'> {
+  const seconds = (Math.max(...shares.map((s) => s.endMs)) - Math.min(...shares.map((s) => s.startMs))) / 1000;
+  return {
+    samplesMs: shares.flatMap((s) => s.samplesMs),
+    perSecond: n / seconds,
+    checkedBytes: shares.reduce((sum, s) => sum + s.checkedBytes, 0),
+  };
 }
 
-/** A reconnect over the WebSocket route: from `fromOffset` until the exit, or (running command) until `minBytes` arrived. */
-function wsReconnect(url: string, token: string, fromOffset: number, minBytes: number): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${url}?fromOffset=${fromOffset}`, { headers: { authorization: `Bearer ${token}` }, perMessageDeflate: false });
-    const parts: Buffer[] = [];
-    let startOffset = -1;
-    let next = -1;
-    let n = 0;
-    const done = (a: Answer) => {
-      ws.terminate();
-      resolve(a);
-    };
-    ws.on('message', (data: Buffer, isBinary) => {
-      if (!isBinary) {
-        const msg = JSON.parse(data.toString('utf8'));
-        if (msg.type === 'start') next = startOffset = Math.max(fromOffset, msg.startOffset);
-        else if (msg.type === 'exit') done({ startOffset, bytes: Buffer.concat(parts), exit: msg });
-        else reject(new Error(JSON.stringify(msg)));
-        return;
-      }
-      const offset = Number(data.readBigUInt64BE(1));
-      let bytes = data.subarray(9);
-      if (offset > next) return reject(new Error(`ws output jumped from ${next} to ${offset}`));
-      bytes = bytes.subarray(next - offset);
-      parts.push(bytes);
-      next += bytes.length;
-      n += bytes.length;
-      if (minBytes > 0 && n >= minBytes) done({ startOffset, bytes: Buffer.concat(parts) });
-    });
-    ws.on('error', reject);
-  });
+/** The clients in the server's own thread, sharing its event loop: how the bench ran before, kept as the baseline. */
+function inProcessClients(shared: Shared): Clients {
+  const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
+  return {
+    label: "in the server's thread",
+    async run(job, n) {
+      Atomics.store(shared.next, 0, 0);
+      return aggregate(n, [await runShare(job, n, CLIENTS, agent, shared)]);
+    },
+    async close() {
+      agent.destroy();
+    },
+  };
 }
 
-/** A reconnect over the HTTP route: one GET on a kept-alive connection. */
-function httpReconnect(agent: Agent, url: URL, token: string, fromOffset: number): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      { agent, host: url.hostname, port: url.port, path: `${url.pathname}?fromOffset=${fromOffset}`, headers: { authorization: `Bearer ${token}` } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          if (res.statusCode !== 200)
-            return reject(new Error(`output route answered ${res.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 300)}`));
-          try {
-            resolve(parseRecords(Buffer.concat(chunks)));
-          } catch (err) {
-            reject(err);
-          }
-        });
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-/** n operations by `CLIENTS` concurrent clients: each one's latency, and operations per second over the whole run. */
-async function load(n: number, op: (i: number) => Promise<void>): Promise<{ samplesMs: number[]; perSecond: number }> {
-  const samplesMs: number[] = [];
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: CLIENTS }, async () => {
-      while (next < n) {
-        const i = next++;
-        const t = performance.now();
-        await op(i);
-        samplesMs.push(performance.now() - t);
-      }
-    }),
+/** The clients split over `count` worker threads, each with its own agent, SDK and byte checker. */
+async function workerClients(count: number, shared: ReturnType<typeof sharedState>): Promise<Clients> {
+  // A worker does not inherit tsx's loader: it registers it, then imports its entry.
+  const tsx = import.meta.resolve('tsx/esm/api');
+  const entry = new URL('./reconnect-worker.ts', import.meta.url).href;
+  const boot = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
+  const workers = Array.from(
+    { length: count },
+    (_, k) =>
+      new Worker(boot, {
+        eval: true,
+        workerData: { clients: Math.floor(CLIENTS / count) + (k < CLIENTS % count ? 1 : 0), buffer: shared.buffer },
+      }),
   );
-  return { samplesMs, perSecond: n / ((performance.now() - t0) / 1000) };
+  const reply = <T>(w: Worker) =>
+    new Promise<T>((resolve, reject) => {
+      const onMessage = (m: { result?: T; error?: string; ready?: true }) => {
+        w.off('error', onError);
+        if (m.error !== undefined) reject(new Error(`reconnect worker: ${m.error}`));
+        else resolve((m.result ?? m.ready) as T);
+      };
+      const onError = (err: Error) => {
+        w.off('message', onMessage);
+        reject(err);
+      };
+      w.once('message', onMessage);
+      w.once('error', onError);
+    });
+  await Promise.all(workers.map((w) => reply<true>(w)));
+  return {
+    label: `in ${count} worker thread${count === 1 ? '' : 's'}`,
+    async run(job, n) {
+      Atomics.store(shared.next, 0, 0);
+      const replies = workers.map((w) => reply<ShareResult>(w));
+      for (const w of workers) w.postMessage({ job, n });
+      return aggregate(n, await Promise.all(replies));
+    },
+    async close() {
+      await Promise.all(workers.map((w) => w.terminate()));
+    },
+  };
+}
+
+/**
+ * BENCH_RECONNECT_CLIENTS: where the clients run — `both` (the default: each measure in the server's thread and then
+ * in workers, back to back), `workers` or `process`. BENCH_RECONNECT_WORKERS: how many worker threads (default: the cores but one, 1 to 4).
+ */
+async function clientModes(shared: ReturnType<typeof sharedState>): Promise<Clients[]> {
+  const mode = process.env.BENCH_RECONNECT_CLIENTS ?? 'both';
+  if (!['both', 'workers', 'process'].includes(mode)) throw new Error(`BENCH_RECONNECT_CLIENTS must be both, workers or process, not ${mode}`);
+  // One worker on a 2-core host: the server's thread and the clients then have a core each, as in production.
+  const count = Number(process.env.BENCH_RECONNECT_WORKERS ?? Math.max(1, Math.min(4, availableParallelism() - 1)));
+  if (!Number.isInteger(count) || count < 1 || count > CLIENTS) throw new Error(`BENCH_RECONNECT_WORKERS must be an integer in 1..${CLIENTS}`);
+  const modes: Clients[] = [];
+  if (mode !== 'workers') modes.push(inProcessClients(shared));
+  if (mode !== 'process') modes.push(await workerClients(count, shared));
+  return modes;
 }
 
 const rate = (x: { perSecond: number }) => `${x.perSecond.toFixed(0)}/s`;
 const progress = (what: string) => console.error(`[reconnects] ${new Date().toISOString().slice(11, 19)} ${what}`);
 
+/** Jiffies the host's CPUs spent idle (idle + iowait), and in all, since boot: what share the machine had to spare. */
+function hostCpu(): { idle: number; total: number } {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  return { idle: f[3]! + f[4]!, total: f.reduce((a, b) => a + b, 0) };
+}
+
+/** The server's thread (the process's main thread): ns it ran on a CPU, and ns it was ready to run but waited for one. */
+function serverThread(): { runNs: number; waitNs: number } {
+  const [run, wait] = readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').trim().split(/\s+/).map(Number);
+  return { runNs: run!, waitNs: wait! };
+}
+
+/**
+ * A measure taken once per client mode, back to back, so that a change in the host's load falls on each alike. Each
+ * also records the CPU time of the server's thread (with the clients in workers, the server's own work: its operations
+ * per CPU-second are what it would serve on a core of its own), how long it waited for a CPU, and how much of the
+ * host's CPU sat idle meanwhile.
+ */
+async function each(modes: Clients[], job: Job, n: number): Promise<Measured[]> {
+  const out: Measured[] = [];
+  for (const m of modes) {
+    const server = serverThread();
+    const host = hostCpu();
+    const r = await m.run(job, n);
+    const serverAfter = serverThread();
+    const hostAfter = hostCpu();
+    out.push({
+      ...r,
+      serverRunNs: serverAfter.runNs - server.runNs,
+      serverWaitNs: serverAfter.waitNs - server.waitNs,
+      hostIdle: hostAfter.idle - host.idle,
+      hostTotal: hostAfter.total - host.total,
+    });
+  }
+  return out;
+}
+
+/** The server thread's operations per CPU-second and its wait for a CPU, and the host's idle share, for a row's note. */
+const cpuNote = (m: Measured) =>
+  `server thread ${(m.samplesMs.length / (m.serverRunNs / 1e9)).toFixed(0)}/CPU-s, waited ${(m.serverWaitNs / 1e6).toFixed(0)} ms for a CPU; host CPU idle ${((100 * m.hostIdle) / m.hostTotal).toFixed(0)}%`;
+
+/** The rows of one measure, one per client mode; a row of the clients in workers says its ratio to the in-process one. */
+function modeRows(modes: Clients[], what: string, measured: Measured[], note: (m: Measured, k: number) => string): ReconnectRow[] {
+  const inProcess = modes.findIndex((m) => m.label === "in the server's thread");
+  return measured.map((m, k) => ({
+    what: `${what}; clients ${modes[k]!.label}`,
+    samplesMs: m.samplesMs,
+    perSecond: m.perSecond,
+    note: `${note(m, k)}${inProcess >= 0 && k !== inProcess ? `; ×${(m.perSecond / measured[inProcess]!.perSecond).toFixed(2)} the clients in the server's thread` : ''}; ${cpuNote(m)}`,
+  }));
+}
+
 export async function reconnectsBench(opts: { config: ConnectionConfig; quick: boolean; connectOnly?: boolean }): Promise<ReconnectRow[]> {
   const sbx = await Sandbox.create({ ...opts.config, timeoutS: 3600 });
-  const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
+  const shared = sharedState();
+  const modes = await clientModes(shared);
   const rows: ReconnectRow[] = [];
   try {
     // BENCH_RECONNECTS=connect: the Sandbox.connect rows alone.
-    if (!opts.connectOnly) await outputRows(sbx, opts, agent, rows);
-    await connectRows(sbx, opts, agent, rows);
+    if (!opts.connectOnly) await outputRows(sbx, opts, modes, shared, rows);
+    await connectRows(sbx, opts, modes, rows);
     return rows;
   } finally {
-    agent.destroy();
+    await Promise.all(modes.map((m) => m.close()));
     await sbx.kill().catch(() => undefined);
   }
 }
 
 /** Reconnects to a command's output, over the WebSocket and over the HTTP route. */
-async function outputRows(sbx: Sandbox, opts: { config: ConnectionConfig; quick: boolean }, agent: Agent, rows: ReconnectRow[]): Promise<void> {
+async function outputRows(
+  sbx: Sandbox,
+  opts: { config: ConnectionConfig; quick: boolean },
+  modes: Clients[],
+  shared: Shared,
+  rows: ReconnectRow[],
+): Promise<void> {
   const res = await fetch(`${opts.config.apiUrl!.replace(/\/+$/, '')}/v1/sandboxes/${sbx.id}/access`, {
     method: 'POST',
     headers: { authorization: `Bearer ${opts.config.apiKey}` },
@@ -162,6 +205,7 @@ async function outputRows(sbx: Sandbox, opts: { config: ConnectionConfig; quick:
   const access = (await res.json()) as { token: string; gatewayUrl: string };
   const base = `${access.gatewayUrl.replace(/\/+$/, '')}/v1/sandboxes/${sbx.id}/commands`;
   const wsBase = base.replace(/^http/, 'ws');
+  const token = access.token;
   // The WebSocket rows are the baseline's rate, which this many samples measure; the HTTP rows run longer.
   const n = opts.quick ? 2_000 : 5_000;
   const nWs = opts.quick ? 300 : 500;
@@ -176,136 +220,94 @@ async function outputRows(sbx: Sandbox, opts: { config: ConnectionConfig; quick:
     ['finished command, no output', silent.id, 0],
     ['finished command, 65 KiB output', full.id, 65_540],
   ] as const) {
-    const want = expected(0, size);
-    const check = (a: Answer) => {
-      if (!a.exit || a.startOffset !== 0 || !a.bytes.equals(want))
-        throw new Error(`${label}: wrong answer (${a.bytes.length} bytes, exit ${JSON.stringify(a.exit)})`);
-    };
     progress(`${label}: WebSocket`);
-    const ws = await load(nWs, async () => check(await wsReconnect(`${wsBase}/${id}/stream`, access.token, 0, 0)));
+    const ws = await each(modes, { kind: 'ws-finished', url: `${wsBase}/${id}/stream`, token, size }, nWs);
     progress(`${label}: HTTP`);
-    const url = new URL(`${base}/${id}/output`);
-    await httpReconnect(agent, url, access.token, 0);
-    const http = await load(n, async () => check(await httpReconnect(agent, url, access.token, 0)));
-    rows.push({ what: `reconnect, ${label}: WebSocket (baseline)`, ...ws, note: rate(ws) });
-    rows.push({
-      what: `reconnect, ${label}: HTTP, gateway hub`,
-      ...http,
-      note: `${rate(http)}; ×${(http.perSecond / ws.perSecond).toFixed(1)} the WebSocket`,
-    });
+    const job: Job = { kind: 'http-finished', url: `${base}/${id}/output`, token, size };
+    // The first reconnect opens the command's hub (one guest round trip); the rows measure the ones after it.
+    await modes[0]!.run(job, 1);
+    const http = await each(modes, job, n);
+    rows.push(...modeRows(modes, `reconnect, ${label}: WebSocket (baseline)`, ws, rate));
+    rows.push(
+      ...modeRows(modes, `reconnect, ${label}: HTTP, gateway hub`, http, (m, k) => `${rate(m)}; ×${(m.perSecond / ws[k]!.perSecond).toFixed(1)} the WebSocket`),
+    );
   }
 
   // A command still writing: each reconnect re-attaches from an offset behind the newest the client saw (a client that
   // dropped), and every byte it gets is checked against the writer's sequence.
   await sbx.files.write('/root/writer.py', writerScript(100_000_000, 0.05));
   const writer = await sbx.commands.run('python3 /root/writer.py', { background: true, retainOutput: false, timeoutMs: 0 });
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   try {
-    let seen = 0;
-    let checkedBytes = 0;
-    const checkRunning = (from: number, a: Answer) => {
-      if (a.startOffset !== from) throw new Error(`started at ${a.startOffset}, asked ${from}`);
-      if (!a.bytes.equals(expected(from, from + a.bytes.length))) throw new Error(`bytes ${from}..${from + a.bytes.length} differ from the writer's`);
-      checkedBytes += a.bytes.length;
-      seen = Math.max(seen, from + a.bytes.length);
-    };
-    // A client that dropped a moment ago: up to 16 KiB behind the newest byte any client saw.
-    const behind = (i: number) => Math.max(0, seen - ((i * 7919) % (16 * 1024)));
-    while (seen < 300_000) checkRunning(seen, await httpReconnect(agent, new URL(`${base}/${writer.id}/output`), access.token, seen));
+    const url = `${base}/${writer.id}/output`;
+    Atomics.store(shared.seen, 0, 0n);
+    for (let seen = 0; seen < 300_000; seen = Number(Atomics.load(shared.seen, 0)))
+      checkWriting(shared, seen, await httpReconnect(agent, new URL(url), token, seen));
     progress('while writing: WebSocket');
-    const ws = await load(nWs, async (i) => {
-      const from = behind(i);
-      checkRunning(from, await wsReconnect(`${wsBase}/${writer.id}/stream`, access.token, from, 1));
-    });
-    const wsBytes = checkedBytes;
-    checkedBytes = 0;
-    const url = new URL(`${base}/${writer.id}/output`);
+    const ws = await each(modes, { kind: 'ws-writing', url: `${wsBase}/${writer.id}/stream`, token }, nWs);
     const nWriting = opts.quick ? 10_000 : 100_000;
     progress('while writing: HTTP');
-    const http = await load(nWriting, async (i) => {
-      const from = behind(i);
-      checkRunning(from, await httpReconnect(agent, url, access.token, from));
-    });
-    rows.push({
-      what: 'reconnect while the command writes: WebSocket (baseline)',
-      ...ws,
-      note: `${rate(ws)}; ${(wsBytes / 1024 / 1024).toFixed(0)} MiB checked`,
-    });
-    rows.push({
-      what: `reconnect while the command writes: HTTP, gateway hub (${nWriting.toLocaleString('en')} reconnects)`,
-      ...http,
-      note: `${rate(http)}; ×${(http.perSecond / ws.perSecond).toFixed(1)} the WebSocket; ${(checkedBytes / 1024 / 1024).toFixed(0)} MiB checked, 0 lost or repeated`,
-    });
+    const http = await each(modes, { kind: 'http-writing', url, token }, nWriting);
+    const mib = (m: Measured) => `${(m.checkedBytes / 1024 / 1024).toFixed(0)} MiB checked`;
+    rows.push(...modeRows(modes, 'reconnect while the command writes: WebSocket (baseline)', ws, (m) => `${rate(m)}; ${mib(m)}`));
+    rows.push(
+      ...modeRows(
+        modes,
+        `reconnect while the command writes: HTTP, gateway hub (${nWriting.toLocaleString('en')} reconnects)`,
+        http,
+        (m, k) => `${rate(m)}; ×${(m.perSecond / ws[k]!.perSecond).toFixed(1)} the WebSocket; ${mib(m)}, 0 lost or repeated`,
+      ),
+    );
   } finally {
+    agent.destroy();
     await writer.kill().catch(() => undefined);
   }
 }
 
 /** Sandbox.connect and its baselines. */
-async function connectRows(sbx: Sandbox, opts: { config: ConnectionConfig; quick: boolean }, agent: Agent, rows: ReconnectRow[]): Promise<void> {
+async function connectRows(sbx: Sandbox, opts: { config: ConnectionConfig; quick: boolean }, modes: Clients[], rows: ReconnectRow[]): Promise<void> {
   // Sandbox.connect: the control plane's GET /v1/sandboxes/{id} with the API key. Baselines in the same run: its health
   // route (no auth, no database: the machine's ceiling), and the same GET sent by hand over a kept-alive node:http
   // agent (the floor for this request) and over fetch (the SDK's transport before it moved to node:http). The four
-  // take turns in rounds, so that a change in the host's load falls on each alike.
-  const health = new URL(`${opts.config.apiUrl!.replace(/\/+$/, '')}/v1/health`);
-  const sandboxUrl = new URL(`${opts.config.apiUrl!.replace(/\/+$/, '')}/v1/sandboxes/${sbx.id}`);
-  const auth = { authorization: `Bearer ${opts.config.apiKey}` };
-  const checkId = (body: string) => {
-    if ((JSON.parse(body) as { id: string }).id !== sbx.id) throw new Error('connected to another sandbox');
-  };
-  const variants: Array<[string, (i: number) => Promise<void>]> = [
-    ['control plane GET /v1/health (baseline)', async () => void (await get(agent, health))],
-    ['GET /v1/sandboxes/{id} over node:http, kept alive (baseline)', async () => checkId(await get(agent, sandboxUrl, auth))],
-    [
-      'GET /v1/sandboxes/{id} over fetch (baseline: the old SDK transport)',
-      async () => {
-        const res = await fetch(sandboxUrl, { headers: auth });
-        if (res.status !== 200) throw new Error(`${sandboxUrl} answered ${res.status}`);
-        checkId(await res.text());
-      },
-    ],
-    [
-      'Sandbox.connect (API key → sandbox)',
-      async () => {
-        const s = await Sandbox.connect(sbx.id, opts.config);
-        if (s.id !== sbx.id) throw new Error('connected to another sandbox');
-      },
-    ],
+  // take turns in rounds, each in every client mode, so that a change in the host's load falls on each alike.
+  const apiUrl = opts.config.apiUrl!.replace(/\/+$/, '');
+  const sandboxUrl = `${apiUrl}/v1/sandboxes/${sbx.id}`;
+  const apiKey = opts.config.apiKey!;
+  const variants: Array<[string, Job]> = [
+    ['control plane GET /v1/health (baseline)', { kind: 'health', url: `${apiUrl}/v1/health` }],
+    ['GET /v1/sandboxes/{id} over node:http, kept alive (baseline)', { kind: 'get', url: sandboxUrl, apiKey, sandboxId: sbx.id }],
+    ['GET /v1/sandboxes/{id} over fetch (baseline: the old SDK transport)', { kind: 'fetch', url: sandboxUrl, apiKey, sandboxId: sbx.id }],
+    ['Sandbox.connect (API key → sandbox)', { kind: 'connect', apiUrl, apiKey, sandboxId: sbx.id }],
   ];
   progress('Sandbox.connect');
   const nConnect = opts.quick ? 1_000 : 5_000;
   const rounds = 4;
-  const measured = variants.map(() => ({ samplesMs: [] as number[], seconds: 0 }));
-  for (const [, op] of variants) await load(200, op);
+  const measured = variants.map(() => modes.map(() => ({ samplesMs: [] as number[], seconds: 0, serverRunNs: 0, serverWaitNs: 0, hostIdle: 0, hostTotal: 0 })));
+  for (const [, job] of variants) await each(modes, job, 200);
   for (let r = 0; r < rounds; r++) {
-    for (const [k, [, op]] of variants.entries()) {
-      const m = await load(nConnect / rounds, op);
-      measured[k]!.samplesMs.push(...m.samplesMs);
-      measured[k]!.seconds += m.samplesMs.length / m.perSecond;
+    for (const [v, [, job]] of variants.entries()) {
+      for (const [k, m] of (await each(modes, job, nConnect / rounds)).entries()) {
+        const into = measured[v]![k]!;
+        into.samplesMs.push(...m.samplesMs);
+        into.seconds += m.samplesMs.length / m.perSecond;
+        into.serverRunNs += m.serverRunNs;
+        into.serverWaitNs += m.serverWaitNs;
+        into.hostIdle += m.hostIdle;
+        into.hostTotal += m.hostTotal;
+      }
     }
   }
-  const perSecond = measured.map((m) => m.samplesMs.length / m.seconds);
-  const [, raw, viaFetch, connect] = perSecond as [number, number, number, number];
-  for (const [k, [what]] of variants.entries()) {
-    const note =
-      k === 3
-        ? `${perSecond[k]!.toFixed(0)}/s; ×${(connect / viaFetch).toFixed(2)} fetch, ×${(connect / raw).toFixed(2)} node:http by hand`
-        : `${perSecond[k]!.toFixed(0)}/s`;
-    rows.push({ what, samplesMs: measured[k]!.samplesMs, perSecond: perSecond[k]!, note });
+  const perSecond = measured.map((byMode) => byMode.map((m) => m.samplesMs.length / m.seconds));
+  for (const [v, [what]] of variants.entries()) {
+    const asMeasured = measured[v]!.map((m, k) => ({ ...m, perSecond: perSecond[v]![k]!, checkedBytes: 0 }));
+    rows.push(
+      ...modeRows(modes, what, asMeasured, (m, k) =>
+        v === 3
+          ? `${rate(m)}; ×${(m.perSecond / perSecond[2]![k]!).toFixed(2)} fetch, ×${(m.perSecond / perSecond[1]![k]!).toFixed(2)} node:http by hand`
+          : rate(m),
+      ),
+    );
   }
-}
-
-/** One GET on a kept-alive connection; resolves with the body of its 200. */
-function get(agent: Agent, url: URL, headers: Record<string, string> = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = request({ agent, host: url.hostname, port: url.port, path: url.pathname, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => (res.statusCode === 200 ? resolve(Buffer.concat(chunks).toString('utf8')) : reject(new Error(`${url} answered ${res.statusCode}`))));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 /** Prints `%09d\n` lines 0..lines-1, pausing `pauseS` every 500 lines (0: none). */

@@ -816,10 +816,14 @@ async function reconnectsPhase(): Promise<Row[]> {
 function reconnectsSection(header: string, rs: Row[]): string {
   return (
     `<!-- reconnects phase -->\n## Reconnects\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}. ` +
-    '32 concurrent clients in the bench process re-attach to one sandbox’s commands, through the WebSocket route (each a ' +
+    '32 concurrent clients re-attach to one sandbox’s commands, through the WebSocket route (each a ' +
     'handshake and an agent attach: the old path) and through `GET …/commands/{cid}/output` on kept-alive connections ' +
     '(served from the gateway’s output hub), in one run (`BENCH_ONLY=reconnects`). Every answer is checked: the exit, ' +
-    'and each byte against the writer’s sequence; the server runs in the same process. Host load average (1, 5, 15 min) ' +
+    'and each byte against the writer’s sequence. Each measure runs twice, back to back: with the clients in the ' +
+    'server’s thread (as this bench ran before: server, gateway, clients and checks on one event loop) and with them in ' +
+    'worker threads (`BENCH_RECONNECT_CLIENTS`, `BENCH_RECONNECT_WORKERS`), each with its own agent, SDK and checker. ' +
+    '“/CPU-s” is operations per second of the server thread’s CPU time (schedstat): with the clients in workers, what ' +
+    'the server would serve on a core of its own; “waited” is how long it was ready to run but had no CPU. Host load average (1, 5, 15 min) ' +
     `at the end: ${reconnectsLoad}; the control plane's health route, with no work behind it, is the ceiling of this ` +
     'machine for any request. Design and trade-offs: `docs/design/reconnects.md`.\n\n' +
     `${mdRows(rs)}<!-- /reconnects phase -->\n`
