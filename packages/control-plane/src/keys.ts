@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Kysely } from 'kysely';
 import { newId, SandglassError, systemClock, systemRandom, type Clock, type Random } from '@sandglass/core';
-import { fromIso, isUniqueViolation, toIso, type ApiKeyRole, type ApiKeyRow, type Schema, type TenantRow } from '@sandglass/db';
+import { fromIso, isUniqueViolation, preparedQuery, toIso, type ApiKeyRole, type ApiKeyRow, type Schema, type TenantRow } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
 import type { ApiKey, ApiKeyInfo, CreateApiKeyInTenantRequest } from './api.js';
 
@@ -33,6 +33,11 @@ export function hashApiKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
+/** Every authenticated request's lookup, compiled once (`key_hash` is unique). */
+const keyByHash = preparedQuery(1, (db: Kysely<Schema>, hash: string) =>
+  db.selectFrom('api_keys').select(['id', 'tenant_id', 'role', 'expires_at', 'revoked_at', 'last_used_at']).where('key_hash', '=', hash),
+);
+
 /**
  * The tenant and role behind an `Authorization: Bearer sg_…` header, checked against the database on every request so a
  * revocation holds from the next request on. Unknown or malformed: `unauthenticated`; revoked: `api_key_revoked`; past its
@@ -42,11 +47,7 @@ export async function authenticate(db: Kysely<Schema>, authorization: string | u
   const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
   if (!m) throw new SandglassError('unauthenticated', 'Send Authorization: Bearer <api key>.');
   if (!KEY_PATTERN.test(m[1]!)) throw new SandglassError('unauthenticated', 'The API key is not known.');
-  const row = await db
-    .selectFrom('api_keys')
-    .select(['id', 'tenant_id', 'role', 'expires_at', 'revoked_at', 'last_used_at'])
-    .where('key_hash', '=', hashApiKey(m[1]!))
-    .executeTakeFirst();
+  const [row] = await keyByHash(db, hashApiKey(m[1]!));
   if (!row) throw new SandglassError('unauthenticated', 'The API key is not known.');
   const nowMs = clock.nowMs();
   if (row.revoked_at !== null) throw new SandglassError('api_key_revoked', 'This API key was revoked.');

@@ -1,7 +1,7 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
 import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock, type ControlPlaneApi } from '@sandglass/core';
-import { fromIso, isPostgres, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
+import { fromIso, isPostgres, preparedQuery, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
@@ -90,6 +90,11 @@ interface SnapshotChoice {
   snapshotId?: string;
   at?: string;
 }
+
+/** A tenant's sandbox by id: the lookup behind most routes (`Sandbox.connect` among them), compiled once. */
+const ownRow = preparedQuery(2, (db: Kysely<Schema>, id: string, tenantId: string) =>
+  db.selectFrom('sandboxes').selectAll().where('id', '=', id).where('tenant_id', '=', tenantId),
+);
 
 /**
  * The control plane appends only `sandbox.created`, `sandbox.killed`, `sandbox.extended`, `sandbox.configured` and
@@ -579,7 +584,7 @@ export class SandboxService {
 
   /** Another tenant's sandbox is indistinguishable from one that does not exist. */
   async #own(who: Principal, id: string): Promise<SandboxRow> {
-    const row = await this.deps.db.selectFrom('sandboxes').selectAll().where('id', '=', id).where('tenant_id', '=', who.tenantId).executeTakeFirst();
+    const [row] = await ownRow(this.deps.db, id, who.tenantId);
     if (!row) throw new SandglassError('sandbox_not_found', `No sandbox ${id} exists for your tenant.`);
     return row;
   }
