@@ -33,6 +33,13 @@ export interface VmConfig {
   cpu?: string;
 }
 
+/** One image of a block device's chain, as QMP `query-block` describes it (the fields Sandglass reads). */
+interface QueryBlockImage {
+  filename: string;
+  'virtual-size': number;
+  'backing-image'?: QueryBlockImage;
+}
+
 /** Files of one VM's runtime directory. */
 export interface VmPaths {
   dir: string;
@@ -419,13 +426,17 @@ export class Vm {
     return capture;
   }
 
-  /** The files of the root disk's backing chain, the active (writable) layer first. */
-  /** The root disk's size as the guest sees it (the active layer's virtual size). */
-  async diskBytes(): Promise<number> {
-    const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: { 'virtual-size': number } } }>>('query-block');
+  /** The root disk's active layer as QMP `query-block` reports it, with its backing images below it. */
+  async #rootImage(): Promise<QueryBlockImage> {
+    const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: QueryBlockImage } }>>('query-block');
     const root = blocks.find((b) => b.device === 'root');
     if (!root?.inserted) throw new SandglassError('vm_failed', `VM ${this.id} has no root disk`);
-    return root.inserted.image['virtual-size'];
+    return root.inserted.image;
+  }
+
+  /** The root disk's size as the guest sees it (the active layer's virtual size). */
+  async diskBytes(): Promise<number> {
+    return (await this.#rootImage())['virtual-size'];
   }
 
   /**
@@ -436,16 +447,10 @@ export class Vm {
     await this.requireQmp().execute('block_resize', { device: 'root', size: bytes });
   }
 
+  /** The files of the root disk's backing chain, the active (writable) layer first. */
   async diskChain(): Promise<string[]> {
-    interface Image {
-      filename: string;
-      'backing-image'?: Image;
-    }
-    const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: Image } }>>('query-block');
-    const root = blocks.find((b) => b.device === 'root');
-    if (!root?.inserted) throw new SandglassError('vm_failed', `VM ${this.id} has no root disk`);
     const chain: string[] = [];
-    for (let img: Image | undefined = root.inserted.image; img; img = img['backing-image']) chain.push(img.filename);
+    for (let img: QueryBlockImage | undefined = await this.#rootImage(); img; img = img['backing-image']) chain.push(img.filename);
     return chain;
   }
 
