@@ -135,17 +135,22 @@ describe('Sandbox lifecycle', () => {
     server = await startTestServer();
   });
 
+  /** A sandbox whose gateway is dead (nothing listens there): the control plane now places it on `other`, token tok1. */
+  async function movedTo(other: TestServer): Promise<Sandbox> {
+    const dead = await startTestServer();
+    const deadUrl = dead.url;
+    await dead.close();
+    const sbx = await create({ gatewayUrl: deadUrl, token: 'tok0', expiresAt: new Date(Date.now() + 600_000).toISOString() });
+    server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
+      sendJson(res, 200, { gatewayUrl: other.url, token: 'tok1', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
+    );
+    return sbx;
+  }
+
   it('follows a sandbox that moved: a gone gateway or one without the sandbox sends it back to the control plane', async () => {
     const other = await startTestServer();
     try {
-      // The first node is dead (nothing listens); the control plane now places the sandbox on `other`.
-      const dead = await startTestServer();
-      const deadUrl = dead.url;
-      await dead.close();
-      const sbx = await create({ gatewayUrl: deadUrl, token: 'tok0', expiresAt: new Date(Date.now() + 600_000).toISOString() });
-      server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
-        sendJson(res, 200, { gatewayUrl: other.url, token: 'tok1', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
-      );
+      const sbx = await movedTo(other);
       other.on(`GET /v1/sandboxes/${SBX}/files`, (_req, res) => {
         res.writeHead(200, { 'content-type': 'application/octet-stream' });
         res.end('moved along');
@@ -164,13 +169,7 @@ describe('Sandbox lifecycle', () => {
   it('sends a POST again on the node a sandbox moved to when the old one refused the connection', async () => {
     const other = await startTestServer();
     try {
-      const dead = await startTestServer();
-      const deadUrl = dead.url;
-      await dead.close();
-      const sbx = await create({ gatewayUrl: deadUrl, token: 'tok0', expiresAt: new Date(Date.now() + 600_000).toISOString() });
-      server.on(`POST /v1/sandboxes/${SBX}/access`, (_req, res) =>
-        sendJson(res, 200, { gatewayUrl: other.url, token: 'tok1', expiresAt: new Date(Date.now() + 600_000).toISOString() }),
-      );
+      const sbx = await movedTo(other);
       other.on(`POST /v1/sandboxes/${SBX}/files/rename`, (_req, res) => sendJson(res, 204, undefined));
       await sbx.files.rename('/a', '/b');
       expect(other.requests.at(-1)).toMatchObject({ method: 'POST', path: `/v1/sandboxes/${SBX}/files/rename`, auth: 'Bearer tok1' });
