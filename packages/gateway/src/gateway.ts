@@ -421,6 +421,8 @@ export class Gateway {
     let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
     try {
       prepared = await this.snapshots.prepareRestore(m, dir, template);
+      // Killed while its files were written (a revocation waits for them, then wipes them): it never boots.
+      sbx.abortIfEnded();
     } catch (err) {
       this.sandboxes.delete(req.id);
       rmSync(dir, { recursive: true, force: true });

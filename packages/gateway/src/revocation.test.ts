@@ -1,9 +1,9 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readSync, rmSync, symlinkSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger, SandglassError, systemClock } from '@sandglass/core';
-import { TenantRevocation, tenantPlaintext, type RevocationOptions } from './revocation.js';
+import { TenantRevocation, tenantPlaintext, wipePath, type RevocationOptions } from './revocation.js';
 import type { Sandbox } from './sandbox.js';
 import type { SnapshotManager } from './snapshots.js';
 
@@ -14,7 +14,7 @@ beforeEach(() => {
 afterEach(() => rmSync(root, { recursive: true, force: true }));
 
 /** A sandbox as the revocation sees it: its files are real, its VM is not (ending it only changes its state). */
-function sandbox(id: string, tenantId: string): Sandbox {
+function sandbox(id: string, tenantId: string, settled: () => Promise<void> = async () => {}): Sandbox {
   const dir = join(root, 'run', id);
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'disk.qcow2'), 'guest disk writes');
@@ -33,10 +33,11 @@ function sandbox(id: string, tenantId: string): Sandbox {
     end: async () => {
       state = 'ended';
     },
+    settled,
   } as unknown as Sandbox;
 }
 
-function setup(verify: RevocationOptions['verify']) {
+function setup(verify: RevocationOptions['verify'], settle: (tenantId: string) => Promise<void> = async () => {}) {
   const images = new Map<string, string[]>();
   const img = (tenantId: string, snap: string) => {
     const p = join(root, 'shm', `snap-${snap}.img`);
@@ -52,6 +53,7 @@ function setup(verify: RevocationOptions['verify']) {
     untrack: async (id: string) => {
       untracked.push(id);
     },
+    settle,
   } as unknown as SnapshotManager;
   const rev = new TenantRevocation({
     sandboxes,
@@ -123,5 +125,59 @@ describe('TenantRevocation', () => {
     // A provider-side refusal is not final here: the provider is asked again at the next boot.
     answers.delete('ten_gone');
     await rev.requireKey('ten_gone');
+  });
+});
+
+describe('the wipe', () => {
+  it('leaves nothing to read through a descriptor still open on a wiped file, and follows no symlink', async () => {
+    const { rev, sandboxes, img } = setup(async () => {});
+    const a = sandbox('sbx_a', 'ten_a');
+    sandboxes.set(a.id, a);
+    const image = img('ten_a', 'snap_1');
+    // A copy in flight, or a process not yet reaped, still holding the RAM file and the image open.
+    const held = [a.vm!.memPath, image, join(a.dir, 'disk.qcow2')].map((p) => openSync(p, 'r'));
+    const outside = join(root, 'outside');
+    writeFileSync(outside, 'not the tenant’s');
+    symlinkSync(outside, join(a.dir, 'link'));
+    try {
+      await rev.revoke('ten_a', 'api');
+      for (const fd of held) expect(readSync(fd, Buffer.alloc(64), 0, 64, 0)).toBe(0);
+    } finally {
+      for (const fd of held) closeSync(fd);
+    }
+    expect(readFileSync(outside, 'utf8')).toBe('not the tenant’s');
+    expect(wipePath(join(root, 'absent'))).toBe(false);
+  });
+
+  it('waits out a start in flight and the restores being prepared before it lists the files', async () => {
+    let restoreDone!: () => void;
+    let late = '';
+    const { rev, sandboxes, img } = setup(
+      async () => {},
+      // A restore of the tenant writes its RAM image after the sandbox was ended; the image was named when it began.
+      (t) =>
+        t === 'ten_a'
+          ? new Promise<void>((resolve) => {
+              restoreDone = () => {
+                writeFileSync(late, 'snapshot ram');
+                resolve();
+              };
+            })
+          : Promise.resolve(),
+    );
+    // A sandbox killed while starting: its restore writes its RAM file until it reaches its next check.
+    let settled = false;
+    const starting = sandbox('sbx_s', 'ten_a', async () => {
+      settled = true;
+    });
+    sandboxes.set(starting.id, starting);
+    late = img('ten_a', 'snap_late');
+    rmSync(late);
+    const run = rev.revoke('ten_a', 'api');
+    await new Promise((r) => setImmediate(r));
+    restoreDone();
+    await run;
+    expect(settled).toBe(true);
+    expect(existsSync(late)).toBe(false);
   });
 });

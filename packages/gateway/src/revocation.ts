@@ -1,5 +1,6 @@
 // A tenant's key revoked: its sandboxes stop, every plaintext of it on this node is wiped, and its boots are refused.
-import { existsSync, rmSync } from 'node:fs';
+import { closeSync, constants as fsc, ftruncateSync, lstatSync, openSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
 import type { GatewayEvents } from './events.js';
 import type { Sandbox } from './sandbox.js';
@@ -31,7 +32,8 @@ export interface TenantPlaintext {
  * - each sandbox's guest RAM file on tmpfs (`<vm>.mem`) and its run directory (qcow2 overlays with the guest's disk
  *   writes, device state, sockets);
  * - the snapshot RAM images cached on tmpfs for forks and resumes (`snap-<id>.img`); a capture's RAM copy in flight
- *   (`<snap>.capture`) becomes one when it commits or is removed when it fails, and the wipe waits for it;
+ *   (`<snap>.capture`) becomes one when it commits or is removed when it fails, and the wipe waits for it; so it does
+ *   for a restore being prepared (its image's temporary file, device state and overlay) and a sandbox still starting;
  * - unwrapped data keys (the key provider's cache, dropped by the provider's revoke; a cluster node's RemoteKeys
  *   cache, dropped through onRevoked as the wipe starts).
  * Decrypted secret values are never held past one proxied request, and a sandbox's connections close with it.
@@ -138,22 +140,22 @@ export class TenantRevocation {
       sandboxes.map(async (s) => {
         const wasRunning = s.state === 'running' || s.state === 'starting';
         await s.end('killed');
-        // A capture in flight finishes or fails before its files are counted: it may rename its RAM copy into an image.
+        // A start in flight gives up at its next check and removes its RAM file; a capture in flight finishes or fails
+        // before the files are counted: it may rename its RAM copy into an image.
+        await s.settled();
         await this.#o.snapshots.untrack(s.id);
         if (wasRunning) {
           await this.#o.events.append({ type: 'sandbox.failed', tenantId, sandboxId: s.id, data: { reason: why, code: 'key_revoked' } });
         }
       }),
     );
-    // Listed again after the stops: what the captures that were in flight left is in it now.
+    // A restore being prepared (its sandbox already ended above) writes its RAM image and overlay to the end.
+    await this.#o.snapshots.settle(tenantId);
+    // Listed again after the stops: what the captures and restores that were in flight left is in it now.
     const { paths } = tenantPlaintext(this.#o, tenantId);
     for (const s of sandboxes) paths.push(s.dir, ...(s.vm ? [s.vm.memPath] : []));
     let wipedFiles = 0;
-    for (const p of new Set(paths)) {
-      if (!existsSync(p)) continue;
-      rmSync(p, { recursive: true, force: true });
-      wipedFiles++;
-    }
+    for (const p of new Set(paths)) if (wipePath(p)) wipedFiles++;
     await this.#o.events.append({
       type: 'tenant.plaintext_wiped',
       tenantId,
@@ -165,6 +167,36 @@ export class TenantRevocation {
     );
     return { stoppedSandboxes: sandboxes.map((s) => s.id), wipedFiles };
   }
+}
+
+/**
+ * Removes a file or a directory tree, each regular file emptied first: a descriptor still open on it (a copy in
+ * flight, a process not yet reaped) or a mapping then reads nothing, and tmpfs hands its pages back now rather than
+ * when the last holder lets go. Symlinks and other entries are removed, never followed or opened. False when absent.
+ */
+export function wipePath(path: string): boolean {
+  const empty = (p: string) => {
+    const st = lstatSync(p, { throwIfNoEntry: false });
+    if (st?.isDirectory()) {
+      for (const name of readdirSync(p)) empty(join(p, name));
+    } else if (st?.isFile()) {
+      let fd: number;
+      try {
+        fd = openSync(p, fsc.O_WRONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+      } catch {
+        return;
+      }
+      try {
+        ftruncateSync(fd, 0);
+      } finally {
+        closeSync(fd);
+      }
+    }
+  };
+  if (!lstatSync(path, { throwIfNoEntry: false })) return false;
+  empty(path);
+  rmSync(path, { recursive: true, force: true });
+  return true;
 }
 
 function revokedError(tenantId: string): SandglassError {

@@ -114,6 +114,7 @@ export class Sandbox {
   #snapshotIntervalS: number;
   #failureReason?: string;
   #recorder?: Recorder;
+  #startup?: Promise<void>;
   private readonly recordingOpts?: SandboxOptions['recording'];
   private readonly replaySync?: SandboxOptions['replaySync'];
   /** Commands whose proc.start is in flight, with their exit event if it came first. */
@@ -223,7 +224,24 @@ export class Sandbox {
    * (its template, or a snapshot for a resume or fork) made now. Either way the agent then re-seeds the guest's
    * entropy and sets its clock, so no two sandboxes share random state.
    */
-  async start(from: { warm: Restored } | { source: () => Promise<RestoreSource> }): Promise<{ restoreMs: number; pooled: boolean }> {
+  start(from: { warm: Restored } | { source: () => Promise<RestoreSource> }): Promise<{ restoreMs: number; pooled: boolean }> {
+    const run = this.#boot(from);
+    this.#startup = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+
+  /**
+   * Resolves once a start in flight has finished, or given up and removed what it made (at once when none is): a
+   * sandbox killed while starting keeps writing its RAM file until its restore reaches its next check.
+   */
+  settled(): Promise<void> {
+    return this.#startup ?? Promise.resolve();
+  }
+
+  async #boot(from: { warm: Restored } | { source: () => Promise<RestoreSource> }): Promise<{ restoreMs: number; pooled: boolean }> {
     const t0 = performance.now();
     const warm = 'warm' in from ? from.warm : undefined;
     try {
@@ -357,7 +375,8 @@ export class Sandbox {
     }
   }
 
-  private abortIfEnded(): void {
+  /** Throws once the sandbox is being ended: a restore prepared for it must not go on to boot it. */
+  abortIfEnded(): void {
     if (this.ending) throw new SandglassError('sandbox_not_running', `Sandbox ${this.id} was killed while it was starting.`);
   }
 

@@ -32,6 +32,14 @@ import { recordingManifestId } from './recording.js';
 export const MIN_SNAPSHOT_INTERVAL_S = 5;
 export const DEFAULT_SNAPSHOT_INTERVAL_S = 60;
 
+/** What a restore of a snapshot starts from, and what the restored sandbox continues with. */
+export interface PreparedRestore {
+  source: RestoreSource;
+  base: CaptureBase;
+  commands: CommandRecord[];
+  network?: NetworkSpec;
+}
+
 /** A committed snapshot as the APIs show it. */
 export interface SnapshotInfo {
   id: string;
@@ -113,6 +121,8 @@ export class SnapshotManager {
   private readonly imageCacheBytes: number;
   /** The tenant of every snapshot image named since start (the cache's files are removed at start and stop). */
   private readonly imageTenants = new Map<string, string>();
+  /** Restores being prepared (each settles, never rejects), by tenant. */
+  private readonly preparing = new Map<Promise<void>, string>();
 
   constructor(private readonly opts: SnapshotManagerOptions) {
     this.random = opts.random ?? systemRandom;
@@ -337,11 +347,26 @@ export class SnapshotManager {
    * device state and a disk overlay over `template`'s frozen layer (the template the manifest names). Returns the
    * source and the capture base the restored sandbox continues from.
    */
-  async prepareRestore(
-    m: ManifestBody,
-    dir: string,
-    template: TemplateSnapshot,
-  ): Promise<{ source: RestoreSource; base: CaptureBase; commands: CommandRecord[]; network?: NetworkSpec }> {
+  prepareRestore(m: ManifestBody, dir: string, template: TemplateSnapshot): Promise<PreparedRestore> {
+    const run = this.writeRestore(m, dir, template);
+    const settled = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.preparing.set(settled, m.tenantId);
+    void settled.then(() => this.preparing.delete(settled));
+    return run;
+  }
+
+  /**
+   * Resolves once every restore of the tenant being prepared now has written its files or failed: a revocation
+   * waits for them, or a RAM image or overlay written after its wipe would stay behind.
+   */
+  async settle(tenantId: string): Promise<void> {
+    await Promise.all([...this.preparing].filter(([, t]) => t === tenantId).map(([p]) => p));
+  }
+
+  private async writeRestore(m: ManifestBody, dir: string, template: TemplateSnapshot): Promise<PreparedRestore> {
     // A resumed sandbox's next snapshot comes after this one, whatever the clock says now.
     this.lastTakenMs.set(m.sandboxId, Math.max(this.lastTakenMs.get(m.sandboxId) ?? 0, Date.parse(m.takenAt)));
     const tenant = await this.opts.store.tenant(m.tenantId);
