@@ -459,24 +459,24 @@ export class Vm {
 
   /**
    * This VM's own disk layers, active first, as the host created them: what the host may read into a snapshot and
-   * delete after a merge. First QEMU's `query-block` must report exactly that chain over `base` (the frozen layer
-   * they sit on), and each layer must be a plain file in the run directory, not a symlink: a compromised QEMU naming
-   * another VM's layer or a template's, or pointing one of its own names elsewhere, is refused (vm_reply_refused)
-   * before host code opens any of them. The names returned are the host's, never the strings QEMU sent.
+   * delete after a merge. First QEMU's `query-block` must report exactly that chain down to `base` (the frozen layer
+   * they sit on; below it lies the template's own chain, not looked at), and each layer must be a plain file in the
+   * run directory, not a symlink: a compromised QEMU naming another VM's layer or a template's, or pointing one of its
+   * own names elsewhere, is refused (vm_reply_refused) before host code opens any of them. The names returned are the
+   * host's, never the strings QEMU sent.
    */
   async ownDiskLayers(base: string): Promise<string[]> {
     const expected = [...this.#layers, base];
     const reported: unknown[] = [];
-    // Bounded by what is expected: a deeper chain is refused without walking it.
-    for (let img: unknown = await this.#rootImage(); isObject(img) && reported.length <= expected.length; img = img['backing-image']) {
+    // Down to the base only: what lies below it (the template's own chain) is never read or deleted here.
+    for (let img: unknown = await this.#rootImage(); isObject(img) && reported.length < expected.length; img = img['backing-image']) {
       reported.push(img.filename);
     }
     const at = expected.findIndex((p, i) => reported[i] !== p);
-    if (at >= 0 || reported.length !== expected.length) {
-      const i = at >= 0 ? at : Math.min(reported.length, expected.length);
+    if (at >= 0) {
       throw chainRefused(
         this.id,
-        `QEMU reports ${JSON.stringify(String(reported[i] ?? 'nothing')).slice(0, 300)} at depth ${i} of the root disk, not ${JSON.stringify(expected[i] ?? 'nothing')}`,
+        `QEMU reports ${JSON.stringify(String(reported[at] ?? 'nothing')).slice(0, 300)} at depth ${at} of the root disk, not ${JSON.stringify(expected[at])}`,
       );
     }
     const dir = realpathSync(this.paths.dir);
