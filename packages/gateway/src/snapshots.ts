@@ -175,7 +175,9 @@ export class SnapshotManager {
     const { ram, events, clock } = this.opts;
     const id = newId('snap', this.random.bytes);
     const memCopy = join(ram.root, `${id}.capture`);
-    const statePath = join(sbx.dir, `${id}.state`);
+    // Beside the RAM copy, not in the run directory: the VM can write there, and could swap the file for a link before
+    // the host reads it back.
+    const statePath = join(ram.root, `${id}.state`);
     const newLayer = join(sbx.dir, `layer-${id}.qcow2`);
     const tenant = await this.opts.store.tenant(sbx.tenantId);
     // Before the guest stops and before any chunk is staged: a chunk found already stored (deduplicated) must not be

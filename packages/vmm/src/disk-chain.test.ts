@@ -79,4 +79,13 @@ describe('a VM whose QEMU reports its disk chain', () => {
     await expect(vm.ownDiskLayers(template)).rejects.toMatchObject({ code: 'vm_reply_refused' });
     expect(existsSync(layer1)).toBe(true);
   });
+
+  it('writes no device state through a link QEMU planted where the state file goes', async () => {
+    const { vm, victim, dir } = await setup();
+    symlinkSync(victim, join(dir, 'planted.state'));
+    await expect(
+      vm.captureLive({ statePath: join(dir, 'planted.state'), memCopyPath: join(dir, 'm.copy'), newLayerPath: join(dir, 'layer-1.qcow2') }),
+    ).rejects.toThrow(/ELOOP/);
+    expect(readFileSync(victim, 'utf8')).toBe('VICTIM LAYER');
+  });
 });

@@ -1,6 +1,18 @@
 // The QEMU `microvm` driver: cold boot, save a snapshot (RAM stays in its file, device state to a stream), restore.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { closeSync, createWriteStream, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, realpathSync, chmodSync, existsSync, rmSync } from 'node:fs';
+import {
+  closeSync,
+  constants as fsc,
+  createWriteStream,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  existsSync,
+  rmSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -512,15 +524,18 @@ export class Vm {
     const qmp = this.requireQmp();
     const migSock = join(this.paths.dir, 'migrate.sock');
     rmSync(migSock, { force: true });
-    const out = createWriteStream(statePath, { mode: 0o600 });
+    // The state file may lie in the VM's run directory, which a running QEMU can write: a link there is refused.
+    const out = createWriteStream(statePath, { fd: openSync(statePath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NOFOLLOW, 0o600) });
     let received = 0;
     const server = createServer((conn) => {
       conn.on('data', (d: Buffer) => (received += d.length));
       conn.pipe(out);
     });
     await new Promise<void>((resolve, reject) => server.listen(migSock, resolve).once('error', reject));
+    // QEMU runs and can write this directory: the socket is handed over without following a link it swapped in,
+    // and not chmod'ed (that would follow one); its owner alone may connect (write permission), as umask leaves it.
     chownToVm(migSock, this.id);
-    chmodSync(migSock, 0o600);
+    if (!lstatSync(migSock).isSocket()) throw new SandglassError('vm_reply_refused', `VM ${this.id} replaced its migration socket; no snapshot was taken.`);
     const streamDone = new Promise<void>((resolve, reject) => {
       out.once('finish', resolve);
       out.once('error', reject);
