@@ -84,6 +84,9 @@ describe('snapshots and forks', () => {
     expect(s1.pinned).toBe(true);
     // Incremental: the second snapshot stores a small fraction of what the first did.
     expect(s2.sizeAddedBytes).toBeLessThan(s1.sizeAddedBytes);
+    // The second capture merged the first's layer away: the third finds QEMU's chain exactly as the node recorded it.
+    const s3 = await src.snapshot();
+    expect(s3.parentId).toBe(s2.id);
 
     const [f1] = await track(Sandbox.fork(s1.id, config()));
     const [f2] = await track(Sandbox.fork(s2.id, config()));

@@ -1,6 +1,6 @@
 // The sandglass binary end to end against a scripted control plane + gateway: byte-exact output, exit codes, stdin, errors, time travel.
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -228,6 +228,16 @@ beforeAll(async () => {
     }
     if (route === `GET /v1/sandboxes/${SBX}/files/stat`) {
       if (path === '/dir') return json(res, 200, { name: 'dir', path, type: 'dir', sizeBytes: 0, mode: 0o755, mtime: '2025-01-01T00:00:00Z' });
+      // What a replaced guest agent would answer, were the gateway to pass it on.
+      if (path === '/dir/evil.bin' && files.has(path))
+        return json(res, 200, {
+          name: '../../escaped.bin',
+          path,
+          type: 'file',
+          sizeBytes: files.get(path)!.length,
+          mode: 0o644,
+          mtime: '2025-01-01T00:00:00Z',
+        });
       const f = files.get(path);
       if (!f) return json(res, 404, { error: { code: 'file_not_found', message: path } });
       return json(res, 200, { name: path.split('/').pop(), path, type: 'file', sizeBytes: f.length, mode: 0o644, mtime: '2025-01-01T00:00:00Z' });
@@ -324,6 +334,18 @@ describe('sandglass run and cp', () => {
     expect((await readFile(join(dir, 'copy.bin'))).equals(data)).toBe(true);
     const toStdout = await cli(['cp', `${SBX}:/dir/blob.bin`, '-']);
     expect(toStdout.stdout.equals(data)).toBe(true);
+    await rm(dir, { recursive: true });
+  });
+
+  it('copies out into a directory under the name asked for, whatever name the sandbox reports', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sg-cp-'));
+    const into = join(dir, 'a', 'b');
+    await mkdir(into, { recursive: true });
+    files.set('/dir/evil.bin', Buffer.from('payload'));
+    const r = await cli(['cp', `${SBX}:/dir/evil.bin`, `${into}/`]);
+    expect(r.code).toBe(0);
+    expect(await readFile(join(into, 'evil.bin'), 'utf8')).toBe('payload');
+    expect(await readdir(dir)).toEqual(['a']);
     await rm(dir, { recursive: true });
   });
 });

@@ -78,11 +78,14 @@ async function download(plan: Extract<CpPlan, { direction: 'download' }>): Promi
     await pipeline(body, process.stdout as Writable, { end: false });
     return;
   }
+  // Like cp(1), into a directory under the name asked for: never a name the sandbox reports, which a replaced guest
+  // agent could make `../../.bashrc`.
+  const name = posix.basename(posix.normalize(plan.from.path));
   let target = plan.to.path;
-  if ((await localStat(target))?.isDirectory()) target = join(target, info.name);
+  if ((await localStat(target))?.isDirectory()) target = join(target, name);
   // Written beside the target and renamed into place, so a failed copy never leaves a truncated file under the real name.
   const partial = `${target}.sandglass-partial`;
-  const bar = await progress(info.sizeBytes, info.name);
+  const bar = await progress(info.sizeBytes, name);
   try {
     await pipeline(body, bar.stream, createWriteStream(partial));
     await rename(partial, target);

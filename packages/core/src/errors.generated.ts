@@ -43,6 +43,7 @@ export const ERROR_CATALOGUE = {
   api_key_revoked: { status: 401, retryable: false, message: "This API key was revoked; ask an admin of your tenant for a new one." },
   api_key_expired: { status: 401, retryable: false, message: "This API key is past its expiry; ask an admin of your tenant for a new one." },
   node_fenced: { status: 409, retryable: false, message: "The control plane declared this node dead or saw it register again; stop every VM and register afresh." },
+  vm_reply_refused: { status: 502, retryable: false, message: "The sandbox's VM (its QEMU or its guest agent) named a host path or file name the node refuses (a disk layer not the sandbox's own; a name with /, NUL, . or ..); nothing was read, written or deleted. details.field names it." },
   internal: { status: 500, retryable: true, message: "An unexpected error; the server logged the cause under the request id." },
 } as const;
 

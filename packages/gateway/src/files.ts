@@ -1,9 +1,11 @@
 // A sandbox's files as the data plane uses them: agent errors mapped onto the catalogue, and every change recorded.
+import { posix } from 'node:path';
 import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { SandglassError } from '@sandglass/core';
 import { type AgentClient, AgentError, type FileStat, type FsEventOp } from '@sandglass/agent-client';
 import { mapAgentError, viaAgent } from './agent-link.js';
+import { agentNameRefused, cleanGuestPath, isPlainName } from './paths.js';
 import type { Recorder } from './recording.js';
 
 /** What the files of one sandbox need from it: its agent while it runs, and its event record. */
@@ -41,18 +43,29 @@ export class SandboxFiles {
   /** A file's bytes as a stream, and its size; a directory is listed, not read. */
   async open(path: string): Promise<{ sizeBytes: number; stream: Readable }> {
     const agent = this.host.requireRunning();
-    const st = await viaAgent(agent.stat(path), { path });
+    const st = statOf(await viaAgent(agent.stat(path), { path }), path);
     if (st.type === 'dir') throw new SandglassError('is_a_directory', `${path} is a directory; list it with /files/list.`, { details: { field: 'path' } });
     const stream: Readable = await viaAgent(agent.readFile(path), { path });
     return { sizeBytes: st.sizeBytes, stream };
   }
 
+  /** The agent's stat of `path`, refused (vm_reply_refused) unless it names `path` itself. */
   async stat(path: string): Promise<FileStat> {
-    return viaAgent(this.host.requireRunning().stat(path), { path });
+    return statOf(await viaAgent(this.host.requireRunning().stat(path), { path }), path);
   }
 
+  /** Entries under `path`; the listing is refused whole if one entry's name or path would lead a client elsewhere. */
   async list(path: string, depth: number): Promise<FileStat[]> {
-    return viaAgent(this.host.requireRunning().list(path, { depth }), { path });
+    const entries = await viaAgent(this.host.requireRunning().list(path, { depth }), { path });
+    const dir = cleanGuestPath(path);
+    const prefix = dir === '/' ? '/' : `${dir}/`;
+    for (const e of entries) {
+      if (!isPlainName(e.name)) throw agentNameRefused('name', e.name, path);
+      // Below `path`, one plain name per level, and the entry's own name last.
+      const rel = typeof e.path === 'string' && e.path.startsWith(prefix) ? e.path.slice(prefix.length).split('/') : [];
+      if (rel.length === 0 || rel.length > depth || !rel.every(isPlainName) || rel.at(-1) !== e.name) throw agentNameRefused('path', e.path, path);
+    }
+    return entries;
   }
 
   /**
@@ -99,7 +112,7 @@ export class SandboxFiles {
   /** A directory as a tar stream, packed by the agent as it is read (never held whole on the host). */
   async readTar(path: string): Promise<Readable> {
     const agent = this.host.requireRunning();
-    const st = await viaAgent(agent.stat(path), { path });
+    const st = statOf(await viaAgent(agent.stat(path), { path }), path);
     if (st.type !== 'dir')
       throw new SandglassError('not_a_directory', `${path} is not a directory; read a file with GET /files.`, { details: { field: 'path' } });
     return viaAgent(agent.readTar(path), { path });
@@ -128,7 +141,9 @@ export class SandboxFiles {
 
   /**
    * Watches a guest directory (with `recursive`, its subdirectories too) until close(), or until the agent
-   * connection ends, which onEvent learns as `end`. Watches are not recorded: they change nothing.
+   * connection ends, which onEvent learns as `end`. Watches are not recorded: they change nothing. An event whose
+   * name is not plain names below the directory (one, unless recursive) is not passed on: the watch ends with
+   * vm_reply_refused.
    */
   async watch(path: string, opts: { recursive?: boolean }, onEvent: (ev: FileWatchEvent) => void): Promise<FileWatch> {
     const agent = this.host.requireRunning();
@@ -141,7 +156,13 @@ export class SandboxFiles {
     };
     try {
       await agent.watch(watchId, path, { recursive: opts.recursive ?? false, onEnd }, (ev) => {
-        if (open) onEvent(ev.op === 'overflow' ? { op: 'overflow' } : { op: ev.op, name: ev.name });
+        if (!open) return;
+        if (ev.op === 'overflow') return onEvent({ op: 'overflow' });
+        const parts = ev.name.split('/');
+        if (parts.every(isPlainName) && (opts.recursive || parts.length === 1)) return onEvent({ op: ev.op, name: ev.name });
+        open = false;
+        onEvent({ op: 'end', error: agentNameRefused('name', ev.name, path) });
+        agent.unwatch(watchId).catch(() => undefined);
       });
     } catch (err) {
       open = false;
@@ -159,4 +180,12 @@ export class SandboxFiles {
       },
     };
   }
+}
+
+/** A stat answer is for the path asked about: its name is that path's last component ('/' for the root), its path that path. */
+function statOf(st: FileStat, path: string): FileStat {
+  const clean = cleanGuestPath(path);
+  if (st.name !== (clean === '/' ? '/' : posix.basename(clean))) throw agentNameRefused('name', st.name, path);
+  if (st.path !== clean) throw agentNameRefused('path', st.path, path);
+  return st;
 }

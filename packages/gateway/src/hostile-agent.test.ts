@@ -102,3 +102,85 @@ describe('the per-sandbox event quota', () => {
     expect(events.filter((e) => e.type === 'quota.events_dropped')).toHaveLength(1);
   });
 });
+
+describe('file names a replaced agent answers with', () => {
+  const entry = (name: string, path: string, type = 'file') => ({
+    name,
+    path,
+    type,
+    sizeBytes: 1,
+    mode: 0o644,
+    mtimeMs: 0,
+    uid: 0,
+    gid: 0,
+    owner: 'root',
+    group: 'root',
+  });
+
+  /** A sandbox whose agent answers file.stat and file.list as `answer` says and acknowledges watches. */
+  async function answering(answer: { stat?: (path: string) => unknown; list?: (path: string) => unknown[] }) {
+    const { agent, sandbox } = await hostileSandbox([]);
+    agent.onCall = (call) => {
+      const path = String(call.params.path);
+      if (call.method === 'file.stat') return void agent.reply(call.id, answer.stat?.(path) ?? entry(path === '/' ? '/' : path.split('/').pop()!, path));
+      if (call.method === 'file.list') return void agent.reply(call.id, { entries: answer.list?.(path) ?? [] });
+      void agent.reply(call.id, {});
+    };
+    return { agent, sandbox };
+  }
+
+  it('passes a stat and a listing that name the files asked about', async () => {
+    const { sandbox } = await answering({ list: (p) => [entry('a.txt', `${p}/a.txt`), entry('sub', `${p}/sub`, 'dir'), entry('b', `${p}/sub/b`)] });
+    expect(await sandbox.files.stat('/dir/blob.bin')).toMatchObject({ name: 'blob.bin', path: '/dir/blob.bin' });
+    expect(await sandbox.files.stat('/')).toMatchObject({ name: '/', path: '/' });
+    expect((await sandbox.files.list('/dir', 2)).map((e) => e.path)).toEqual(['/dir/a.txt', '/dir/sub', '/dir/sub/b']);
+  });
+
+  it.each(['../../.bashrc', '..', '.', 'a/b', 'x\0y', '', 'other.bin'])('refuses a stat naming %j', async (name) => {
+    const { sandbox } = await answering({ stat: (path) => entry(name, path) });
+    await expect(sandbox.files.stat('/dir/blob.bin')).rejects.toMatchObject({ code: 'vm_reply_refused', details: { field: 'name' } });
+    await expect(sandbox.files.open('/dir/blob.bin')).rejects.toMatchObject({ code: 'vm_reply_refused' });
+  });
+
+  it('refuses a stat of another path than the one asked about', async () => {
+    const { sandbox } = await answering({ stat: () => entry('blob.bin', '/etc/blob.bin') });
+    await expect(sandbox.files.stat('/dir/blob.bin')).rejects.toMatchObject({ code: 'vm_reply_refused', details: { field: 'path' } });
+  });
+
+  it.each([
+    ['a name with ..', entry('..', '/dir/..')],
+    ['a name with a slash', entry('../../.bashrc', '/dir/../../.bashrc')],
+    ['a name with NUL', entry('a\0b', '/dir/a\0b')],
+    ['a path outside the directory', entry('passwd', '/etc/passwd')],
+    ['a path whose last name is not the entry’s', entry('a.txt', '/dir/b.txt')],
+    ['a path deeper than asked', entry('b', '/dir/sub/b')],
+    ['a path through ..', entry('x', '/dir/../x')],
+  ])('refuses a listing with %s', async (_what, bad) => {
+    const { sandbox } = await answering({ list: (p) => [entry('ok', `${p}/ok`), bad] });
+    await expect(sandbox.files.list('/dir', 1)).rejects.toMatchObject({ code: 'vm_reply_refused' });
+  });
+
+  it.each([
+    ['../../.bashrc', true],
+    ['a/../../b', true],
+    ['./x', true],
+    ['a//b', true],
+    ['sub/x', false],
+  ])('ends a watch with vm_reply_refused when an event names %j (recursive: %s)', async (name, recursive) => {
+    const { agent, sandbox } = await answering({});
+    const seen: Array<{ op: string; name?: string; error?: { code: string } }> = [];
+    await sandbox.files.watch('/dir', { recursive }, (ev) => seen.push(ev as (typeof seen)[number]));
+    const watchId = (
+      JSON.parse((await agent.waitFor((f) => f.payload.toString().includes('"fs.watch"'))).payload.toString()) as { params: { watchId: string } }
+    ).params.watchId;
+    await agent.event({ event: 'fs.event', watchId, op: 'create', name: recursive ? 'sub/ok' : 'ok' });
+    await agent.event({ event: 'fs.event', watchId, op: 'create', name });
+    await agent.event({ event: 'fs.event', watchId, op: 'create', name: 'after' });
+    await agent.client.ping();
+    expect(seen).toEqual([
+      { op: 'create', name: recursive ? 'sub/ok' : 'ok' },
+      { op: 'end', error: expect.objectContaining({ code: 'vm_reply_refused' }) },
+    ]);
+    await agent.waitFor((f) => f.payload.toString().includes('"fs.unwatch"'));
+  });
+});

@@ -10,14 +10,20 @@ import type { RamFiles } from './ram.js';
 import { Sandbox } from './sandbox.js';
 import type { TemplateSnapshot } from './templates.js';
 
-/** Starts sandbox `id` on `agent` as if restored from a template: the VM never exits, its RAM file is nowhere. */
-export async function sandboxOnDouble(agent: HostileAgent, opts: { id: string; events: GatewayEvents; clock?: Clock; timeoutS?: number }): Promise<Sandbox> {
-  const vm = { exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm;
+/**
+ * Starts sandbox `id` on `agent` as if restored from a template: by default the VM never exits and its RAM file is
+ * nowhere; `vm` (a Vm on a QMP double), `template` and `dir` stand in for what a capture reads.
+ */
+export async function sandboxOnDouble(
+  agent: HostileAgent,
+  opts: { id: string; events: GatewayEvents; clock?: Clock; timeoutS?: number; vm?: Vm; template?: TemplateSnapshot; dir?: string },
+): Promise<Sandbox> {
+  const vm = opts.vm ?? ({ exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm);
   const sandbox = new Sandbox({
     id: opts.id,
     tenantId: 'ten_a',
-    template: {} as TemplateSnapshot,
-    dir: mkdtempSync(join(tmpdir(), 'sbx-')),
+    template: opts.template ?? ({} as TemplateSnapshot),
+    dir: opts.dir ?? mkdtempSync(join(tmpdir(), 'sbx-')),
     timeoutS: opts.timeoutS ?? 600,
     snapshotIntervalS: 60,
     events: opts.events,

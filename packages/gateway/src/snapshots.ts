@@ -185,7 +185,9 @@ export class SnapshotManager {
     const { ram, events, clock } = this.opts;
     const id = newId('snap', this.random.bytes);
     const memCopy = join(ram.root, `${id}.capture`);
-    const statePath = join(sbx.dir, `${id}.state`);
+    // Beside the RAM copy, not in the run directory: the VM can write there, and could swap the file for a link before
+    // the host reads it back.
+    const statePath = join(ram.root, `${id}.state`);
     const newLayer = join(sbx.dir, `layer-${id}.qcow2`);
     const tenant = await this.opts.store.tenant(sbx.tenantId);
     // Before the guest stops and before any chunk is staged: a chunk found already stored (deduplicated) must not be
@@ -209,11 +211,9 @@ export class SnapshotManager {
         release();
       }
       failpoint('capture.after_pause');
-      const layers = (await vm.diskChain()).slice(1);
-      const below = layers.indexOf(sbx.template.diskPath);
-      if (below < 0) throw new SandglassError('internal', `sandbox ${sbx.id}'s disk does not sit on its template's frozen layer`);
-      // Private layers of this sandbox, oldest first.
-      const own = layers.slice(0, below).reverse();
+      // Private layers of this sandbox, oldest first, the new active one left out: the host's own record of them,
+      // checked against what QEMU reports (a mismatch reads and deletes nothing).
+      const own = (await vm.ownDiskLayers(sbx.template.diskPath)).slice(1).reverse();
       const base = sbx.captureBase;
       const incremental = base?.baseLayer !== undefined && own[0] === base.baseLayer;
       failpoint('capture.chunks');

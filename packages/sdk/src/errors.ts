@@ -36,6 +36,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   agent_timeout: { family: 'timeout', status: 504, retryable: true },
   timeout: { family: 'timeout', status: 504, retryable: true },
   vm_failed: { family: 'internal', status: 500, retryable: false },
+  vm_reply_refused: { family: 'internal', status: 502, retryable: false },
   snapshot_not_found: { family: 'not_found', status: 404, retryable: false },
   secret_not_found: { family: 'not_found', status: 404, retryable: false },
   approval_not_found: { family: 'not_found', status: 404, retryable: false },

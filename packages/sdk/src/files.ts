@@ -1,4 +1,5 @@
 // Files in a sandbox: streamed reads and writes (never buffered whole), listing, stat, remove, mkdir, rename.
+import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 import type { DataPlane } from './client.js';
 import { NotFoundError } from './errors.js';
@@ -82,8 +83,13 @@ export class Files {
     return (await this.dataPlane.json<GatewayReply<'listFiles'>>('GET', '/files/list', { query: { path, depth: opts.depth } })).entries;
   }
 
-  stat(path: string): Promise<FileInfo> {
-    return this.dataPlane.json<GatewayReply<'statFile'>>('GET', '/files/stat', { query: { path } });
+  /**
+   * A file's type, size and mode. Its `name` is the last component of `path` as asked ('/' for the root), never the
+   * sandbox's word for it: a caller may join it to a directory of its own.
+   */
+  async stat(path: string): Promise<FileInfo> {
+    const info = await this.dataPlane.json<GatewayReply<'statFile'>>('GET', '/files/stat', { query: { path } });
+    return { ...info, name: posix.basename(posix.normalize(path)) || '/' };
   }
 
   async exists(path: string): Promise<boolean> {

@@ -823,6 +823,16 @@ describe('files', () => {
     expect(await sbx.files.exists('/missing')).toBe(false);
   });
 
+  it('names a stat by the path asked for, not by the name the sandbox reports', async () => {
+    server.on(`GET /v1/sandboxes/${SBX}/files/stat`, (_req, res, url) =>
+      sendJson(res, 200, { name: '../../.bashrc', path: url.searchParams.get('path'), type: 'file', sizeBytes: 1, mode: 0o644, mtime: '2025-01-01T00:00:00Z' }),
+    );
+    const sbx = await create();
+    expect(await sbx.files.stat('/dir/report.txt')).toMatchObject({ name: 'report.txt', sizeBytes: 1 });
+    expect((await sbx.files.stat('/dir/sub/')).name).toBe('sub');
+    expect((await sbx.files.stat('/')).name).toBe('/');
+  });
+
   it('sends list depth, remove recursive, mkdir and rename', async () => {
     server.on(`GET /v1/sandboxes/${SBX}/files/list`, (_req, res) => sendJson(res, 200, { entries: [] }));
     server.on(`DELETE /v1/sandboxes/${SBX}/files`, (_req, res) => sendJson(res, 204, undefined));

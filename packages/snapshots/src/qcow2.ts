@@ -1,4 +1,5 @@
 // A minimal qcow2 reader and writer: list and stream the clusters one overlay layer holds, and write a fresh overlay from clusters.
+import { constants } from 'node:fs';
 import { open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { invalidArgument, SandglassError } from '@sandglass/core';
@@ -62,6 +63,12 @@ function unsupported(path: string, what: string): SandglassError {
   return new SandglassError('internal', `qcow2 ${path}: ${what}`);
 }
 
+/**
+ * How a layer is opened: the file itself, never through a symlink. A VM can write its own run directory, so a layer
+ * that was checked as a plain file and then replaced by a link elsewhere fails the read instead of following it.
+ */
+const READ_LAYER = constants.O_RDONLY | constants.O_NOFOLLOW;
+
 function hostOffsetOf(buf: Buffer, at: number): number {
   return (buf.readUInt32BE(at) & HI_OFFSET_MASK) * 2 ** 32 + ((buf.readUInt32BE(at + 4) & LO_OFFSET_MASK) >>> 0);
 }
@@ -75,7 +82,7 @@ async function readExactly(fh: FileHandle, path: string, position: number, lengt
 
 /** Lists the clusters allocated in this layer only (not its backing chain), sorted by guest offset. */
 export async function readQcow2Layer(path: string): Promise<Qcow2Layer> {
-  const fh = await open(path, 'r');
+  const fh = await open(path, READ_LAYER);
   try {
     const fixed = await readExactly(fh, path, 0, 104, 'header');
     if (fixed.readUInt32BE(0) !== MAGIC) throw unsupported(path, 'not a qcow2 image (bad magic)');
@@ -165,7 +172,7 @@ export async function readClusters(
 ): Promise<void> {
   const { clusterBytes, clusters } = layer;
   const maxRunClusters = Math.max(1, Math.floor(MAX_RUN_BYTES / clusterBytes));
-  const fh = await open(path, 'r');
+  const fh = await open(path, READ_LAYER);
   try {
     for (let i = 0; i < clusters.length; ) {
       const first = clusters[i]!;

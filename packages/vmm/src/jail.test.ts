@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { processStartTime } from '@sandglass/core';
-import { jailerArgv, killLeftoverVms, type JailContext } from './jail.js';
+import { chownToVm, jailContext, jailerArgv, killLeftoverVms, releaseVmIdentity, sealTemplate, type JailContext } from './jail.js';
 
 function ctx(recordDir?: string): JailContext {
   return { mode: 'jailed', cgroups: true, jailerPath: '/x/jailer', recordDir, instanceId: 'me', uidBase: 2_000_000, uidCount: 10 };
@@ -58,5 +58,34 @@ describe('jailer argv', () => {
     expect(jailerArgv(ctx(), { ...spec, cgroupDirs: null }, ['/bin/true'])).toContain('--no-cgroups');
     const memory = jailerArgv(ctx(), { ...spec, noThp: true, env: { GLIBC_TUNABLES: 'glibc.malloc.arena_max=1' } }, ['/bin/true']).join(' ');
     expect(memory).toContain('--no-thp --env GLIBC_TUNABLES=glibc.malloc.arena_max=1 -- /bin/true');
+  });
+});
+
+// Only a jailed gateway (root) hands files to VM uids; without the jailer both calls do nothing at all.
+describe.runIf(jailContext().mode === 'jailed')('files a VM could have swapped for links', () => {
+  it('hands a VM its names without following a link to a host file, and a sealed template keeps no link', () => {
+    const root = mkdtempSync(join(tmpdir(), 'sg-links-'));
+    try {
+      const host = join(root, 'host-file');
+      writeFileSync(host, 'host');
+      chmodSync(host, 0o640);
+      const run = join(root, 'run');
+      mkdirSync(run);
+      symlinkSync(host, join(run, 'migrate.sock'));
+      chownToVm(join(run, 'migrate.sock'), 'sbx_links');
+      releaseVmIdentity('sbx_links');
+      expect(statSync(host).uid).toBe(process.getuid!());
+      const tpl = join(root, 'template');
+      mkdirSync(tpl);
+      writeFileSync(join(tpl, 'disk.qcow2'), 'disk');
+      symlinkSync(host, join(tpl, 'planted'));
+      chmodSync(tpl, 0o700);
+      sealTemplate(tpl);
+      expect(existsSync(join(tpl, 'planted'))).toBe(false);
+      expect(statSync(host).mode & 0o777).toBe(0o640);
+      expect(lstatSync(join(tpl, 'disk.qcow2')).mode & 0o777).toBe(0o644);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });

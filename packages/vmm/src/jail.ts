@@ -5,6 +5,7 @@ import {
   chmodSync,
   chownSync,
   closeSync,
+  lchownSync,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -191,11 +192,14 @@ function claimUid(ctx: JailContext): number {
   throw new SandglassError('capacity_exhausted', `all ${ctx.uidCount} VM uids from ${ctx.uidBase} are in use (SANDGLASS_VM_UID_BASE, SANDGLASS_VM_UID_COUNT)`);
 }
 
-/** Hands a file or directory the VM writes to (its run directory, overlay, RAM file, sockets) to VM `vmId`. */
+/**
+ * Hands a file or directory the VM writes to (its run directory, overlay, RAM file, sockets) to VM `vmId`. Never
+ * through a symlink: a running VM can swap one of its run directory's names for a link to any host file.
+ */
 export function chownToVm(path: string, vmId: string): void {
   if (jailContext().mode !== 'jailed') return;
   const who = vmIdentity(vmId);
-  chownSync(path, who.uid, who.gid);
+  lchownSync(path, who.uid, who.gid);
 }
 
 /**
@@ -209,6 +213,12 @@ export function sealTemplate(dir: string): void {
   if (st.uid === me.uid && (st.mode & 0o7777) === 0o755) return;
   for (const name of readdirSync(dir)) {
     const p = join(dir, name);
+    // The build VM could write here: a link it left would hand its target to the gateway's user (chmod follows
+    // links). A template holds none of its own, so one is removed, never followed. QEMU has exited by now.
+    if (lstatSync(p).isSymbolicLink()) {
+      rmSync(p);
+      continue;
+    }
     chownSync(p, me.uid, me.gid);
     chmodSync(p, name === 'disk.qcow2' ? 0o644 : 0o600);
   }

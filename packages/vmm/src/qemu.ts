@@ -1,8 +1,20 @@
 // The QEMU `microvm` driver: cold boot, save a snapshot (RAM stays in its file, device state to a stream), restore.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { closeSync, createWriteStream, fsyncSync, mkdirSync, openSync, readFileSync, chmodSync, existsSync, rmSync } from 'node:fs';
+import {
+  closeSync,
+  constants as fsc,
+  createWriteStream,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  existsSync,
+  rmSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { SandglassError, processStartTime } from '@sandglass/core';
@@ -303,6 +315,11 @@ export class Vm {
   shutdownReason?: string;
   private stopping = false;
   private stderr = '';
+  /**
+   * The root disk's layers this VM owns, active first, as the host named them: the driver's record, never QEMU's
+   * word. Every one lies directly in the VM's run directory; the frozen layer they sit on belongs to someone else.
+   */
+  readonly #layers: string[];
 
   constructor(
     readonly id: string,
@@ -313,8 +330,11 @@ export class Vm {
     /** The file that holds guest RAM (mapped shared by QEMU). */
     readonly memPath: string,
     private readonly console: ConsoleLink,
+    /** The root disk's active layer as the host created it, in `dir`. */
+    rootLayer: string,
   ) {
     this.paths = vmPaths(dir);
+    this.#layers = [rootLayer];
     child.stderr?.setEncoding('utf8');
     child.stderr?.on('data', (s: string) => {
       this.stderr = (this.stderr + s).slice(-4096);
@@ -404,7 +424,8 @@ export class Vm {
    */
   async captureLive(opts: { statePath: string; memCopyPath: string; newLayerPath: string }): Promise<LiveCapture> {
     const qmp = this.requireQmp();
-    const [frozenLayer] = await this.diskChain();
+    if (dirname(opts.newLayerPath) !== this.paths.dir) throw new SandglassError('internal', `a new disk layer must lie in ${this.paths.dir}`);
+    const frozenLayer = this.#layers[0]!;
     const t0 = performance.now();
     await qmp.execute('stop');
     let capture: LiveCapture;
@@ -414,11 +435,12 @@ export class Vm {
       const copied = copySparse(this.memPath, opts.memCopyPath).then(() => performance.now() - t0);
       copied.catch(() => {});
       await qmp.execute('blockdev-snapshot-sync', { device: 'root', 'snapshot-file': opts.newLayerPath, format: 'qcow2', mode: 'absolute-paths' });
+      this.#layers.unshift(opts.newLayerPath);
       const tFrozen = performance.now();
       const stateBytes = await this.#migrateDeviceState(opts.statePath);
       const tState = performance.now();
       const copyMs = await copied;
-      capture = { frozenLayer: frozenLayer!, stateBytes, freezeMs: tFrozen - t0, stateMs: tState - tFrozen, copyMs, pausedMs: 0 };
+      capture = { frozenLayer, stateBytes, freezeMs: tFrozen - t0, stateMs: tState - tFrozen, copyMs, pausedMs: 0 };
     } finally {
       await qmp.execute('cont').catch(() => {});
     }
@@ -447,11 +469,36 @@ export class Vm {
     await this.requireQmp().execute('block_resize', { device: 'root', size: bytes });
   }
 
-  /** The files of the root disk's backing chain, the active (writable) layer first. */
-  async diskChain(): Promise<string[]> {
-    const chain: string[] = [];
-    for (let img: QueryBlockImage | undefined = await this.#rootImage(); img; img = img['backing-image']) chain.push(img.filename);
-    return chain;
+  /**
+   * This VM's own disk layers, active first, as the host created them: what the host may read into a snapshot and
+   * delete after a merge. First QEMU's `query-block` must report exactly that chain down to `base` (the frozen layer
+   * they sit on; below it lies the template's own chain, not looked at), and each layer must be a plain file in the
+   * run directory, not a symlink: a compromised QEMU naming another VM's layer or a template's, or pointing one of its
+   * own names elsewhere, is refused (vm_reply_refused) before host code opens any of them. The names returned are the
+   * host's, never the strings QEMU sent.
+   */
+  async ownDiskLayers(base: string): Promise<string[]> {
+    const expected = [...this.#layers, base];
+    const reported: unknown[] = [];
+    // Down to the base only: what lies below it (the template's own chain) is never read or deleted here.
+    for (let img: unknown = await this.#rootImage(); isObject(img) && reported.length < expected.length; img = img['backing-image']) {
+      reported.push(img.filename);
+    }
+    const at = expected.findIndex((p, i) => reported[i] !== p);
+    if (at >= 0) {
+      throw chainRefused(
+        this.id,
+        `QEMU reports ${JSON.stringify(String(reported[at] ?? 'nothing')).slice(0, 300)} at depth ${at} of the root disk, not ${JSON.stringify(expected[at])}`,
+      );
+    }
+    const dir = realpathSync(this.paths.dir);
+    for (const layer of this.#layers) {
+      const st = lstatSync(layer, { throwIfNoEntry: false });
+      if (dirname(layer) !== this.paths.dir || !st?.isFile() || realpathSync(layer) !== join(dir, basename(layer))) {
+        throw chainRefused(this.id, `disk layer ${layer} is not a plain file of the VM's run directory (a symlink, or replaced)`);
+      }
+    }
+    return [...this.#layers];
   }
 
   /**
@@ -462,9 +509,14 @@ export class Vm {
     const qmp = this.requireQmp();
     const jobId = `commit-${Date.now().toString(36)}`;
     const done = qmp.waitForEvent('BLOCK_JOB_COMPLETED', (d) => d.device === jobId, timeoutMs);
+    const from = this.#layers.indexOf(top);
+    const to = this.#layers.indexOf(base);
+    if (from < 1 || to <= from) throw new SandglassError('internal', `${top} and ${base} are not intermediate layers of VM ${this.id}'s disk, top above base`);
     await qmp.execute('block-commit', { 'job-id': jobId, device: 'root', top, base });
     const ev = await done;
     if (ev.data?.error) throw new SandglassError('vm_failed', `merging disk layer ${top} failed: ${String(ev.data.error)}`);
+    // The layers from top down to above base are out of the chain now; base holds their writes.
+    this.#layers.splice(from, to - from);
   }
 
   /** Streams the device state (RAM excluded: it is in the shared file) to `statePath`; the VM must be stopped. */
@@ -472,15 +524,18 @@ export class Vm {
     const qmp = this.requireQmp();
     const migSock = join(this.paths.dir, 'migrate.sock');
     rmSync(migSock, { force: true });
-    const out = createWriteStream(statePath, { mode: 0o600 });
+    // The state file may lie in the VM's run directory, which a running QEMU can write: a link there is refused.
+    const out = createWriteStream(statePath, { fd: openSync(statePath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NOFOLLOW, 0o600) });
     let received = 0;
     const server = createServer((conn) => {
       conn.on('data', (d: Buffer) => (received += d.length));
       conn.pipe(out);
     });
     await new Promise<void>((resolve, reject) => server.listen(migSock, resolve).once('error', reject));
+    // QEMU runs and can write this directory: the socket is handed over without following a link it swapped in,
+    // and not chmod'ed (that would follow one); its owner alone may connect (write permission), as umask leaves it.
     chownToVm(migSock, this.id);
-    chmodSync(migSock, 0o600);
+    if (!lstatSync(migSock).isSocket()) throw new SandglassError('vm_reply_refused', `VM ${this.id} replaced its migration socket; no snapshot was taken.`);
     const streamDone = new Promise<void>((resolve, reject) => {
       out.once('finish', resolve);
       out.once('error', reject);
@@ -514,6 +569,16 @@ export class Vm {
     if (!this.qmp || this.qmp.isClosed) throw new SandglassError('vm_failed', `VM ${this.id} has no QMP connection`);
     return this.qmp;
   }
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null;
+}
+
+function chainRefused(vmId: string, why: string): SandglassError {
+  return new SandglassError('vm_reply_refused', `VM ${vmId}'s disk chain was refused: ${why}; nothing was read or deleted.`, {
+    details: { field: 'query-block' },
+  });
 }
 
 /** What a VM reads besides its own run directory and RAM file, all mirrored read-only into its jail. */
@@ -598,7 +663,7 @@ async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: str
       if (startTime) writeRecord(record, { vm: id, instance: ctx.instanceId, pid: child.pid, startTime });
     }
   }
-  const vm = new Vm(id, config, child, cgroup, dir, memPath, consoleLink);
+  const vm = new Vm(id, config, child, cgroup, dir, memPath, consoleLink, files.disk);
   vm.record = record;
   return vm;
 }
