@@ -110,6 +110,8 @@ interface LogLine {
 /** One event stream read over a real socket: what it has delivered so far, and a way to wait for more. */
 interface OpenStream {
   status: number;
+  /** The answer's Connection header. */
+  connection?: string;
   /** The refusal's wire error, for a stream that did not open. */
   error?: { code: string; details?: Record<string, unknown> };
   /** Events in order; the `ready` marker appears as `(ready)`. */
@@ -128,6 +130,7 @@ function openStream(baseUrl: string, cookie: string, query = 'afterSeq=0'): Prom
       };
       const stream: OpenStream = {
         status: res.statusCode ?? 0,
+        connection: res.headers.connection,
         seen: [],
         ended: false,
         until: (pred) =>
@@ -194,6 +197,8 @@ describe('console event streams', () => {
     const a3 = await open(a);
     expect(a3.status).toBe(429);
     expect(a3.error).toMatchObject({ code: 'rate_limited', details: { scope: 'session', limit: 2 } });
+    // The refused attempt does not keep its socket either.
+    expect(a3.connection).toBe('close');
     const b1 = await open(b);
     expect(b1.status).toBe(200);
     const b2 = await open(b);

@@ -275,7 +275,14 @@ export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
       const sandboxId = req.query.sandboxId || undefined;
       const res = reply.raw;
       // Admitted, or refused rate_limited as an ordinary error answer, before a byte of the stream is written.
-      const close = streams.open({ tenantId: who.tenantId, sessionId: sessionIdOf(sessionCookieOf(req) ?? ''), afterSeq, sandboxId, sink: res });
+      let close: () => void;
+      try {
+        close = streams.open({ tenantId: who.tenantId, sessionId: sessionIdOf(sessionCookieOf(req) ?? ''), afterSeq, sandboxId, sink: res });
+      } catch (err) {
+        // A refused attempt gives its socket back at once rather than holding it idle until the keep-alive timeout.
+        reply.header('connection', 'close');
+        throw err;
+      }
       reply.hijack();
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
       res.write(': stream open\n\n');
