@@ -9,6 +9,7 @@ import { createLogger, ManualClock } from '@sandglass/core';
 import { openDatabase, type Database } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { SESSION_TTL_MS, type ConsoleLimits } from './console.js';
+import { LogStreams, STREAM_UNSENT_MAX_BYTES } from './console-streams.js';
 import { bootstrapLocal, createControlPlane, singleGateway, type ControlPlane } from './index.js';
 
 const CSRF = { 'x-sandglass-console': '1' };
@@ -291,4 +292,20 @@ describe('console event streams', () => {
     expect(res.statusCode, res.body).toBe(200);
     await revoked.until((s) => s.ended);
   }, 30_000);
+
+  it("end a stream whose client leaves too much unread, and its tenant's tail with it", async () => {
+    const { tenantId } = await signIn(operatorKey);
+    const streams = new LogStreams({ events, limits: { perSession: 1, perTenant: 1 }, signedIn: async (ids) => new Set(ids), onError: () => {} });
+    let ended = false;
+    const sink = { write: () => true, end: () => (ended = true), writableLength: STREAM_UNSENT_MAX_BYTES + 1 };
+    streams.open({ tenantId, sessionId: 'session', afterSeq: 0, sink });
+    expect(streams.count(tenantId)).toBe(1);
+    await vi.waitFor(() => expect(ended).toBe(true));
+    expect(streams.count()).toBe(0);
+    // Its place is free again: the caps count open streams only.
+    streams.open({ tenantId, sessionId: 'session', afterSeq: 0, sink: { ...sink, writableLength: 0 } });
+    expect(streams.count(tenantId)).toBe(1);
+    streams.closeAll();
+    expect(streams.count()).toBe(0);
+  });
 });
