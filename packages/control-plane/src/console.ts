@@ -286,7 +286,9 @@ export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
       reply.hijack();
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
       res.write(': stream open\n\n');
-      req.raw.on('close', close);
+      res.on('close', close);
+      // A client that left while its session was being checked sends no 'close' any more: its place is given back now.
+      if (!res.socket || res.socket.destroyed) close();
     });
     scope.addHook('preClose', async () => streams.closeAll());
 
