@@ -21,6 +21,7 @@ import { inputCosts, replaySpeed } from './replay.js';
 import { densityBench, densitySection } from './density.js';
 import { reconnectsBench } from './reconnects.js';
 import { filesBench } from './files.js';
+import { consoleBench } from './console.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -248,7 +249,8 @@ async function egressPhase(): Promise<void> {
 
 /**
  * BENCH_ONLY=snapshots|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
- * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md.
+ * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md;
+ * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  */
 const only = process.env.BENCH_ONLY;
 
@@ -854,6 +856,14 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Reconnects', reconnectRows);
     if (!quick && !connectOnly) writeSection('reconnects', reconnectsSection(header, reconnectRows));
+    return;
+  }
+  if (only === 'console') {
+    const consoleRows: Row[] = [];
+    for (const r of await consoleBench({ home, port, quick })) addLatencyTo(consoleRows, r.what, r.samplesMs, [r.note]);
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    console.log(hostLine());
+    printTable('Console streams', consoleRows);
     return;
   }
   if (only === 'density') {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
 import { type Browser, chromium, type Page, type WebSocketRoute } from 'playwright-core';
+import { DEFAULT_CONSOLE_LIMITS } from '@sandglass/control-plane';
 import { adminKey, api, apiUrl, home } from './helpers.js';
 
 const CSRF = { 'x-sandglass-console': '1' };
@@ -191,6 +192,70 @@ describe('console session and CSRF boundary', () => {
     expect(events.length).toBeGreaterThan(0);
     expect(JSON.stringify(events)).not.toContain(secretValue);
   }, 60_000);
+});
+
+/** A console event stream held open: its status, a refusal's error code, and each `event: log` type as it comes. */
+async function holdStream(cookie: string) {
+  const abort = new AbortController();
+  const res = await fetch(`${apiUrl}/console/api/stream?afterSeq=0`, { headers: { cookie, ...CSRF }, signal: abort.signal });
+  if (res.status !== 200) return { status: res.status, code: ((await res.json()) as { error: { code: string } }).error.code, close: () => abort.abort() };
+  const seen: string[] = [];
+  const reading = (async () => {
+    const decoder = new TextDecoder();
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      seen.push(decoder.decode(chunk, { stream: true }));
+      if (seen.join('').includes('console-live-after-cap')) return true;
+    }
+    return false;
+  })().catch(() => false);
+  return { status: res.status, code: undefined, close: () => abort.abort(), sawLiveEvent: reading };
+}
+
+describe('console event streams are bounded', () => {
+  const held: Array<{ close(): void }> = [];
+  afterAll(() => {
+    for (const s of held) s.close();
+  });
+
+  it('refuses streams past the caps per session and per tenant with rate_limited, and the open ones stay live', async () => {
+    const { streamsPerSession, streamsPerTenant, sessionsPerKey } = DEFAULT_CONSOLE_LIMITS;
+    // A tenant of its own, so no other test's streams count against its cap.
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `console-caps-${Date.now()}` } });
+    const key = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'admin' } });
+    expect(key.status).toBe(201);
+    const hold = async (cookie: string) => {
+      const s = await holdStream(cookie);
+      held.push(s);
+      return s;
+    };
+    const first = (await signIn(key.body!.key)).cookie;
+    const firsts = [];
+    for (let i = 0; i < streamsPerSession; i++) firsts.push(await hold(first));
+    expect(firsts.map((s) => s.status)).toEqual(firsts.map(() => 200));
+    const overSession = await hold(first);
+    expect([overSession.status, overSession.code]).toEqual([429, 'rate_limited']);
+
+    // More sessions of the same key (as many as it may hold) fill the tenant's cap, and one more stream is refused.
+    const sessionsNeeded = Math.ceil(streamsPerTenant / streamsPerSession);
+    expect(sessionsNeeded).toBeLessThanOrEqual(sessionsPerKey);
+    let open = streamsPerSession;
+    for (let i = 1; i < sessionsNeeded; i++) {
+      const cookie = (await signIn(key.body!.key)).cookie;
+      while (open < Math.min(streamsPerTenant, (i + 1) * streamsPerSession)) {
+        expect((await hold(cookie)).status).toBe(200);
+        open++;
+      }
+    }
+    // A second key of the tenant: a ninth session of the first key would end its oldest, the first above.
+    const other = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'member' } });
+    const spare = (await signIn(other.body!.key)).cookie;
+    const overTenant = await hold(spare);
+    expect([overTenant.status, overTenant.code]).toEqual([429, 'rate_limited']);
+
+    // The first stream, opened before every refusal, still carries what happens in the tenant now.
+    expect((await api('POST', '/v1/api-keys', { body: { name: 'console-live-after-cap' }, key: key.body!.key })).status).toBe(201);
+    expect(await firsts[0]!.sawLiveEvent).toBe(true);
+  }, 120_000);
 });
 
 /** Types a line into the page's terminal and waits for a screen row that is exactly `expected` (letters, digits, dashes). */

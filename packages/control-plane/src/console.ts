@@ -1,14 +1,15 @@
 // The web console's server side: its built files under /console, the API-key → session-cookie exchange, the cookie as a
-// second way to authenticate /v1 calls (only with the CSRF header), and one server-sent events stream of the tenant's log.
+// second way to authenticate /v1 calls (only with the CSRF header), and server-sent event streams of the tenant's log.
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
-import { SandglassError, systemRandom, type Clock } from '@sandglass/core';
+import { SandglassError, systemRandom, type Clock, type Logger } from '@sandglass/core';
 import { fromIso, type Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
+import { LogStreams } from './console-streams.js';
 import type { GatewayDirectory } from './gateways.js';
 import { authenticate, type Principal } from './keys.js';
 
@@ -21,11 +22,6 @@ export const SESSION_COOKIE = 'sg_session';
  */
 export const CSRF_HEADER = 'x-sandglass-console';
 export const SESSION_TTL_MS = 8 * 60 * 60 * 1000;
-/** How often an open event stream looks for new rows of the log: the server tails, the page never polls. */
-const STREAM_TAIL_MS = 500;
-const STREAM_PAGE = 200;
-/** Ends a stream at a proxy that cuts idle connections before it would. */
-const STREAM_KEEPALIVE_MS = 15_000;
 
 const CONTENT_TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -42,16 +38,29 @@ interface Session {
   expiresAtMs: number;
 }
 
+/** How much of the console one key and one tenant may hold open at once (`SANDGLASS_CONSOLE_*`, README). */
+export interface ConsoleLimits {
+  /** Event streams one session may hold open: a console page holds one. */
+  streamsPerSession: number;
+  /** Event streams all sessions of one tenant may hold open together. */
+  streamsPerTenant: number;
+  /** Sessions one API key may have; signing in once more ends the oldest. */
+  sessionsPerKey: number;
+}
+export const DEFAULT_CONSOLE_LIMITS: ConsoleLimits = { streamsPerSession: 8, streamsPerTenant: 64, sessionsPerKey: 8 };
+
 /**
  * Server-side sessions: the cookie holds 256 random bits, this map only their SHA-256, so a dump of the process's memory
  * names no usable cookie. A session holds the key's id, never the key: each request re-reads that key's row, so revoking
  * or expiring the key ends the session at the next request. Sessions live in this process: a restart signs everyone out.
  */
 export class ConsoleSessions {
+  /** In the order they were opened, so a key's oldest session comes first. */
   readonly #byHash = new Map<string, Session>();
   constructor(
     private readonly db: Kysely<Schema>,
     private readonly clock: Clock,
+    private readonly perKey = DEFAULT_CONSOLE_LIMITS.sessionsPerKey,
   ) {}
 
   /** Checks the API key exactly as a bearer header would be checked, then opens a session bound to it. */
@@ -61,32 +70,56 @@ export class ConsoleSessions {
     const expiresAtMs = Math.min(nowMs + SESSION_TTL_MS, principal.expiresAtMs ?? Number.POSITIVE_INFINITY);
     const cookieValue = systemRandom.bytes(32).toString('base64url');
     this.#prune(nowMs);
-    this.#byHash.set(hashOf(cookieValue), { keyId: principal.keyId, expiresAtMs });
+    // One key signing in again and again holds at most perKey sessions: the oldest go, and their streams end at their next round.
+    const ofKey = [...this.#byHash].filter(([, s]) => s.keyId === principal.keyId);
+    for (const [hash] of ofKey.slice(0, Math.max(0, ofKey.length - this.perKey + 1))) this.#byHash.delete(hash);
+    this.#byHash.set(sessionIdOf(cookieValue), { keyId: principal.keyId, expiresAtMs });
     return { cookieValue, principal, expiresAtMs };
   }
 
   close(cookieValue: string): void {
-    this.#byHash.delete(hashOf(cookieValue));
+    this.#byHash.delete(sessionIdOf(cookieValue));
   }
 
   /** The principal behind a session cookie; the key's row decides, as for a bearer key. */
   async principal(cookieValue: string): Promise<Principal> {
-    const session = this.#byHash.get(hashOf(cookieValue));
+    const id = sessionIdOf(cookieValue);
+    if (!this.#current(id)) throw new SandglassError('unauthenticated', 'The console session is not known or has expired: sign in again.');
+    const principal = (await this.#withValidKeys([id])).get(id);
+    if (!principal) throw new SandglassError('unauthenticated', 'The API key this console session was opened with is revoked or expired: sign in again.');
+    return principal;
+  }
+
+  /** Which of these sessions (by id, sessionIdOf) are still signed in, with one read of their keys' rows. */
+  async signedIn(ids: string[]): Promise<Set<string>> {
+    return new Set((await this.#withValidKeys(ids.filter((id) => this.#current(id)))).keys());
+  }
+
+  /** Whether the session is known and unexpired; an expired one is forgotten. */
+  #current(id: string): boolean {
+    const session = this.#byHash.get(id);
+    if (session && session.expiresAtMs > this.clock.nowMs()) return true;
+    this.#byHash.delete(id);
+    return false;
+  }
+
+  /** The principals of those sessions whose key is neither revoked nor expired; the others are closed. */
+  async #withValidKeys(ids: string[]): Promise<Map<string, Principal>> {
+    const out = new Map<string, Principal>();
+    const keyIds = [...new Set(ids.flatMap((id) => this.#byHash.get(id)?.keyId ?? []))];
+    if (keyIds.length === 0) return out;
+    const rows = await this.db.selectFrom('api_keys').select(['id', 'tenant_id', 'role', 'expires_at', 'revoked_at']).where('id', 'in', keyIds).execute();
     const nowMs = this.clock.nowMs();
-    if (!session || session.expiresAtMs <= nowMs) {
-      if (session) this.close(cookieValue);
-      throw new SandglassError('unauthenticated', 'The console session is not known or has expired: sign in again.');
+    const byKey = new Map(rows.map((row) => [row.id, row]));
+    for (const id of ids) {
+      const row = byKey.get(this.#byHash.get(id)?.keyId ?? '');
+      if (!row || row.revoked_at !== null || (row.expires_at !== null && fromIso(row.expires_at) <= nowMs)) {
+        this.#byHash.delete(id);
+        continue;
+      }
+      out.set(id, { tenantId: row.tenant_id, keyId: row.id, role: row.role, ...(row.expires_at === null ? {} : { expiresAtMs: fromIso(row.expires_at) }) });
     }
-    const row = await this.db
-      .selectFrom('api_keys')
-      .select(['id', 'tenant_id', 'role', 'expires_at', 'revoked_at'])
-      .where('id', '=', session.keyId)
-      .executeTakeFirst();
-    if (!row || row.revoked_at !== null || (row.expires_at !== null && fromIso(row.expires_at) <= nowMs)) {
-      this.close(cookieValue);
-      throw new SandglassError('unauthenticated', 'The API key this console session was opened with is revoked or expired: sign in again.');
-    }
-    return { tenantId: row.tenant_id, keyId: row.id, role: row.role, ...(row.expires_at === null ? {} : { expiresAtMs: fromIso(row.expires_at) }) };
+    return out;
   }
 
   #prune(nowMs: number): void {
@@ -94,7 +127,8 @@ export class ConsoleSessions {
   }
 }
 
-function hashOf(cookieValue: string): string {
+/** A session's id: the SHA-256 of its cookie, what the server keeps instead of the cookie. */
+export function sessionIdOf(cookieValue: string): string {
   return createHash('sha256').update(cookieValue).digest('hex');
 }
 
@@ -141,11 +175,20 @@ export interface ConsoleOptions {
   gateways: GatewayDirectory;
   publicGatewayUrl?: string;
   clock: Clock;
+  logger: Logger;
+  limits: ConsoleLimits;
   distDir?: string;
 }
 
 export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
   const { sessions, clock } = opts;
+  const streams = new LogStreams({
+    events: opts.events,
+    limits: { perSession: opts.limits.streamsPerSession, perTenant: opts.limits.streamsPerTenant },
+    signedIn: (ids) => sessions.signedIn(ids),
+    onError: (err, tenantId) =>
+      opts.logger.warn({ tenantId, err: (err as Error).message }, "reading the log for a tenant's console streams failed; they were ended"),
+  });
   const distDir = resolve(opts.distDir ?? CONSOLE_DIST);
 
   /** The page talks to this server and, for terminals and files, to the gateways' data planes: nothing else. */
@@ -227,53 +270,27 @@ export function consoleApi(opts: ConsoleOptions): FastifyPluginAsync {
     // and one `event: ready` after the events that were already in the log when it opened.
     scope.get<{ Querystring: { afterSeq?: string; sandboxId?: string } }>('/console/api/stream', async (req, reply) => {
       const who = await requireSession(req);
-      let afterSeq = Number(req.query.afterSeq ?? 0);
+      const afterSeq = Number(req.query.afterSeq ?? 0);
       if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) throw new SandglassError('invalid_argument', 'afterSeq is a non-negative integer.');
-      const sandboxId = req.query.sandboxId;
-      reply.hijack();
+      const sandboxId = req.query.sandboxId || undefined;
       const res = reply.raw;
+      // Admitted, or refused rate_limited as an ordinary error answer, before a byte of the stream is written.
+      let close: () => void;
+      try {
+        close = streams.open({ tenantId: who.tenantId, sessionId: sessionIdOf(sessionCookieOf(req) ?? ''), afterSeq, sandboxId, sink: res });
+      } catch (err) {
+        // A refused attempt gives its socket back at once rather than holding it idle until the keep-alive timeout.
+        reply.header('connection', 'close');
+        throw err;
+      }
+      reply.hijack();
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
       res.write(': stream open\n\n');
-      let closed = false;
-      let busy = false;
-      let caughtUp = false;
-      const tail = async () => {
-        if (busy || closed) return;
-        busy = true;
-        try {
-          // Re-checked on every round: a revoked key's stream ends at the next one.
-          await sessions.principal(sessionCookieOf(req) ?? '');
-          for (;;) {
-            const page = await opts.events.list({ tenantId: who.tenantId, afterSeq, limit: STREAM_PAGE, ...(sandboxId ? { sandboxId } : {}) });
-            for (const ev of page)
-              res.write(
-                `id: ${ev.seq}\nevent: log\ndata: ${JSON.stringify({ seq: ev.seq, type: ev.type, sandboxId: ev.sandboxId, at: ev.at, data: ev.data })}\n\n`,
-              );
-            if (page.length > 0) afterSeq = page[page.length - 1]!.seq;
-            if (page.length < STREAM_PAGE) break;
-          }
-          // Once: what came so far was the backlog, what comes next is live. The page reacts to live events only.
-          if (!caughtUp) {
-            caughtUp = true;
-            res.write('event: ready\ndata: {}\n\n');
-          }
-        } catch {
-          stop();
-          res.end();
-        } finally {
-          busy = false;
-        }
-      };
-      const timer = setInterval(() => void tail(), STREAM_TAIL_MS);
-      const keepalive = setInterval(() => res.write(': keepalive\n\n'), STREAM_KEEPALIVE_MS);
-      const stop = () => {
-        closed = true;
-        clearInterval(timer);
-        clearInterval(keepalive);
-      };
-      req.raw.on('close', stop);
-      void tail();
+      res.on('close', close);
+      // A client that left while its session was being checked sends no 'close' any more: its place is given back now.
+      if (!res.socket || res.socket.destroyed) close();
     });
+    scope.addHook('preClose', async () => streams.closeAll());
 
     const requireSession = async (req: FastifyRequest): Promise<Principal> => {
       const p = await cookiePrincipal(sessions, req);

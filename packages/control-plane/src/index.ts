@@ -41,6 +41,7 @@ export {
   type IssueKeyOptions,
   type Principal,
 } from './keys.js';
+export { DEFAULT_CONSOLE_LIMITS, type ConsoleLimits } from './console.js';
 export { upsertTemplate, findTemplate, listTemplates, dbTemplateRegistry, type TemplateSnapshotRef, type TemplateUpsert } from './templates.js';
 export { NodeDirectory, claimLease, releaseLease, type Heartbeat, type HeartbeatResult, type MembershipOptions } from './nodes.js';
 export { Failover, type FailoverOptions } from './failover.js';

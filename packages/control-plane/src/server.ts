@@ -30,7 +30,7 @@ import { nodeApi } from './node-api.js';
 import type { NodeDirectory } from './nodes.js';
 import { ApiKeyService, authenticate, createTenant, type Principal } from './keys.js';
 import { e2bApi } from './e2b.js';
-import { ConsoleSessions, consoleApi, cookiePrincipal } from './console.js';
+import { ConsoleSessions, consoleApi, cookiePrincipal, DEFAULT_CONSOLE_LIMITS, type ConsoleLimits } from './console.js';
 import { LONGEST_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
 import { SecretStore } from './secrets.js';
 import { TenantKeyService, type TenantKeyAdmin } from './tenant-keys.js';
@@ -71,6 +71,8 @@ export interface ControlPlaneOptions {
    * (spec/node.yaml) is served under /node/v1, and silent nodes' sandboxes move. Absent in `sandglass up`.
    */
   cluster?: { nodes: NodeDirectory; failoverIntervalMs: number };
+  /** The console's caps on streams and sessions; DEFAULT_CONSOLE_LIMITS for any left out. */
+  console?: Partial<ConsoleLimits>;
 }
 
 /** Stands in for a deployment without a key provider: secrets can be named but never stored or read. */
@@ -155,7 +157,8 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     keys: opts.keys,
   });
 
-  const consoleSessions = new ConsoleSessions(db, clock);
+  const consoleLimits = { ...DEFAULT_CONSOLE_LIMITS, ...opts.console };
+  const consoleSessions = new ConsoleSessions(db, clock, consoleLimits.sessionsPerKey);
   // Authenticated before the body is even parsed, so an anonymous caller learns nothing from validation errors.
   const principals = new WeakMap<FastifyRequest, Principal>();
   app.addHook('onRequest', async (req) => {
@@ -261,7 +264,18 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/tenants/{id}/keys/revoke', async (req) => tenantKeys.revoke(who(req), idOf(req)));
 
   app.register(e2bApi({ db, sandboxes, clock, controlPlaneSpec: spec }), { prefix: '/e2b' });
-  app.register(consoleApi({ db, events, sessions: consoleSessions, gateways: opts.gateways, publicGatewayUrl: opts.publicGatewayUrl, clock }));
+  app.register(
+    consoleApi({
+      db,
+      events,
+      sessions: consoleSessions,
+      gateways: opts.gateways,
+      publicGatewayUrl: opts.publicGatewayUrl,
+      clock,
+      logger: opts.logger,
+      limits: consoleLimits,
+    }),
+  );
 
   let failover: Failover | undefined;
   if (opts.cluster) {

@@ -18,6 +18,7 @@ export const ERROR_CATALOGUE = {
   sandbox_not_running: { status: 409, retryable: false, message: "The sandbox is not running (it was killed, timed out or failed)." },
   command_exited: { status: 409, retryable: false, message: "The command has already exited; it takes no more input or signals." },
   capacity_exhausted: { status: 503, retryable: true, message: "The node has no room for another sandbox right now; retry later or ask for less memory." },
+  rate_limited: { status: 429, retryable: true, message: "Too many of these are open at once for this session or tenant; close one or retry later." },
   template_not_ready: { status: 503, retryable: true, message: "The template is still being built." },
   vm_failed: { status: 500, retryable: false, message: "The sandbox's VM crashed or stopped answering; see the sandbox's failure reason." },
   agent_timeout: { status: 504, retryable: true, message: "The guest agent did not answer in time." },

@@ -131,6 +131,12 @@ export class EventLog {
     return (this.#postgres ? q.forUpdate() : q).executeTakeFirstOrThrow();
   }
 
+  /** The newest event's seq (0 for an empty log). seq is commit order, so every event up to it has committed: a tail starts here. */
+  async headSeq(): Promise<number> {
+    const row = await this.db.selectFrom('event_chain_head').select('seq').where('id', '=', HEAD_ID).executeTakeFirstOrThrow();
+    return Number(row.seq);
+  }
+
   async list(filter: ListFilter = {}): Promise<StoredEvent[]> {
     let q = this.db.selectFrom('events').selectAll().orderBy('seq', 'asc');
     if (filter.sandboxId !== undefined) q = q.where('sandbox_id', '=', filter.sandboxId);

@@ -8,7 +8,7 @@ import { LocalKeyring, TenantKeys } from '@sandglass/kms';
 import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
 import { bootstrapLocal, claimLease, createControlPlane, Maintenance, NodeDirectory, releaseLease, upsertTemplate } from '@sandglass/control-plane';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
-import { intFromEnv } from './env.js';
+import { consoleLimitsFromEnv, intFromEnv } from './env.js';
 import { parseListen } from './gateway-node.js';
 import { DEFAULT_REVOKED_RETENTION_S, purgeRevokedTenants } from './revoked-retention.js';
 
@@ -80,6 +80,7 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
     keyAdmin: keys,
     auditSigner: keyring,
     cluster: { nodes, failoverIntervalMs: Math.max(500, (heartbeatIntervalS * 1000) / 2) },
+    console: consoleLimitsFromEnv(),
   });
   const url = await cp.listen(port, host);
   // Every replica runs the loop; the maintenance lease lets one of them work each round.

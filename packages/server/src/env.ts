@@ -1,6 +1,7 @@
 // Settings read from the environment by every process that runs a gateway (`sandglass up`, `sandglass gateway`).
 import { readFileSync } from 'node:fs';
 import { lookup as dnsLookup } from 'node:dns/promises';
+import { DEFAULT_CONSOLE_LIMITS, type ConsoleLimits } from '@sandglass/control-plane';
 import { DEFAULT_HEALTH, DEFAULT_RECORDING_CAP_BYTES, type HealthPolicy } from '@sandglass/gateway';
 
 /** An integer setting from the environment, within [min, max]; a bad value stops start-up with the rule it broke. */
@@ -15,6 +16,19 @@ export function intFromEnv(name: string, dflt: number, min: number, max: number)
 /** SANDGLASS_RECORDING_CAP_BYTES: input bytes each sandbox records for replay (default 256 MiB; 0 turns recording off). */
 export function recordingCapFromEnv(): number {
   return intFromEnv('SANDGLASS_RECORDING_CAP_BYTES', DEFAULT_RECORDING_CAP_BYTES, 0, Number.MAX_SAFE_INTEGER);
+}
+
+/**
+ * The console's caps: SANDGLASS_CONSOLE_STREAMS_PER_SESSION, SANDGLASS_CONSOLE_STREAMS_PER_TENANT (event streams open at
+ * once) and SANDGLASS_CONSOLE_SESSIONS_PER_KEY (signing in past it ends the key's oldest session).
+ */
+export function consoleLimitsFromEnv(): ConsoleLimits {
+  const d = DEFAULT_CONSOLE_LIMITS;
+  return {
+    streamsPerSession: intFromEnv('SANDGLASS_CONSOLE_STREAMS_PER_SESSION', d.streamsPerSession, 1, 100_000),
+    streamsPerTenant: intFromEnv('SANDGLASS_CONSOLE_STREAMS_PER_TENANT', d.streamsPerTenant, 1, 100_000),
+    sessionsPerKey: intFromEnv('SANDGLASS_CONSOLE_SESSIONS_PER_KEY', d.sessionsPerKey, 1, 100_000),
+  };
 }
 
 /** SANDGLASS_HEALTH_INTERVAL_MS / SANDGLASS_HEALTH_TIMEOUT_MS tune hang detection (tests shorten it). */

@@ -13,7 +13,7 @@ import { reconcileNode } from './reconcile.js';
 import { DEFAULT_REVOKED_RETENTION_S, purgeRevokedTenants } from './revoked-retention.js';
 import { progressPrinter } from './progress.js';
 import { prepareNode } from './accel.js';
-import { egressFromEnv, healthFromEnv, intFromEnv, recordingCapFromEnv } from './env.js';
+import { consoleLimitsFromEnv, egressFromEnv, healthFromEnv, intFromEnv, recordingCapFromEnv } from './env.js';
 
 /** The one node of `sandglass up`. */
 const LOCAL_NODE_ID = 'local';
@@ -146,6 +146,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     keys: tenantKeys,
     keyAdmin: tenantKeys,
     auditSigner: keys,
+    console: consoleLimitsFromEnv(),
   });
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
