@@ -31,6 +31,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   command_exited: { family: 'conflict', status: 409, retryable: false },
   conflict: { family: 'conflict', status: 409, retryable: false },
   capacity_exhausted: { family: 'unavailable', status: 503, retryable: true },
+  port_not_listening: { family: 'unavailable', status: 502, retryable: true },
   template_not_ready: { family: 'unavailable', status: 503, retryable: true },
   gateway_unavailable: { family: 'unavailable', status: 502, retryable: true },
   agent_timeout: { family: 'timeout', status: 504, retryable: true },
