@@ -62,9 +62,9 @@ function header(req: http.IncomingMessage, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
+/** A port from a URL, or NaN: it is checked only after the credential, so a stranger learns nothing from the answer. */
 function parsePort(raw: string): number {
-  if (!/^\d{1,5}$/.test(raw) || Number(raw) < 1 || Number(raw) > 65535) throw invalidArgument('port', 'must be an integer from 1 to 65535');
-  return Number(raw);
+  return /^\d{1,5}$/.test(raw) && Number(raw) >= 1 && Number(raw) <= 65535 ? Number(raw) : Number.NaN;
 }
 
 /** Guest ports the gateway serves, who may open them, and the relay itself. One per data-plane server. */
@@ -221,6 +221,7 @@ export class GuestPorts {
     let auth: Admission;
     try {
       auth = this.#authenticate(raw, target);
+      if (Number.isNaN(target.port)) throw invalidArgument('port', 'must be an integer from 1 to 65535');
       sbx = this.gw.get(target.sandboxId);
       if (sbx.state !== 'running') throw new SandglassError('sandbox_not_running', `Sandbox ${sbx.id} is ${sbx.state}; resume it to reach its ports.`);
     } catch (err) {
