@@ -1,12 +1,14 @@
 // Guest ports through a real VM: servers started in the guest reached by path and host name, private by default,
 // signed URLs and their cookie, public ports, large bodies both ways, server-sent events and a WebSocket echo.
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { Sandbox } from '@sandglass/sdk';
-import { api, checkResponsesAgainstSpec, config, gatewayUrl } from './helpers.js';
+import { api, checkResponsesAgainstSpec, config, gatewayUrl, home } from './helpers.js';
 
 checkResponsesAgainstSpec();
 
@@ -291,5 +293,71 @@ describe('guest ports', () => {
     const traffic = events.filter((e) => e.type === 'port.request').map((e) => e.data as Record<string, unknown>);
     expect(traffic).toContainEqual(expect.objectContaining({ port: APP_PORT, method: 'POST', status: 200, bytesIn: 64 * MiB }));
     expect(JSON.stringify(traffic)).not.toContain('hello from the guest');
+  });
+});
+
+describe('guest ports from the SDK and the CLI', () => {
+  it('lists ports, names the host, signs a URL and sets visibility', async () => {
+    expect((await sbx.ports.list()).map((p) => p.port)).toEqual(expect.arrayContaining([HTTP_PORT, APP_PORT]));
+    expect(sbx.getHost(HTTP_PORT)).toBe(hostOf(HTTP_PORT));
+    const { url } = await sbx.ports.url(HTTP_PORT, { expiresInS: 30, form: 'path' });
+    const signed = new URL(url);
+    expect(signed.origin).toBe(gw.origin);
+    const first = await send(`${signed.pathname}${signed.search}`);
+    expect(first.status).toBe(302);
+    const hostUrl = new URL((await sbx.ports.url(HTTP_PORT)).url);
+    expect(hostUrl.host).toBe(hostOf(HTTP_PORT));
+    await sbx.ports.setPublic(APP_PORT, true);
+    expect((await send(byPath(APP_PORT, '/x'))).status).toBe(200);
+    await sbx.ports.setPublic(APP_PORT, false);
+    expect((await send(byPath(APP_PORT, '/x'))).status).toBe(401);
+  });
+
+  it('tunnels raw TCP (ports.connect), and refuses a closed port with its code', async () => {
+    const sock = await sbx.ports.connect(COUNT_PORT);
+    const got = await new Promise<string>((resolve, reject) => {
+      const parts: Buffer[] = [];
+      sock.on('data', (c: Buffer) => parts.push(c));
+      sock.on('end', () => resolve(Buffer.concat(parts).toString('latin1')));
+      sock.on('error', reject);
+      sock.write('anything, not HTTP\r\n\r\n');
+    });
+    expect(got).toMatch(/^HTTP\/1\.1 302 Found\r\n/);
+    await expect(sbx.ports.connect(8999)).rejects.toMatchObject({ code: 'port_not_listening' });
+  });
+
+  it('sandglass port-forward serves a local listener tunnelled to the guest port', async () => {
+    const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
+    const env: NodeJS.ProcessEnv = { ...process.env, SANDGLASS_HOME: home };
+    delete env.SANDGLASS_URL;
+    delete env.SANDGLASS_API_KEY;
+    const child = spawn(bin, ['port-forward', sbx.id, `0:${HTTP_PORT}`], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      const localPort = await new Promise<number>((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (c: Buffer) => {
+          out += c.toString('utf8');
+          const m = /Forwarding from 127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) resolve(Number(m[1]));
+        });
+        child.once('exit', (code) => reject(new Error(`port-forward exited with ${code}`)));
+      });
+      for (let i = 0; i < 2; i++) {
+        const body = await new Promise<string>((resolve, reject) => {
+          http
+            .get({ host: '127.0.0.1', port: localPort, path: '/hello.txt', agent: false }, (res) => {
+              const parts: Buffer[] = [];
+              res.on('data', (c: Buffer) => parts.push(c));
+              res.on('end', () => resolve(Buffer.concat(parts).toString()));
+            })
+            .on('error', reject);
+        });
+        expect(body).toBe('hello from the guest\n');
+      }
+    } finally {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGINT');
+      await exited;
+    }
   });
 });
