@@ -16,6 +16,7 @@ const MiB = 1024 * 1024;
 const HTTP_PORT = 8000;
 const APP_PORT = 8080;
 const COUNT_PORT = 8081;
+const RESET_PORT = 8082;
 const DOMAIN = 'sandglass.localhost';
 
 // The test's own server, Python standard library only: a body hashed, bytes streamed, server-sent events, a WebSocket
@@ -69,7 +70,19 @@ while True:
     c.recv(65536); c.sendall(b'HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:' + sys.argv[2].encode() + b'/\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok'); c.close()
 `;
 
+// Answers one complete response, then resets the connection (RST) a moment later, after the client has its answer,
+// and says so: a hostile guest ending a stream with an error once the gateway's HTTP client has let go of it.
+const RESETTER = String.raw`
+import socket, struct, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16)
+while True:
+    c, _ = s.accept(); c.recv(65536)
+    c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'); time.sleep(0.5)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0)); c.close(); print('reset', flush=True)
+`;
+
 let sbx: Sandbox;
+let resetOutput = '';
 let token = '';
 let counterOutput = '';
 const gw = new URL(gatewayUrl);
@@ -140,6 +153,15 @@ beforeAll(async () => {
       counterOutput += typeof d === 'string' ? d : Buffer.from(d).toString('utf8');
     },
   });
+  await sbx.files.write('/tmp/resetter.py', RESETTER);
+  await sbx.commands.run(`exec python3 -u /tmp/resetter.py ${RESET_PORT}`, {
+    background: true,
+    timeoutMs: 0,
+    onStdout: (d) => {
+      resetOutput += typeof d === 'string' ? d : Buffer.from(d).toString('utf8');
+    },
+  });
+  await listening(RESET_PORT);
   await listening(HTTP_PORT);
   await listening(APP_PORT);
   await listening(COUNT_PORT);
@@ -204,6 +226,14 @@ describe('guest ports', () => {
     const r = await send(byPath(COUNT_PORT), { headers: auth() });
     expect([r.status, r.headers.location]).toEqual([302, `http://127.0.0.1:${hostPort}/`]);
     expect(hostConnections).toBe(0);
+  });
+
+  it('survives a guest that resets a connection after answering', async () => {
+    const r = await send(byPath(RESET_PORT), { headers: auth() });
+    expect([r.status, r.body.toString()]).toEqual([200, 'ok']);
+    while (!resetOutput.includes('reset')) await new Promise((res) => setTimeout(res, 100));
+    // Each of these crosses the agent channel after the reset's END: a gateway that died on it answers none.
+    for (let i = 0; i < 3; i++) expect((await send(byPath(HTTP_PORT, '/hello.txt'), { headers: auth() })).status).toBe(200);
   });
 
   it('carries 64 MiB down and 64 MiB up, hashed end to end', async () => {

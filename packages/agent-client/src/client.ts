@@ -520,12 +520,16 @@ export class AgentClient extends EventEmitter {
       send: (frame) => this.mux.send(frame),
       release: () => this.mux.unregister(streamId, handler),
     });
+    // Until the caller holds the connection, an END or a reset is kept, not raised: nobody listens for its error yet,
+    // and when the call fails its rejection is the whole answer.
+    let opened = false;
+    let early: (() => void) | undefined;
     const handler: StreamHandler = {
       granter,
       data: (p) => conn.onData(p),
-      end: (err) => conn.onEnd(err),
+      end: (err) => (opened ? conn.onEnd(err) : (early ??= () => conn.onEnd(err))),
       window: (n) => conn.onWindow(n),
-      reset: (err) => conn.onReset(err),
+      reset: (err) => (opened ? conn.onReset(err) : (early ??= () => conn.onReset(err))),
       bidirectional: true,
     };
     this.mux.register(streamId, handler);
@@ -540,6 +544,9 @@ export class AgentClient extends EventEmitter {
       throw err;
     }
     conn.onWindow(typeof reply.recvWindow === 'number' && reply.recvWindow > 0 ? reply.recvWindow : DEFAULT_NET_RECV_WINDOW_BYTES);
+    opened = true;
+    // Raised once the caller had a chance to listen: the stream ended between the reply and now.
+    if (early) setImmediate(early);
     return conn;
   }
 

@@ -261,6 +261,9 @@ export class GuestPorts {
       release();
       return refuse(portError(err, target.port));
     }
+    // From here on the guest (or the agent) may end the stream with an error at any moment, also after the HTTP client
+    // let go of it: an error without a listener would take the whole gateway down.
+    conn.on('error', () => conn.destroy());
     conn.setTimeout(PORT_IDLE_MS, () => conn.destroy(new AgentError('io', 'idle connection closed')));
     conn.once('close', release);
     const headers = forwardedHeaders(raw);
