@@ -78,6 +78,8 @@ func init() {
 		"disk.grow":     {fn: diskGrow},
 		"net.listen":    {fn: netListen, inline: true},
 		"net.close":     {fn: netClose, inline: true},
+		"net.dial":      {fn: netDial},
+		"net.ports":     {fn: netPorts},
 	}
 }
 

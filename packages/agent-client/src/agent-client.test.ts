@@ -802,3 +802,56 @@ describe('relayed guest connections (net.listen) and env defaults', () => {
     await client.netClose();
   });
 });
+
+describe('inbound port access (net.dial, net.ports)', () => {
+  let client: AgentClient;
+  let child: ChildProcess;
+  let echo: net.Server;
+  let echoPort = 0;
+
+  beforeAll(async () => {
+    binary ||= agentBinary();
+    ({ client, child } = startAgent());
+    await client.hello();
+    // The "guest" server: with --serve-stdio the agent's loopback is the host's.
+    echo = net.createServer({ allowHalfOpen: true }, (s) => {
+      s.on('error', () => s.destroy());
+      s.pipe(s);
+    });
+    await new Promise<void>((r) => echo.listen(0, '127.0.0.1', r));
+    echoPort = (echo.address() as net.AddressInfo).port;
+  }, 120_000);
+
+  afterAll(async () => {
+    await client?.close();
+    child?.kill();
+    await new Promise((r) => echo?.close(r));
+  });
+
+  it('relays 8 MiB both ways through a small window, with a half-close', async () => {
+    const conn = await client.netDial(echoPort, { windowBytes: 64 * 1024 });
+    const data = randomBytes(8 * 1024 * 1024);
+    const back = readAll(conn);
+    conn.end(data);
+    const got = await back;
+    expect(createHash('sha256').update(got).digest('hex')).toBe(createHash('sha256').update(data).digest('hex'));
+  });
+
+  it('answers a stable code at once for a port that is out of range, closed or the relay', async () => {
+    await expectCode(client.netDial(0), 'bad_request');
+    await expectCode(client.netDial(65_536), 'bad_request');
+    const closed = await freePort();
+    await expectCode(client.netDial(closed), 'not_found');
+    const { port: relayPort } = await client.netListen(0);
+    try {
+      await expectCode(client.netDial(relayPort), 'permission_denied');
+    } finally {
+      await client.netClose();
+    }
+  });
+
+  it('lists the listening sockets', async () => {
+    const ports = await client.netPorts();
+    expect(ports).toContainEqual({ port: echoPort, address: '127.0.0.1' });
+  });
+});

@@ -16,6 +16,7 @@ import type {
   FsEvent,
   FsEventOp,
   HelloResult,
+  ListeningPort,
   NetOpenEvent,
   NetOpenInfo,
   ProcInfo,
@@ -89,6 +90,13 @@ export interface NetListenOptions extends CallOptions {
   /** IP address to listen on in the guest; default 127.0.0.1. */
   address?: string;
   /** Flow-control window of each relayed connection's guest→host direction. */
+  windowBytes?: number;
+}
+
+export interface NetDialOptions extends CallOptions {
+  /** Guest loopback address; default 127.0.0.1, then ::1 when that is refused. */
+  address?: '127.0.0.1' | '::1';
+  /** Flow-control window of the connection's guest→host direction. */
   windowBytes?: number;
 }
 
@@ -494,6 +502,62 @@ export class AgentClient extends EventEmitter {
     const params: Record<string, unknown> = { port, address: opts.address ?? '127.0.0.1' };
     if (opts.windowBytes !== undefined) params.window = opts.windowBytes;
     return this.call('net.listen', params, opts);
+  }
+
+  /**
+   * Connects to a server on guest loopback (inbound port access) and relays it as a NetConnection, with credit both
+   * ways as for relayed connections. Rejects with the agent's code: `not_found` when nothing listens there,
+   * `bad_request` for a port outside 1–65535, `permission_denied` for the egress relay's own port.
+   */
+  async netDial(port: number, opts: NetDialOptions = {}): Promise<NetConnection> {
+    const windowBytes = opts.windowBytes ?? DEFAULT_WINDOW_BYTES;
+    const streamId = this.mux.allocStream();
+    const granter = this.mux.granter(streamId, windowBytes);
+    // No credit until the reply says how much: the agent's DATA may follow its REPLY before this function resumes,
+    // so the handler is registered first.
+    const conn = new NetConnection({ stream: streamId, peer: `127.0.0.1:${port}` }, 0, {
+      granter,
+      send: (frame) => this.mux.send(frame),
+      release: () => this.mux.unregister(streamId, handler),
+    });
+    // Until the caller holds the connection, an END or a reset is kept, not raised: nobody listens for its error yet,
+    // and when the call fails its rejection is the whole answer.
+    let opened = false;
+    let early: (() => void) | undefined;
+    const handler: StreamHandler = {
+      granter,
+      data: (p) => conn.onData(p),
+      end: (err) => (opened ? conn.onEnd(err) : (early ??= () => conn.onEnd(err))),
+      window: (n) => conn.onWindow(n),
+      reset: (err) => (opened ? conn.onReset(err) : (early ??= () => conn.onReset(err))),
+      bidirectional: true,
+    };
+    this.mux.register(streamId, handler);
+    const params: Record<string, unknown> = { streamId, port, window: windowBytes };
+    if (opts.address !== undefined) params.address = opts.address;
+    let reply: { recvWindow?: number };
+    try {
+      reply = await this.call<{ recvWindow?: number }>('net.dial', params, opts);
+    } catch (err) {
+      // Nothing was opened: forgetting the stream is all there is to undo.
+      this.mux.unregister(streamId, handler);
+      throw err;
+    }
+    conn.onWindow(typeof reply.recvWindow === 'number' && reply.recvWindow > 0 ? reply.recvWindow : DEFAULT_NET_RECV_WINDOW_BYTES);
+    opened = true;
+    // Raised once the caller had a chance to listen: the stream ended between the reply and now.
+    if (early) setImmediate(early);
+    return conn;
+  }
+
+  /** The guest's listening TCP sockets (not the egress relay's listener), sorted by port. */
+  async netPorts(opts?: CallOptions): Promise<ListeningPort[]> {
+    const { ports } = await this.call<{ ports?: unknown }>('net.ports', {}, opts);
+    // The guest writes this list: only well-formed entries reach the caller.
+    if (!Array.isArray(ports)) return [];
+    return ports
+      .filter((p): p is ListeningPort => Number.isInteger(p?.port) && p.port >= 1 && p.port <= 65535 && typeof p.address === 'string' && p.address.length <= 64)
+      .map((p) => ({ port: p.port, address: p.address }));
   }
 
   /** Stops the relay listener and resets every connection it relayed (their NetConnections are destroyed). */

@@ -219,4 +219,42 @@ describe('a hostile agent against the real AgentClient', () => {
     await expect(agent.client.readFileCapped('/etc/ssl/certs/ca-certificates.crt', 1 * MiB)).rejects.toMatchObject({ code: 'too_large' });
     await agent.waitFor((f) => f.channel === stream && f.type === FrameType.end);
   });
+
+  it('a net.dial the connection loses, or that the agent ends before its reply, only rejects', async () => {
+    agent = await HostileAgent.connect();
+    // END with an error, then the error reply, in one write: the stream's end must not surface as a stray error.
+    agent.onCall = (call) => {
+      const stream = call.params.streamId as number;
+      void agent!.send(
+        Buffer.concat([
+          encodeJsonFrame(FrameType.end, stream, { error: { code: 'io', message: 'gone' } }),
+          encodeJsonFrame(FrameType.reply, call.id, { error: { code: 'not_found', message: 'nothing listens' } }),
+        ]),
+      );
+    };
+    await expect(agent.client.netDial(3000)).rejects.toMatchObject({ code: 'not_found' });
+    // No reply at all, then the connection goes away.
+    agent.onCall = () => undefined;
+    const pending = agent.client.netDial(3000);
+    await agent.waitFor((f) => f.type === FrameType.call && f.payload.includes('net.dial'));
+    agent.socket.destroy();
+    await expect(pending).rejects.toMatchObject({ code: 'agent_disconnected' });
+  });
+
+  it('a net.dial stream the agent ends with an error right after its reply fails that connection only', async () => {
+    agent = await HostileAgent.connect();
+    agent.onCall = (call) => {
+      const stream = call.params.streamId as number;
+      void agent!.send(
+        Buffer.concat([
+          encodeJsonFrame(FrameType.reply, call.id, { result: { recvWindow: 1024 } }),
+          encodeJsonFrame(FrameType.end, stream, { error: { code: 'io', message: 'reset by the guest' } }),
+        ]),
+      );
+    };
+    const conn = await agent.client.netDial(3000);
+    const err = await new Promise<Error>((resolve) => (conn.destroyed && conn.errored ? resolve(conn.errored) : conn.once('error', resolve)));
+    expect(err).toMatchObject({ code: 'io' });
+    await agent.client.ping();
+  });
 });

@@ -5,6 +5,7 @@ export {
   type AttachHandle,
   type AttachOptions,
   type InputResult,
+  type NetDialOptions,
   type NetListenOptions,
   type NetOpenListener,
   type OutputFd,

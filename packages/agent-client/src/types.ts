@@ -126,6 +126,13 @@ export interface NetOpenInfo {
   peer: string;
 }
 
+/** A TCP socket listening in the guest (net.ports). */
+export interface ListeningPort {
+  port: number;
+  /** What it is bound to: 0.0.0.0, 127.0.0.1, ::, ::1 … */
+  address: string;
+}
+
 export type FsEventOp = 'create' | 'write' | 'remove' | 'rename' | 'chmod';
 
 /**

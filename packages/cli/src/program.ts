@@ -9,6 +9,7 @@ import { registerApprovalCommands, registerNetworkCommands, registerSecretComman
 import { registerEventCommands } from './commands/events.js';
 import { registerGatewayCommand } from './commands/gateway.js';
 import { registerGuestCommands } from './commands/guest.js';
+import { registerPortCommands } from './commands/ports.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
 import { actFor, type RunState } from './commands/shared.js';
@@ -31,6 +32,7 @@ export function buildProgram(state: RunState): Command {
   registerGatewayCommand(program, act);
   registerSandboxCommands(program, act);
   registerGuestCommands(program, act);
+  registerPortCommands(program, act);
   registerEventCommands(program, act);
   registerAuditCommand(program, act);
   registerReplayCommand(program, act);

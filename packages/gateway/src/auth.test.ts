@@ -18,7 +18,7 @@ const KEYS = deriveNodeKeys(SECRET);
 const clock = new ManualClock(Date.UTC(2025, 5, 1, 12));
 const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const OTHER = 'sbx_bbbbbbbbbbbbbbbbbbbb';
-const ids = { id: SBX, cid: 'cmd_1', requestId: 'apr_1', contentId: 'c'.repeat(64), tenantId: 'ten_a' };
+const ids = { id: SBX, port: '3000', cid: 'cmd_1', requestId: 'apr_1', contentId: 'c'.repeat(64), tenantId: 'ten_a' };
 const ops = specOperations(fileURLToPath(new URL('../../../spec/gateway.yaml', import.meta.url)));
 const dataOps = ops.filter((o) => o.security.includes('accessToken'));
 const internalOps = ops.filter((o) => o.security.includes('nodeSecret'));
@@ -118,6 +118,28 @@ describe('data plane', () => {
       expect(touched).toEqual([]);
     },
   );
+
+  it('guest port relays: no spelling, form or stray credential reaches the sandbox without its token', async () => {
+    const paths = [
+      ...pathVariants(`/v1/sandboxes/${SBX}/ports/3000/x`),
+      `/v1/sandboxes/${SBX}/ports/3000`,
+      `/v1/sandboxes/${SBX}/ports/0/`,
+      `/v1/sandboxes/${SBX}/ports/3000/?access_token=${token(SBX)}`,
+      `/v1/sandboxes/${SBX}/ports/3000/?sandglass_url_token=${token(SBX)}`,
+    ];
+    const bad: string[] = [];
+    for (const method of ['GET', 'POST', 'HEAD']) {
+      bad.push(...(await probe({ port: dataPort }, method, paths, {})));
+      bad.push(...(await probe({ port: dataPort }, method, paths, bearer(token(SBX)))));
+      bad.push(...(await probe({ port: dataPort }, method, paths, { 'x-sandglass-access-token': token(OTHER) })));
+      bad.push(...(await probe({ port: dataPort }, method, ['/', '/v1/health'], { host: `3000-${SBX}.sandglass.localhost` })));
+      bad.push(...(await probe({ port: dataPort }, method, ['/'], { host: `3000-${SBX}.sandglass.localhost`, 'x-sandglass-access-token': token(OTHER) })));
+      bad.push(...(await probe({ port: dataPort }, method, ['/'], { host: `3000-${SBX}.sandglass.localhost`, cookie: `sandglass_port_access=${token(SBX)}` })));
+    }
+    bad.push(...(await probe({ port: dataPort }, 'GET', [`/v1/sandboxes/${SBX}/tunnel/3000`], { connection: 'Upgrade', upgrade: 'sandglass-tcp' })));
+    expect(bad).toEqual([]);
+    expect(touched).toEqual([]);
+  });
 
   it('takes ?access_token= on the WebSocket route only', async () => {
     const queryOnly = `?access_token=${token(SBX)}`;

@@ -9,6 +9,7 @@ import { dataPlaneApi } from './data-plane.js';
 import { internalApi } from './internal-api.js';
 import { envdApi } from './e2b/envd.js';
 import type { EnvdForwarder } from './e2b/forward.js';
+import { GuestPorts, portsApi } from './ports.js';
 
 /** sockaddr_un's sun_path holds 108 bytes including the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
@@ -24,16 +25,21 @@ function baseServer(): FastifyInstance {
 
 /**
  * The data plane: /v1/health in the open, every other route inside the plugin that wants a sandbox's access token;
+ * guest ports by `<port>-<sandbox id>.<port domain>` host and `/v1/sandboxes/{id}/ports/{port}/…` path (ports.ts);
  * E2B's envd under /e2b, and at the root for hosts named `<port>-<sandbox id>.<domain>`. `envdForward` (cluster
  * mode): envd requests for sandboxes other gateways run are proxied to them.
  */
-export async function createDataPlaneServer(gw: Gateway, opts: { envdForward?: EnvdForwarder } = {}): Promise<FastifyInstance> {
+export async function createDataPlaneServer(gw: Gateway, opts: { envdForward?: EnvdForwarder; portDomain?: string } = {}): Promise<FastifyInstance> {
   const keys = deriveNodeKeys(gw.opts.nodeSecret);
   const app = baseServer();
   await app.register(websocket, { options: { maxPayload: 4 * 1024 * 1024 } });
+  // Guest ports by host name come first: every path of `<port>-<id>.<domain>` is the guest server's.
+  const ports = new GuestPorts(gw, keys, { domain: opts.portDomain ?? process.env.SANDGLASS_PORT_DOMAIN });
+  ports.install(app);
   app.get('/v1/health', async () => ({ status: 'ok', accel: gw.accel, sandboxes: gw.sandboxes.size, warm: gw.warmAvailable }));
   allowBrowserCalls(app);
   await app.register(dataPlaneApi(gw, keys));
+  await app.register(portsApi(gw, keys, ports));
   await app.register(envdApi(gw, keys, { hostForm: false, forward: opts.envdForward }), { prefix: '/e2b' });
   await app.register(envdApi(gw, keys, { hostForm: true, forward: opts.envdForward }));
   return app;

@@ -73,6 +73,11 @@ export class DataPlane {
     return access;
   }
 
+  /** The gateway's URL as last granted, without asking: undefined before the first grant. */
+  get knownGatewayUrl(): string | undefined {
+    return this.current?.access.gatewayUrl;
+  }
+
   /** A token valid for a while yet; asks the control plane for a new one when it is close to expiry. */
   async access(opts: { force?: boolean } = {}): Promise<Access> {
     if (!opts.force && this.current && this.nowMs() < this.current.refreshAtMs) return this.current.access;

@@ -32,6 +32,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   conflict: { family: 'conflict', status: 409, retryable: false },
   capacity_exhausted: { family: 'unavailable', status: 503, retryable: true },
   rate_limited: { family: 'unavailable', status: 429, retryable: true },
+  port_not_listening: { family: 'unavailable', status: 502, retryable: true },
   template_not_ready: { family: 'unavailable', status: 503, retryable: true },
   gateway_unavailable: { family: 'unavailable', status: 502, retryable: true },
   agent_timeout: { family: 'timeout', status: 504, retryable: true },

@@ -46,6 +46,7 @@ export {
 } from './audit-export.js';
 export { ApiKeys, type ApiKeyCreateOptions, type ApiKeyInfo, type ApiKeyListOptions, type ApiKeyRole, type CreatedApiKey } from './apikeys.js';
 export { TenantKeys, type KeyProviderChoice, type TenantKeyStatus } from './tenant-keys.js';
+export { Ports, DEFAULT_PORT_DOMAIN, type ListeningPort, type PortUrl, type PortUrlOptions } from './ports.js';
 export { Files, type ReadFormat, type TarWriteResult, type WriteData, type WriteResult } from './files.js';
 export { Pty, PtyHandle, type PtyConnectOptions, type PtyCreateOptions, type PtyExit, type PtySize } from './pty.js';
 export { RESPONSE_CHANNEL, type ObservedResponse } from './http.js';

@@ -5,6 +5,7 @@ import { Commands } from './commands.js';
 import type { ConnectionConfig } from './config.js';
 import { InvalidArgumentError, NotFoundError } from './errors.js';
 import { Files } from './files.js';
+import { Ports } from './ports.js';
 import { Pty } from './pty.js';
 import type { ControlPlaneReply } from './replies.js';
 import { runReplay, type ReplayRunOptions } from './replay.js';
@@ -121,7 +122,9 @@ export class Sandbox {
   readonly commands: Commands;
   readonly files: Files;
   readonly pty: Pty;
+  readonly ports: Ports;
   private readonly controlPlane: ControlPlane;
+  private readonly dataPlane: DataPlane;
 
   private constructor(controlPlane: ControlPlane, info: SandboxInfo) {
     this.id = info.id;
@@ -130,6 +133,23 @@ export class Sandbox {
     this.commands = new Commands(dataPlane);
     this.files = new Files(dataPlane);
     this.pty = new Pty(dataPlane, (id, signal) => this.commands.kill(id, signal));
+    this.ports = new Ports(dataPlane);
+    this.dataPlane = dataPlane;
+  }
+
+  /**
+   * `<port>-<sandbox id>.<domain>:<gateway port>`, the host name of a guest port, like E2B's getHost: a request to it
+   * needs the sandbox's access token (X-Sandglass-Access-Token) unless the port is public. The gateway's address is the
+   * one granted with the sandbox (create, resume, fork) or by any earlier data-plane call.
+   */
+  getHost(port: number): string {
+    const gatewayUrl = this.dataPlane.knownGatewayUrl;
+    if (gatewayUrl === undefined) {
+      throw new InvalidArgumentError('invalid_argument', 'the gateway of this sandbox is not known yet: call a data-plane method first (e.g. ports.list())', {
+        details: { field: 'port' },
+      });
+    }
+    return this.ports.host(port, gatewayUrl);
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {

@@ -299,6 +299,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        /** @description The guest's listening TCP sockets (the agent reads /proc/net/tcp and tcp6), each with whether it is public. A listening socket is reached at /v1/sandboxes/{id}/ports/{port}/… or <port>-<id>.<domain>; those relayed routes are the guest server's, not described here. */
+        get: operations["listPorts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/public-ports/{port}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+                port: number;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /** @description Opens a port to requests without any credential, or makes it private again (the default). Each change is a `port.visibility` event. */
+        put: operations["setPortPublic"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/port-urls": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A short-lived signed URL for a browser: its first use answers 302 with a cookie scoped to that sandbox port's host (or path) and the token gone from the address. The token opens only this port of this sandbox. */
+        post: operations["createPortUrl"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/files/rename": {
         parameters: {
             query?: never;
@@ -638,7 +696,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "vm_reply_refused" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -1306,6 +1364,111 @@ export interface operations {
                 content: {
                     "application/json": {
                         created: boolean;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listPorts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Listening sockets and the public ports */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        ports: {
+                            port: number;
+                            address: string;
+                            public: boolean;
+                        }[];
+                        publicPorts: number[];
+                        /** @description The host-name form's domain: <port>-<id>.<domain> */
+                        domain: string;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    setPortPublic: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+                port: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    public: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description The port's visibility now */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        port: number;
+                        public: boolean;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    createPortUrl: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    port: number;
+                    /** @default 600 */
+                    expiresInS?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The signed URL's parts; the SDK joins them with the gateway's URL */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        port: number;
+                        /** @description <port>-<id>.<domain> */
+                        host: string;
+                        /** @description The path form, with the token: /v1/sandboxes/{id}/ports/{port}/?sandglass_url_token=… */
+                        path: string;
+                        token: string;
+                        /** Format: date-time */
+                        expiresAt: string;
                     };
                 };
             };
