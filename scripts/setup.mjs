@@ -148,12 +148,17 @@ function ensureGoBinary(dirName, binaryName, what) {
   run('bash', [join(srcDir, 'build.sh'), binary], { stdio: ['ignore', 'ignore', 'inherit'] });
 }
 
+/** The newest modification time of any file under a directory. */
+function newestIn(d) {
+  return Math.max(
+    ...readdirSync(d, { withFileTypes: true }).map((e) => (e.isDirectory() ? newestIn(join(d, e.name)) : (mtimeMs(join(d, e.name)) ?? Infinity))),
+  );
+}
+
 /** Builds the web console (packages/console) into its dist/ when a source is newer than the build; served under /console. */
 function ensureConsole() {
   const dir = join(repo, 'packages/console');
   const built = mtimeMs(join(dir, 'dist/index.html'));
-  const newestIn = (d) =>
-    Math.max(...readdirSync(d, { withFileTypes: true }).map((e) => (e.isDirectory() ? newestIn(join(d, e.name)) : (mtimeMs(join(d, e.name)) ?? Infinity))));
   const newest = Math.max(newestIn(join(dir, 'src')), ...['index.html', 'vite.config.ts', 'package.json'].map((f) => mtimeMs(join(dir, f)) ?? Infinity));
   if (built !== undefined && built >= newest) {
     log('web console up to date');
@@ -161,6 +166,22 @@ function ensureConsole() {
   }
   log('building the web console (packages/console, vite build)');
   run('npx', ['vite', 'build', '--logLevel', 'warn'], { cwd: dir });
+}
+
+/**
+ * Compiles the TypeScript SDK (packages/sdk) into its dist/ when a source is newer: what `npm pack` ships to a project
+ * outside this repository. The workspace itself runs the sources (the "@sandglass/source" export condition).
+ */
+function ensureSdk() {
+  const dir = join(repo, 'packages/sdk');
+  const built = mtimeMs(join(dir, 'dist/index.js'));
+  const newest = Math.max(newestIn(join(dir, 'src')), ...['tsconfig.build.json', 'package.json'].map((f) => mtimeMs(join(dir, f)) ?? Infinity));
+  if (built !== undefined && built >= newest) {
+    log('TypeScript SDK up to date');
+    return;
+  }
+  log('building the TypeScript SDK (packages/sdk, tsc -p tsconfig.build.json)');
+  run(join(repo, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json'], { cwd: dir });
 }
 
 /** Checks the bundle's SHA256SUMS once, before anything from it is installed or run. */
@@ -197,6 +218,7 @@ ensureNodeModules();
 if (bundled) seedArtifacts();
 ensureGoBinary('agent', 'sandglass-agent', 'guest agent');
 ensureConsole();
+ensureSdk();
 // Every VM starts through it when Sandglass runs as root (docs/design/jailer.md).
 ensureGoBinary('jailer', 'sandglass-jailer', 'jailer');
 if (!isRoot) log('not root: VMs will run without the jailer, as this user (docs/design/jailer.md)');
