@@ -6,6 +6,7 @@ import { accessSync, constants, existsSync, mkdirSync, readdirSync, statSync, wr
 import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildCliBundle, cliBundleFresh } from '../bin/cli-bundle.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -184,6 +185,16 @@ function ensureSdk() {
   run(join(repo, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json'], { cwd: dir });
 }
 
+/** Compiles the CLI into packages/cli/dist when a source is newer (bin/cli-bundle.mjs); bin/sandglass runs it then. */
+function ensureCli() {
+  if (cliBundleFresh()) {
+    log('compiled CLI up to date');
+    return;
+  }
+  log('compiling the CLI (packages/cli/dist/sandglass.js, esbuild)');
+  if (buildCliBundle() !== 0) fail('esbuild failed to bundle the CLI (its errors are above)');
+}
+
 /** Checks the bundle's SHA256SUMS once, before anything from it is installed or run. */
 function verifyBundle() {
   const stamp = join(bundleDir, '.verified');
@@ -219,6 +230,7 @@ if (bundled) seedArtifacts();
 ensureGoBinary('agent', 'sandglass-agent', 'guest agent');
 ensureConsole();
 ensureSdk();
+ensureCli();
 // Every VM starts through it when Sandglass runs as root (docs/design/jailer.md).
 ensureGoBinary('jailer', 'sandglass-jailer', 'jailer');
 if (!isRoot) log('not root: VMs will run without the jailer, as this user (docs/design/jailer.md)');
