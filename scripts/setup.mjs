@@ -44,8 +44,18 @@ const TEST_REQUIRED = [
   ['strace', 'strace', () => hasCommand('strace')],
   // The web console's browser tests (tests/console.test.ts) drive Debian's Chromium through playwright-core.
   ['/usr/bin/chromium', 'chromium', () => existsSync('/usr/bin/chromium')],
+  // The Python SDK's suite (tests/python-sdk.test.ts): Debian's pytest, and a virtual environment to pip-install
+  // sdks/python into, offline, with Debian's setuptools. Debian's interpreter: `python3` on PATH may be another one.
+  ['pytest (/usr/bin/python3 -m pytest)', 'python3-pytest', () => pythonHas('pytest')],
+  ['ensurepip (/usr/bin/python3 -m venv)', 'python3-venv', () => pythonHas('ensurepip')],
+  ['setuptools (/usr/bin/python3)', 'python3-setuptools', () => pythonHas('setuptools')],
 ];
 const isRoot = process.getuid?.() === 0;
+
+/** Whether Debian's Python (/usr/bin/python3) can import a module. */
+function pythonHas(module) {
+  return spawnSync('/usr/bin/python3', ['-c', `import ${module}`], { stdio: 'ignore' }).status === 0;
+}
 
 function log(msg) {
   console.log(`[setup] ${msg}`);

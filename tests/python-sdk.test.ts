@@ -1,0 +1,36 @@
+// The Python SDK (sdks/python) against the real server and VMs: Debian's pytest runs its suite with the server's URL
+// and key, the package installed into a fresh virtual environment from its pyproject.toml, offline.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+import { adminKey, apiUrl } from './helpers.js';
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('..', import.meta.url));
+// Debian's interpreter, where python3-pytest is installed (setup --test); `python3` on PATH may be another one.
+const PYTHON = '/usr/bin/python3';
+
+describe('the Python SDK', () => {
+  const venv = mkdtempSync(join(tmpdir(), 'sandglass-py-'));
+  afterAll(() => rmSync(venv, { recursive: true, force: true }));
+
+  it('passes its pytest suite against the test server, installed from its pyproject.toml', async () => {
+    // --system-site-packages: pytest and setuptools come from Debian; pip fetches nothing (--no-index, no build isolation).
+    await run(PYTHON, ['-m', 'venv', '--system-site-packages', venv]);
+    const py = join(venv, 'bin/python');
+    await run(py, ['-m', 'pip', 'install', '--no-index', '--no-build-isolation', '--quiet', join(root, 'sdks/python')]);
+    const env = { PATH: process.env.PATH ?? '', HOME: venv, PYTHONDONTWRITEBYTECODE: '1', SANDGLASS_URL: apiUrl, SANDGLASS_API_KEY: adminKey };
+    // From the venv's site-packages, not the source tree: the tests run in the tests/ folder, beside no sandglass/.
+    const r = await run(py, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', join(root, 'sdks/python/tests')], { cwd: venv, env }).catch(
+      (err: { stdout: string; stderr: string }) => {
+        throw new Error(`pytest failed:\n${err.stdout}\n${err.stderr}`);
+      },
+    );
+    expect(r.stdout).toMatch(/\d+ passed/);
+    expect(r.stdout).not.toMatch(/failed|error/);
+  });
+});
