@@ -35,6 +35,10 @@ def test_background_then_reconnect_from_an_offset_in_another_handle(sbx: Sandbox
     assert again.wait().stdout == "second x\n"
 
 
+def test_exec_runs_an_argv_without_a_shell(sbx: Sandbox) -> None:
+    assert sbx.commands.exec(["echo", "$HOME", "a b"]).stdout == "$HOME a b\n"
+
+
 def test_stdin_until_eof(sbx: Sandbox) -> None:
     h = sbx.commands.run("cat", background=True, stdin=True)
     h.send_stdin(b"bytes in\n")

@@ -166,11 +166,21 @@ class Commands:
         """Runs `cmd` with /bin/bash -c: the CommandResult, or with background=True a CommandHandle at once."""
         return self._start({"cmd": cmd}, background, envs, cwd, user, stdin, timeout_ms, on_stdout, on_stderr)
 
-    def exec(self, argv: List[str], **kw: Any) -> Any:
+    def exec(
+        self,
+        argv: List[str],
+        *,
+        background: bool = False,
+        envs: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: bool = False,
+        timeout_ms: int = DEFAULT_COMMAND_TIMEOUT_MS,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> Any:
         """Runs an argv directly, without a shell; the same options as run()."""
-        opts = {"background": False, "envs": None, "cwd": None, "user": None, "stdin": False, "timeout_ms": DEFAULT_COMMAND_TIMEOUT_MS, "on_stdout": None, "on_stderr": None}
-        opts.update(kw)
-        return self._start({"argv": argv}, **opts)
+        return self._start({"argv": argv}, background, envs, cwd, user, stdin, timeout_ms, on_stdout, on_stderr)
 
     def _start(self, what: Dict[str, Any], background: bool, envs: Any, cwd: Any, user: Any, stdin: bool, timeout_ms: int, on_stdout: Any, on_stderr: Any) -> Any:
         body = dict(what, envs=envs, cwd=cwd, user=user, stdin=stdin, timeoutMs=timeout_ms)
