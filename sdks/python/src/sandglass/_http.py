@@ -5,10 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import AuthenticationError, SandglassError, error_from_response
@@ -58,9 +59,16 @@ class Response:
 
     def read(self) -> bytes:
         try:
-            return self.raw.read()
-        finally:
+            data = self.raw.read()
+        except BaseException:
             self._conn.close()
+            raise
+        # Read to its end, the connection serves the next request to the same server (keep-alive).
+        if self.raw.will_close:
+            self._conn.close()
+        else:
+            _POOL.put(self._conn)
+        return data
 
     def json(self) -> Any:
         data = self.read()
@@ -78,6 +86,29 @@ class Response:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class _Pool:
+    """Idle keep-alive connections by server, one set per thread (http.client connections are not thread-safe)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _idle(self) -> Dict[Tuple[str, str, Optional[int]], List[http.client.HTTPConnection]]:
+        if not hasattr(self._local, "idle"):
+            self._local.idle = {}
+        return self._local.idle  # type: ignore[no-any-return]
+
+    def take(self, scheme: str, host: str, port: Optional[int]) -> Optional[http.client.HTTPConnection]:
+        idle = self._idle().get((scheme, host, port))
+        return idle.pop() if idle else None
+
+    def put(self, conn: http.client.HTTPConnection) -> None:
+        scheme = "https" if isinstance(conn, http.client.HTTPSConnection) else "http"
+        self._idle().setdefault((scheme, conn.host, conn.port), []).append(conn)
+
+
+_POOL = _Pool()
 
 
 def path_of(*parts: str) -> str:
@@ -108,10 +139,27 @@ def send(
     elif body is not None:
         headers["content-type"] = content_type or "application/octet-stream"
     cls = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
-    conn = cls(target.hostname or "127.0.0.1", target.port, timeout=timeout_s)
+    host = target.hostname or "127.0.0.1"
+    reused = _POOL.take(target.scheme, host, target.port)
+    conn = reused or cls(host, target.port, timeout=timeout_s)
+    conn.timeout = timeout_s
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout_s)
     try:
         conn.request(method, url_path, body=data, headers=headers)
         raw = conn.getresponse()
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as err:
+        conn.close()
+        if reused is None:
+            raise SandglassError("connection_failed", f"{method} {base}{path}: {err}") from err
+        # The server closed the idle connection before our request reached it: once more, on a new one.
+        conn = cls(host, target.port, timeout=timeout_s)
+        try:
+            conn.request(method, url_path, body=data, headers=headers)
+            raw = conn.getresponse()
+        except OSError as again:
+            conn.close()
+            raise SandglassError("connection_failed", f"{method} {base}{path}: {again}") from again
     except OSError as err:
         conn.close()
         raise SandglassError("connection_failed", f"{method} {base}{path}: {err}") from err
