@@ -1,6 +1,8 @@
 """The sync client against real VMs: commands, files, errors with the catalogue's codes, time travel, policy, secrets."""
 from __future__ import annotations
 
+import io
+import tarfile
 from typing import List
 
 import pytest
@@ -57,6 +59,20 @@ def test_files_text_bytes_list_and_remove(sbx: Sandbox) -> None:
     with pytest.raises(NotFoundError) as e:
         sbx.files.read("/root/py/a.txt")
     assert e.value.code == "file_not_found" and e.value.status == 404
+
+
+def test_a_directory_goes_up_and_comes_down_as_tar(sbx: Sandbox) -> None:
+    up = io.BytesIO()
+    with tarfile.open(fileobj=up, mode="w") as tar:
+        info = tarfile.TarInfo("sub/t.txt")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"tared"))
+    sbx.files.write_tar("/root/tarred", up.getvalue())
+    assert sbx.files.read("/root/tarred/sub/t.txt") == "tared"
+    with tarfile.open(fileobj=io.BytesIO(sbx.files.read_tar("/root/tarred")), mode="r") as down:
+        member = next(m for m in down.getmembers() if m.name.endswith("sub/t.txt"))
+        extracted = down.extractfile(member)
+        assert extracted is not None and extracted.read() == b"tared"
 
 
 def test_errors_carry_the_catalogue_codes() -> None:
