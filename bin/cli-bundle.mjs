@@ -2,7 +2,8 @@
 // is older than any source it was built from, and how to build it. bin/sandglass asks the first two at every start
 // (a few dozen stat calls), scripts/setup.mjs the last.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
@@ -42,6 +43,8 @@ export function cliBundleFresh() {
  * commands that run a server load it from its sources through tsx (bin/sandglass). Returns esbuild's exit status.
  */
 export function buildCliBundle() {
+  // Beside dist/, at its depth, so the source map's relative paths hold once the files move into dist/.
+  const staging = `${repo}packages/cli/.dist-${process.pid}`;
   const esbuild = `${repo}node_modules/.bin/esbuild`;
   const args = [
     `${repo}packages/cli/src/main.ts`,
@@ -54,7 +57,17 @@ export function buildCliBundle() {
     '--sourcemap',
     '--log-level=warning',
     "--banner:js=import { createRequire as __sandglassRequire } from 'node:module'; const require = __sandglassRequire(import.meta.url);",
-    `--outfile=${CLI_BUNDLE}`,
+    `--outfile=${staging}/sandglass.js`,
   ];
-  return spawnSync(esbuild, args, { stdio: 'inherit' }).status;
+  try {
+    const status = spawnSync(esbuild, args, { stdio: 'inherit' }).status;
+    if (status !== 0) return status;
+    // Renamed into place, map first: a CLI starting meanwhile reads the old bundle or the new one, never half of one.
+    mkdirSync(dirname(CLI_BUNDLE), { recursive: true });
+    renameSync(`${staging}/sandglass.js.map`, `${CLI_BUNDLE}.map`);
+    renameSync(`${staging}/sandglass.js`, CLI_BUNDLE);
+    return 0;
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
 }
