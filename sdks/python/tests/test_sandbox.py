@@ -48,6 +48,21 @@ def test_stdin_until_eof(sbx: Sandbox) -> None:
     assert h.wait().stdout == "bytes in\n"
 
 
+def test_a_terminal_has_its_size_takes_keystrokes_resizes_and_reports_its_exit(sbx: Sandbox) -> None:
+    sized: List[bytes] = []
+    assert sbx.pty.create(cols=100, rows=30, cmd="stty size", on_data=sized.append).wait().exit_code == 0
+    assert b"30 100" in b"".join(sized)
+    seen: List[bytes] = []
+    term = sbx.pty.create(cmd="read line; stty size; echo got:$line; exit 5", on_data=seen.append)
+    # The resize is answered before the keystrokes go: `read` returns only after it, so stty sees the new size.
+    term.resize(120, 40)
+    term.send_input("typed\n")
+    exit_ = term.wait()
+    out = b"".join(seen).replace(b"\r", b"")
+    assert exit_.exit_code == 5
+    assert b"40 120\n" in out and b"got:typed\n" in out
+
+
 def test_files_text_bytes_list_and_remove(sbx: Sandbox) -> None:
     sbx.files.write("/root/py/a.txt", "héllo")
     sbx.files.write("/root/py/b.bin", bytes([0, 255, 1]))

@@ -3,6 +3,7 @@ from .aio import AsyncCommandHandle, AsyncSandbox
 from .commands import DEFAULT_COMMAND_TIMEOUT_MS, CommandHandle, CommandResult, Commands
 from .errors import AuthenticationError, CommandExitError, CommandTimeoutError, NotFoundError, SandglassError
 from .files import Files
+from .pty import Pty, PtyHandle
 from .sandbox import Sandbox, Secrets, parse_fork_source
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "DEFAULT_COMMAND_TIMEOUT_MS",
     "Files",
     "NotFoundError",
+    "Pty",
+    "PtyHandle",
     "Sandbox",
     "SandglassError",
     "Secrets",

@@ -67,8 +67,10 @@ class CommandHandle:
         timeout_ms: int = 0,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        on_bytes: Optional[Callable[[int, bytes], None]] = None,
     ) -> None:
         self.id = command_id
+        self._on_bytes = on_bytes
         self._commands = commands
         self.output_offset = from_offset
         self._timeout_ms = timeout_ms
@@ -93,11 +95,15 @@ class CommandHandle:
         if cb is not None:
             cb(s)
 
-    def wait(self) -> CommandResult:
-        """Follows the output to the exit; raises CommandExitError for a non-zero exit, CommandTimeoutError past the timeout."""
+    def wait_exit(self) -> CommandResult:
+        """Follows the output to the exit and answers it, whatever the status (a terminal's shell may end non-zero)."""
         if self._result is None:
             self._result = self._follow()
-        r = self._result
+        return self._result
+
+    def wait(self) -> CommandResult:
+        """Follows the output to the exit; raises CommandExitError for a non-zero exit, CommandTimeoutError past the timeout."""
+        r = self.wait_exit()
         if r.timed_out:
             raise CommandTimeoutError(r, self._timeout_ms)
         if r.exit_code != 0:
@@ -121,6 +127,8 @@ class CommandHandle:
                         continue
                     data = data[max(0, self.output_offset - offset) :]
                     self.output_offset = max(self.output_offset, offset) + len(data)
+                    if self._on_bytes is not None:
+                        self._on_bytes(rec[0], data)
                     self._text(rec[0], self._decoders[rec[0]].decode(data))
                     continue
                 msg = json.loads(rec[1:].decode("utf-8"))

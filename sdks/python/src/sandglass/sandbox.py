@@ -9,6 +9,7 @@ from ._http import Config, ControlPlane, DataPlane, path_of, resolve_config
 from .commands import Commands
 from .errors import NotFoundError, SandglassError
 from .files import Files
+from .pty import Pty
 
 
 def _connection(api_url: Optional[str], api_key: Optional[str], request_timeout_s: Optional[float]) -> ControlPlane:
@@ -72,6 +73,7 @@ class Sandbox:
         dp = DataPlane(control_plane, self.id, info.get("access"))
         self.commands = Commands(dp)
         self.files = Files(dp)
+        self.pty = Pty(dp, self.commands)
 
     @property
     def config(self) -> Config:
