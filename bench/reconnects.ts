@@ -61,10 +61,11 @@ function inProcessClients(shared: Shared): Clients {
 
 /** The clients split over `count` worker threads, each with its own agent, SDK and byte checker. */
 async function workerClients(count: number, shared: ReturnType<typeof sharedState>): Promise<Clients> {
-  // A worker does not inherit tsx's loader: it registers it, then imports its entry.
+  // A worker does not inherit the loaders: it registers the workspace's source condition and tsx, then imports its entry.
   const tsx = import.meta.resolve('tsx/esm/api');
+  const source = new URL('../bin/workspace-source.mjs', import.meta.url).href;
   const entry = new URL('./reconnect-worker.ts', import.meta.url).href;
-  const boot = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
+  const boot = `import(${JSON.stringify(source)}).then(() => import(${JSON.stringify(tsx)})).then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
   const workers = Array.from(
     { length: count },
     (_, k) =>

@@ -29,6 +29,17 @@ export function renderTs(cat: Record<string, Entry>): string {
   );
 }
 
+/**
+ * The SDK's copy of the codes, as a type only: the SDK ships alone (an npm tarball), so it cannot import core's
+ * catalogue, and it must not carry the server's messages at run time either.
+ */
+export function renderSdkCodes(cat: Record<string, Entry>): string {
+  const codes = Object.keys(cat)
+    .map((code) => `  | '${code}'`)
+    .join('\n');
+  return `// GENERATED from spec/errors.yaml by scripts/gen.ts. Do not edit by hand: run \`npm run gen\`.\nexport type ErrorCode =\n${codes};\n`;
+}
+
 export function renderDocs(cat: Record<string, Entry>): string {
   const rows = Object.entries(cat)
     .map(([code, e]) => `| \`${code}\` | ${e.status} | ${e.retryable ? 'yes' : 'no'} | ${e.message} |`)
@@ -42,14 +53,15 @@ export function renderDocs(cat: Record<string, Entry>): string {
 }
 
 /**
- * The OpenAPI specs whose types are generated, each into packages/core (the SDK imports core type-only, so it gets the
- * wire types without a runtime dependency); core's index exports each file as one namespace.
+ * The OpenAPI specs whose types are generated, each into packages/core, whose index exports each file as one namespace.
+ * The two a client speaks go into packages/sdk as well: the SDK is installed alone, outside this repository, so its
+ * types cannot point into core (which would bring Fastify, ajv and pino along).
  */
-export const API_SPECS: Array<{ spec: string; out: string }> = [
-  { spec: 'spec/control-plane.yaml', out: 'packages/core/src/api/control-plane.generated.ts' },
-  { spec: 'spec/gateway.yaml', out: 'packages/core/src/api/gateway.generated.ts' },
-  { spec: 'spec/node.yaml', out: 'packages/core/src/api/node.generated.ts' },
-  { spec: 'spec/e2b.yaml', out: 'packages/core/src/api/e2b.generated.ts' },
+export const API_SPECS: Array<{ spec: string; out: string[] }> = [
+  { spec: 'spec/control-plane.yaml', out: ['packages/core/src/api/control-plane.generated.ts', 'packages/sdk/src/api/control-plane.generated.ts'] },
+  { spec: 'spec/gateway.yaml', out: ['packages/core/src/api/gateway.generated.ts', 'packages/sdk/src/api/gateway.generated.ts'] },
+  { spec: 'spec/node.yaml', out: ['packages/core/src/api/node.generated.ts'] },
+  { spec: 'spec/e2b.yaml', out: ['packages/core/src/api/e2b.generated.ts'] },
 ];
 
 /** The types of one spec: `paths`, `components`, `operations`. Reads only the local file: no $ref leaves it. */
@@ -64,8 +76,18 @@ export async function renderApiTypes(spec: string): Promise<string> {
 /** Every generated file, by path from the repository root, with the content the generator gives it. */
 export async function generate(): Promise<Array<{ path: string; content: string }>> {
   const cat = loadCatalogue();
-  const apis = await Promise.all(API_SPECS.map(async ({ spec, out }) => ({ path: out, content: await renderApiTypes(spec) })));
-  return [{ path: 'packages/core/src/errors.generated.ts', content: renderTs(cat) }, { path: 'docs/errors.md', content: renderDocs(cat) }, ...apis];
+  const apis = await Promise.all(
+    API_SPECS.map(async ({ spec, out }) => {
+      const content = await renderApiTypes(spec);
+      return out.map((path) => ({ path, content }));
+    }),
+  );
+  return [
+    { path: 'packages/core/src/errors.generated.ts', content: renderTs(cat) },
+    { path: 'packages/sdk/src/api/error-codes.generated.ts', content: renderSdkCodes(cat) },
+    { path: 'docs/errors.md', content: renderDocs(cat) },
+    ...apis.flat(),
+  ];
 }
 
 function readOrUndefined(path: string): string | undefined {

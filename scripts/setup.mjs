@@ -6,6 +6,7 @@ import { accessSync, constants, existsSync, mkdirSync, readdirSync, statSync, wr
 import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildCliBundle, cliBundleFresh } from '../bin/cli-bundle.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -43,8 +44,18 @@ const TEST_REQUIRED = [
   ['strace', 'strace', () => hasCommand('strace')],
   // The web console's browser tests (tests/console.test.ts) drive Debian's Chromium through playwright-core.
   ['/usr/bin/chromium', 'chromium', () => existsSync('/usr/bin/chromium')],
+  // The Python SDK's suite (tests/python-sdk.test.ts): Debian's pytest, and a virtual environment to pip-install
+  // sdks/python into, offline, with Debian's setuptools. Debian's interpreter: `python3` on PATH may be another one.
+  ['pytest (/usr/bin/python3 -m pytest)', 'python3-pytest', () => pythonHas('pytest')],
+  ['ensurepip (/usr/bin/python3 -m venv)', 'python3-venv', () => pythonHas('ensurepip')],
+  ['setuptools (/usr/bin/python3)', 'python3-setuptools', () => pythonHas('setuptools')],
 ];
 const isRoot = process.getuid?.() === 0;
+
+/** Whether Debian's Python (/usr/bin/python3) can import a module. */
+function pythonHas(module) {
+  return spawnSync('/usr/bin/python3', ['-c', `import ${module}`], { stdio: 'ignore' }).status === 0;
+}
 
 function log(msg) {
   console.log(`[setup] ${msg}`);
@@ -148,12 +159,17 @@ function ensureGoBinary(dirName, binaryName, what) {
   run('bash', [join(srcDir, 'build.sh'), binary], { stdio: ['ignore', 'ignore', 'inherit'] });
 }
 
+/** The newest modification time of any file under a directory. */
+function newestIn(d) {
+  return Math.max(
+    ...readdirSync(d, { withFileTypes: true }).map((e) => (e.isDirectory() ? newestIn(join(d, e.name)) : (mtimeMs(join(d, e.name)) ?? Infinity))),
+  );
+}
+
 /** Builds the web console (packages/console) into its dist/ when a source is newer than the build; served under /console. */
 function ensureConsole() {
   const dir = join(repo, 'packages/console');
   const built = mtimeMs(join(dir, 'dist/index.html'));
-  const newestIn = (d) =>
-    Math.max(...readdirSync(d, { withFileTypes: true }).map((e) => (e.isDirectory() ? newestIn(join(d, e.name)) : (mtimeMs(join(d, e.name)) ?? Infinity))));
   const newest = Math.max(newestIn(join(dir, 'src')), ...['index.html', 'vite.config.ts', 'package.json'].map((f) => mtimeMs(join(dir, f)) ?? Infinity));
   if (built !== undefined && built >= newest) {
     log('web console up to date');
@@ -161,6 +177,32 @@ function ensureConsole() {
   }
   log('building the web console (packages/console, vite build)');
   run('npx', ['vite', 'build', '--logLevel', 'warn'], { cwd: dir });
+}
+
+/**
+ * Compiles the TypeScript SDK (packages/sdk) into its dist/ when a source is newer: what `npm pack` ships to a project
+ * outside this repository. The workspace itself runs the sources (the "@sandglass/source" export condition).
+ */
+function ensureSdk() {
+  const dir = join(repo, 'packages/sdk');
+  const built = mtimeMs(join(dir, 'dist/index.js'));
+  const newest = Math.max(newestIn(join(dir, 'src')), ...['tsconfig.build.json', 'package.json'].map((f) => mtimeMs(join(dir, f)) ?? Infinity));
+  if (built !== undefined && built >= newest) {
+    log('TypeScript SDK up to date');
+    return;
+  }
+  log('building the TypeScript SDK (packages/sdk, tsc -p tsconfig.build.json)');
+  run(join(repo, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json'], { cwd: dir });
+}
+
+/** Compiles the CLI into packages/cli/dist when a source is newer (bin/cli-bundle.mjs); bin/sandglass runs it then. */
+function ensureCli() {
+  if (cliBundleFresh()) {
+    log('compiled CLI up to date');
+    return;
+  }
+  log('compiling the CLI (packages/cli/dist/sandglass.js, esbuild)');
+  if (buildCliBundle() !== 0) fail('esbuild failed to bundle the CLI (its errors are above)');
 }
 
 /** Checks the bundle's SHA256SUMS once, before anything from it is installed or run. */
@@ -197,6 +239,8 @@ ensureNodeModules();
 if (bundled) seedArtifacts();
 ensureGoBinary('agent', 'sandglass-agent', 'guest agent');
 ensureConsole();
+ensureSdk();
+ensureCli();
 // Every VM starts through it when Sandglass runs as root (docs/design/jailer.md).
 ensureGoBinary('jailer', 'sandglass-jailer', 'jailer');
 if (!isRoot) log('not root: VMs will run without the jailer, as this user (docs/design/jailer.md)');

@@ -65,7 +65,7 @@ const inner = [
   `export SANDGLASS_HOME=${home}`,
   // The bundle's own Node runtime, as its README says.
   bundle ? `export PATH=${repo}/bundle/node/bin:$PATH && cd ${repo} && node scripts/setup.mjs` : ':',
-  `exec ${tsx} ${join(repo, 'scripts/airgap/workload.ts')} ${repo} ${home} ${port}`,
+  `exec ${tsx} --import ${join(repo, 'bin/workspace-source.mjs')} ${join(repo, 'scripts/airgap/workload.ts')} ${repo} ${home} ${port}`,
 ].join('\n');
 const t0 = Date.now();
 const r = spawnSync(

@@ -573,3 +573,15 @@ describe('sandglass egress', () => {
     expect(bad.stderr).toMatch(/'bogus' is not a kind/);
   });
 });
+
+describe('sandglass --version', () => {
+  it("prints the repository's version and exits 0, asking the server nothing", async () => {
+    received.clear();
+    const { version } = JSON.parse(await readFile(fileURLToPath(new URL('../../../package.json', import.meta.url)), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const r = await cli([flag]);
+      expect([r.code, r.stdout.toString(), r.stderr]).toEqual([0, `${version}\n`, '']);
+    }
+    expect(received.size).toBe(0);
+  });
+});

@@ -1,4 +1,5 @@
 // The `sandglass` command line: the program and its command groups, one module each under commands/.
+import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
 import { registerKeyCommands } from './commands/keys.js';
@@ -17,9 +18,15 @@ import { registerTimeTravelCommands } from './commands/time-travel.js';
 
 export type { RunState };
 
+/** The release, from the repository's package.json: three levels up from src/ and from the compiled dist/ alike. */
+export function cliVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+}
+
 export function buildProgram(state: RunState): Command {
   const program = new Command('sandglass')
     .description('Sandglass: disposable Linux sandboxes for AI agents')
+    .version(cliVersion(), '-V, --version', 'print the version and exit')
     .showHelpAfterError('(run with --help for usage)')
     // A group's options stop at its subcommand, so `events verify … --json` is verify's flag, not the `events` listing's.
     .enablePositionalOptions()

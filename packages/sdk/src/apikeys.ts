@@ -1,5 +1,5 @@
 // API keys of a tenant: create (the key is shown once), list (metadata only) and revoke; admin keys manage their own tenant, the operator key every tenant.
-import type { ControlPlaneApi } from '@sandglass/core';
+import type * as ControlPlaneApi from './api/control-plane.generated.js';
 import { ControlPlane } from './client.js';
 import type { ConnectionConfig } from './config.js';
 import type { ControlPlaneReply } from './replies.js';

@@ -1,5 +1,5 @@
 // The SDK's error types: the server's wire errors ({error:{code,message,requestId,details}}) rebuilt as typed classes, plus the few failures only a client can see.
-import type { ErrorCode } from '@sandglass/core';
+import type { ErrorCode } from './api/error-codes.generated.js';
 
 /**
  * Failures that never come over the wire: the server could not be reached, the stream broke its

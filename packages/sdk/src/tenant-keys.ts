@@ -1,5 +1,5 @@
 // A tenant's encryption keys (operator key only): which provider holds them (the keyring or the tenant's PKCS#11 HSM), rotation and revocation.
-import type { ControlPlaneApi } from '@sandglass/core';
+import type * as ControlPlaneApi from './api/control-plane.generated.js';
 import { ControlPlane } from './client.js';
 import type { ConnectionConfig } from './config.js';
 import type { ControlPlaneReply } from './replies.js';

@@ -1,6 +1,7 @@
 // Wire types of the control-plane and gateway APIs, generated from spec/control-plane.yaml and spec/gateway.yaml
-// (`npm run gen`): type-only imports, so the SDK carries no runtime dependency on @sandglass/core.
-import type { ControlPlaneApi, GatewayApi } from '@sandglass/core';
+// (`npm run gen`) into the SDK's own api/ folder, so the SDK installs alone, without any server package.
+import type * as ControlPlaneApi from './api/control-plane.generated.js';
+import type * as GatewayApi from './api/gateway.generated.js';
 
 type ControlPlaneSchemas = ControlPlaneApi.components['schemas'];
 type GatewaySchemas = GatewayApi.components['schemas'];

@@ -1,0 +1,33 @@
+// The launcher's choice (bin/sandglass): the compiled CLI for client commands, the sources for those that run a server.
+import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { promisify } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { buildCliBundle, CLI_BUNDLE, cliBundleFresh, SERVER_COMMANDS } from '../../../bin/cli-bundle.mjs';
+
+const commandsDir = fileURLToPath(new URL('./commands/', import.meta.url));
+const BIN = fileURLToPath(new URL('../../../bin/sandglass', import.meta.url));
+
+describe('the compiled CLI', () => {
+  it('leaves to the sources exactly the commands whose action imports @sandglass/server', () => {
+    const importing = readdirSync(commandsDir)
+      .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))
+      .map((f) => readFileSync(`${commandsDir}${f}`, 'utf8'))
+      .filter((text) => text.includes("import('@sandglass/server')"))
+      .flatMap((text) => [...text.matchAll(/\.command\('([\w-]+)/g)].map((m) => m[1]));
+    expect(new Set(importing)).toEqual(SERVER_COMMANDS);
+  });
+
+  it('builds, is fresh afterwards, and runs from the bundle with the same answers', async () => {
+    expect(buildCliBundle()).toBe(0);
+    expect(cliBundleFresh()).toBe(true);
+    const { stdout } = await promisify(execFile)(BIN, ['--version']);
+    const { version } = JSON.parse(readFileSync(fileURLToPath(new URL('../../../package.json', import.meta.url)), 'utf8')) as { version: string };
+    expect(stdout).toBe(`${version}\n`);
+    // The bundle carries the SDK compiled in and leaves the server out.
+    const bundle = readFileSync(CLI_BUNDLE, 'utf8');
+    expect(bundle).toContain('import("@sandglass/server")');
+    expect(bundle).not.toMatch(/from ["']@sandglass\/sdk["']/);
+  }, 120_000);
+});

@@ -1,0 +1,131 @@
+"""The asyncio client: the synchronous client's calls run in a worker thread (asyncio.to_thread), so a coroutine never
+blocks the event loop on the network; output callbacks are called from that thread."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, List, Optional, Union
+
+from .commands import CommandHandle, CommandResult, Commands
+from .files import Files
+from .sandbox import Sandbox
+
+
+class AsyncCommandHandle:
+    def __init__(self, handle: CommandHandle) -> None:
+        self._h = handle
+        self.id = handle.id
+
+    @property
+    def output_offset(self) -> int:
+        return self._h.output_offset
+
+    async def wait(self) -> CommandResult:
+        return await asyncio.to_thread(self._h.wait)
+
+    async def send_stdin(self, data: Union[str, bytes]) -> None:
+        await asyncio.to_thread(self._h.send_stdin, data)
+
+    async def close_stdin(self) -> None:
+        await asyncio.to_thread(self._h.close_stdin)
+
+    async def kill(self, signal: str = "SIGKILL") -> bool:
+        return await asyncio.to_thread(self._h.kill, signal)
+
+
+class AsyncCommands:
+    def __init__(self, commands: Commands) -> None:
+        self._c = commands
+
+    async def run(self, cmd: str, **kw: Any) -> Any:
+        """As Commands.run: the CommandResult, or with background=True an AsyncCommandHandle."""
+        out = await asyncio.to_thread(self._c.run, cmd, **kw)
+        return AsyncCommandHandle(out) if isinstance(out, CommandHandle) else out
+
+    async def connect(self, command_id: str, **kw: Any) -> AsyncCommandHandle:
+        return AsyncCommandHandle(self._c.connect(command_id, **kw))
+
+    async def list(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self._c.list)
+
+    async def kill(self, command_id: str, signal: str = "SIGKILL") -> bool:
+        return await asyncio.to_thread(self._c.kill, command_id, signal)
+
+
+class AsyncFiles:
+    def __init__(self, files: Files) -> None:
+        self._f = files
+
+    async def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        return await asyncio.to_thread(self._f.read, path, format)  # type: ignore[call-overload]
+
+    async def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._f.write, path, data, mode=mode)
+
+    async def write_tar(self, dir: str, tar: bytes) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._f.write_tar, dir, tar)
+
+    async def read_tar(self, dir: str) -> bytes:
+        return await asyncio.to_thread(self._f.read_tar, dir)
+
+    async def list(self, path: str, *, depth: Optional[int] = None) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self._f.list, path, depth=depth)
+
+    async def exists(self, path: str) -> bool:
+        return await asyncio.to_thread(self._f.exists, path)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await asyncio.to_thread(self._f.remove, path, recursive=recursive)
+
+
+class AsyncSandbox:
+    """Sandbox for asyncio: the same methods as coroutines (`await AsyncSandbox.create()`, `async with`)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sync = sandbox
+        self.id = sandbox.id
+        self.commands = AsyncCommands(sandbox.commands)
+        self.files = AsyncFiles(sandbox.files)
+
+    @classmethod
+    async def create(cls, template: Optional[str] = None, **kw: Any) -> "AsyncSandbox":
+        return cls(await asyncio.to_thread(Sandbox.create, template, **kw))
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, **kw: Any) -> "AsyncSandbox":
+        return cls(await asyncio.to_thread(Sandbox.connect, sandbox_id, **kw))
+
+    @classmethod
+    async def resume(cls, sandbox_id: str, **kw: Any) -> "AsyncSandbox":
+        return cls(await asyncio.to_thread(Sandbox.resume, sandbox_id, **kw))
+
+    @classmethod
+    async def fork(cls, source: str, **kw: Any) -> List["AsyncSandbox"]:
+        return [cls(s) for s in await asyncio.to_thread(Sandbox.fork, source, **kw)]
+
+    @staticmethod
+    async def list(**kw: Any) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(Sandbox.list, **kw)
+
+    async def kill(self) -> bool:
+        return await asyncio.to_thread(Sandbox.kill, self.id, api_url=self.sync.config.api_url, api_key=self.sync.config.api_key)
+
+    async def snapshot(self, *, name: Optional[str] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.snapshot, name=name)
+
+    async def timeline(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.timeline)
+
+    async def pause(self) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.pause)
+
+    async def set_network(self, **kw: Any) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.set_network, **kw)
+
+    async def get_info(self) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.get_info)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.kill()

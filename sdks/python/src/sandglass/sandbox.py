@@ -1,0 +1,220 @@
+"""`Sandbox`: create, connect, list and kill sandboxes; snapshots, timeline, fork, pause and resume; network policy.
+Shaped like the TypeScript SDK (packages/sdk/src/sandbox.ts) and like E2B's Python SDK where the two meet."""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, List, Optional
+
+from ._http import Config, ControlPlane, DataPlane, path_of, resolve_config
+from .commands import Commands
+from .errors import NotFoundError, SandglassError
+from .files import Files
+from .pty import Pty
+
+
+def _connection(api_url: Optional[str], api_key: Optional[str], request_timeout_s: Optional[float]) -> ControlPlane:
+    return ControlPlane(resolve_config(api_url, api_key, request_timeout_s))
+
+
+def _sandbox_path(sandbox_id: str, *rest: str) -> str:
+    return path_of("v1", "sandboxes", sandbox_id, *rest)
+
+
+def parse_fork_source(source: str) -> Dict[str, str]:
+    """`snap_…`, `sbx_…` or `sbx_…@<ISO time>` as the fork request's source; anything else is invalid_argument."""
+    if re.fullmatch(r"snap_[A-Za-z0-9]+", source):
+        return {"snapshotId": source}
+    m = re.fullmatch(r"(sbx_[A-Za-z0-9]+)(?:@(.+))?", source, re.S)
+    if m:
+        return {"sandboxId": m.group(1)} if m.group(2) is None else {"sandboxId": m.group(1), "at": m.group(2)}
+    raise SandglassError(
+        "invalid_argument",
+        f"'{source}' is not a fork source: give a snapshot id (snap_…), a sandbox id (sbx_…) or sbx_…@<ISO time>",
+        status=400,
+        details={"field": "from"},
+    )
+
+
+class _ClassOrInstance:
+    """A method that is `Sandbox.kill(id)` on the class and `sbx.kill()` on a handle, as in E2B's SDK."""
+
+    def __init__(self, on_class: Callable[..., Any], on_instance: Callable[..., Any]) -> None:
+        self._on_class = on_class
+        self._on_instance = on_instance
+        self.__doc__ = on_class.__doc__
+
+    def __get__(self, obj: Any, owner: Any) -> Callable[..., Any]:
+        return self._on_class if obj is None else self._on_instance.__get__(obj, owner)
+
+
+def _kill_by_id(sandbox_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> bool:
+    """Kills a sandbox by id (Sandbox.kill(id)) or this one (sbx.kill()); False when there is no such sandbox."""
+    try:
+        _connection(api_url, api_key, None).request("DELETE", _sandbox_path(sandbox_id)).read()
+        return True
+    except NotFoundError as err:
+        if err.code == "sandbox_not_found":
+            return False
+        raise
+
+
+def _kill_this(self: "Sandbox") -> bool:
+    self._cp.request("DELETE", _sandbox_path(self.id)).read()
+    return True
+
+
+class Sandbox:
+    """One sandbox: `commands` and `files` go to its gateway with a short-lived access token."""
+
+    def __init__(self, control_plane: ControlPlane, info: Dict[str, Any]) -> None:
+        self.id: str = info["id"]
+        self.info = info
+        self._cp = control_plane
+        dp = DataPlane(control_plane, self.id, info.get("access"))
+        self.commands = Commands(dp)
+        self.files = Files(dp)
+        self.pty = Pty(dp, self.commands)
+
+    @property
+    def config(self) -> Config:
+        return self._cp.config
+
+    @classmethod
+    def create(
+        cls,
+        template: Optional[str] = None,
+        *,
+        memory_mib: Optional[int] = None,
+        vcpus: Optional[int] = None,
+        timeout_s: Optional[int] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        envs: Optional[Dict[str, str]] = None,
+        snapshot_interval_s: Optional[int] = None,
+        network: Optional[Dict[str, List[str]]] = None,
+        secrets: Optional[List[str]] = None,
+        disk_mib: Optional[int] = None,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout_s: Optional[float] = None,
+    ) -> "Sandbox":
+        cp = _connection(api_url, api_key, request_timeout_s)
+        body = {
+            "template": template,
+            "memoryMib": memory_mib,
+            "vcpus": vcpus,
+            "timeoutS": timeout_s,
+            "metadata": metadata,
+            "envs": envs,
+            "snapshotIntervalS": snapshot_interval_s,
+            "network": network,
+            "secrets": secrets,
+            "diskMib": disk_mib,
+        }
+        return cls(cp, cp.json("POST", "/v1/sandboxes", json_body=body))
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None, request_timeout_s: Optional[float] = None) -> "Sandbox":
+        cp = _connection(api_url, api_key, request_timeout_s)
+        return cls(cp, cp.json("GET", _sandbox_path(sandbox_id)))
+
+    @staticmethod
+    def list(*, state: Optional[str] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+        return list(_connection(api_url, api_key, None).json("GET", "/v1/sandboxes", query={"state": state})["sandboxes"])
+
+    kill = _ClassOrInstance(_kill_by_id, _kill_this)
+
+    @classmethod
+    def resume(
+        cls,
+        sandbox_id: str,
+        *,
+        at: Optional[str] = None,
+        snapshot_id: Optional[str] = None,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> "Sandbox":
+        """Runs a paused sandbox again under the same id, from its latest snapshot, one at or before `at`, or `snapshot_id`."""
+        cp = _connection(api_url, api_key, None)
+        return cls(cp, cp.json("POST", _sandbox_path(sandbox_id, "resume"), json_body={"at": at, "snapshotId": snapshot_id}))
+
+    @classmethod
+    def fork(
+        cls,
+        source: "str | Sandbox",
+        *,
+        count: Optional[int] = None,
+        timeout_s: Optional[int] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> List["Sandbox"]:
+        """New sandboxes from a snapshot id, a sandbox (its latest snapshot) or `sbx_…@<time>`; the source keeps running."""
+        if isinstance(source, Sandbox):
+            cp, body = source._cp, {"sandboxId": source.id}
+        else:
+            cp, body = _connection(api_url, api_key, None), parse_fork_source(source)
+        reply = cp.json("POST", "/v1/forks", json_body=dict(body, count=count, timeoutS=timeout_s, metadata=metadata))
+        return [cls(cp, info) for info in reply["sandboxes"]]
+
+    def get_info(self) -> Dict[str, Any]:
+        return dict(self._cp.json("GET", _sandbox_path(self.id)))
+
+    def set_timeout(self, timeout_s: int) -> Dict[str, Any]:
+        return dict(self._cp.json("POST", _sandbox_path(self.id, "timeout"), json_body={"timeoutS": timeout_s}))
+
+    def snapshot(self, *, name: Optional[str] = None) -> Dict[str, Any]:
+        """Takes a snapshot now; a named one is kept until deleted."""
+        return dict(self._cp.json("POST", _sandbox_path(self.id, "snapshots"), json_body={"name": name}))
+
+    def timeline(self) -> List[Dict[str, Any]]:
+        return list(self._cp.json("GET", _sandbox_path(self.id, "snapshots"))["snapshots"])
+
+    def pause(self) -> Dict[str, Any]:
+        """Snapshots the sandbox and releases its VM; answers the snapshot. Sandbox.resume runs it again."""
+        return dict(self._cp.json("POST", _sandbox_path(self.id, "pause"))["snapshot"])
+
+    def set_network(self, *, allow: Optional[List[str]] = None, deny: Optional[List[str]] = None) -> Dict[str, Any]:
+        """Replaces the egress policy (`host[:port] [METHOD] [/path-prefix]` rules; deny wins, default deny)."""
+        return dict(self._cp.json("PUT", _sandbox_path(self.id, "network"), json_body={"allow": allow, "deny": deny})["network"])
+
+    def events(self) -> List[Dict[str, Any]]:
+        return list(self._cp.json("GET", _sandbox_path(self.id, "events"))["events"])
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class Secrets:
+    """The tenant's secrets: values go in and never come back; the guest sees only a placeholder."""
+
+    @staticmethod
+    def set(
+        name: str,
+        value: str,
+        *,
+        hosts: List[str],
+        header: Optional[str] = None,
+        format: Optional[str] = None,
+        approval: Optional[str] = None,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        body = {"value": value, "hosts": hosts, "header": header, "format": format, "approval": approval}
+        return dict(_connection(api_url, api_key, None).json("PUT", path_of("v1", "secrets", name), json_body=body))
+
+    @staticmethod
+    def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+        return list(_connection(api_url, api_key, None).json("GET", "/v1/secrets")["secrets"])
+
+    @staticmethod
+    def remove(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> bool:
+        try:
+            _connection(api_url, api_key, None).request("DELETE", path_of("v1", "secrets", name)).read()
+            return True
+        except NotFoundError as err:
+            if err.code == "secret_not_found":
+                return False
+            raise
