@@ -294,11 +294,14 @@ export class Gateway {
     return sbx;
   }
 
-  /** A restored sandbox keeps its placeholders (its processes hold them); a resume brings the policy in force now. */
+  /**
+   * A restored sandbox keeps its placeholders (its processes hold them) and stays a replay's if it was one; a resume
+   * brings the policy in force now.
+   */
   private restoredNetwork(saved: NetworkSpec | undefined, req: RestoreRequest): NetworkSpec {
     if (req.network === undefined && req.secrets === undefined) return saved ?? this.network.newSpec(undefined, []);
     const fresh = this.network.newSpec(req.network, req.secrets ?? saved?.secrets ?? []);
-    return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders } };
+    return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders }, ...(saved?.replayOf ? { replayOf: saved.replayOf } : {}) };
   }
 
   /**
@@ -428,7 +431,8 @@ export class Gateway {
     }
     sbx.adoptSnapshot(prepared);
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
-    const network = this.restoredNetwork(prepared.network, req);
+    const restored = this.restoredNetwork(prepared.network, req);
+    const network = source ? { ...restored, replayOf: source.sourceSandboxId } : restored;
     await this.connectNetwork(sbx, network, req.envs, source && req.replay ? source.answers(req.replay.exchanges) : undefined);
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
