@@ -95,7 +95,9 @@ afterAll(async () => {
 });
 
 describe('a replay connects nowhere', () => {
-  it('answers recorded exchanges, refuses every upgrade, and opens no upstream socket, also in the kept fork and after it resumes', async () => {
+  it('answers recorded exchanges, refuses every upgrade, and opens no upstream socket, also in the kept fork and after it resumes', {
+    timeout: 900_000,
+  }, async () => {
     const before = sockets();
     const report = await Sandbox.replay(source.id, { ...config(), snapshotId: startSnapshotId, keepFork: true });
     made.push(report.forkSandboxId);
