@@ -3,7 +3,7 @@
 import { inject, afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, Secrets, type ReplayReport } from '@sandglass/sdk';
 import { startHttpsUpstream, type Upstream } from '../packages/egress/src/test-support.js';
-import { config } from './helpers.js';
+import { api, config } from './helpers.js';
 
 const pki = inject('egressPki');
 const ports = inject('egressUpstreamPorts');
@@ -11,6 +11,8 @@ const SECRET = `rpl_${Date.now().toString(36)}S3cr3tV4lu3`;
 let up: Upstream;
 let source: Sandbox;
 let exitSeqOfCat = 0;
+/** Where the session's replays start: its first input (the config file) precedes it, so it must be named. */
+let startSnapshotId = '';
 const RANDOM = 'import random; print(random.random())';
 
 const GREET = `import sys
@@ -32,7 +34,7 @@ beforeAll(async () => {
   });
   // State before the fork point: what a replay starts from.
   await source.files.write('/root/config.txt', 'mode=original\n');
-  await source.snapshot({ name: 'replay-start' });
+  startSnapshotId = (await source.snapshot({ name: 'replay-start' })).id;
 
   // The session: 20 inputs after the snapshot.
   await source.files.write('/root/app/greet.py', GREET);
@@ -80,7 +82,7 @@ afterAll(async () => {
 describe('replay', () => {
   it('re-runs the session in a fork with zero real divergences and without touching the network', async () => {
     const seen = up.seen.length;
-    const report: ReplayReport = await Sandbox.replay(source.id, { ...config(), nondeterministic: [RANDOM] });
+    const report: ReplayReport = await Sandbox.replay(source.id, { ...config(), snapshotId: startSnapshotId, nondeterministic: [RANDOM] });
     expect(report.firstDivergence, JSON.stringify(report, null, 1)).toBeNull();
     expect(report.counts.different).toBe(0);
     expect(report.inputs.length).toBeGreaterThanOrEqual(17);
@@ -97,6 +99,7 @@ describe('replay', () => {
   it('reports the first divergence at the input that reads a file changed in the fork', async () => {
     const report = await Sandbox.replay(source.id, {
       ...config(),
+      snapshotId: startSnapshotId,
       nondeterministic: [RANDOM],
       prepare: async (fork) => {
         await fork.files.write('/root/config.txt', 'mode=changed\n');
@@ -106,5 +109,44 @@ describe('replay', () => {
     expect(report.firstDivergence!.differences.join('\n')).toContain('stdout differs');
     expect(report.firstDivergence!.replay).toMatchObject({ outputTail: 'mode=changed\n' });
     expect(report.inputs.filter((i) => i.seq < exitSeqOfCat).every((i) => i.verdict !== 'different')).toBe(true);
+  });
+
+  it('replays a sandbox younger than its first snapshot from the moment it was created', async () => {
+    const young = await Sandbox.create({
+      ...config(),
+      timeoutS: 600,
+      snapshotIntervalS: 3600,
+      envs: { GREETING: 'hi' },
+      network: { allow: [`api.example.test:${up.port}`] },
+      secrets: ['REPLAY_TOKEN'],
+    });
+    try {
+      // Three inputs within seconds of the create, before any snapshot: what fails most often is replayable too.
+      await young.files.write('/root/a.txt', 'created\n');
+      await young.commands.run('cat /root/a.txt; echo "$GREETING"; printenv REPLAY_TOKEN');
+      const https = await young.commands.run(
+        `python3 -c "import urllib.request, os; r = urllib.request.Request('https://api.example.test:${up.port}/echo?young', headers={'Authorization': 'Bearer ' + os.environ['REPLAY_TOKEN']}); print(urllib.request.urlopen(r).status)"`,
+      );
+      expect(https.stdout).toBe('200\n');
+      expect((await young.events()).some((e) => e.type === 'snapshot.taken')).toBe(false);
+      const seen = up.seen.length;
+      // No snapshot precedes the first input: the default start is the creation, as `from: 'creation'` asks.
+      for (const opts of [{}, { from: 'creation' as const }]) {
+        const report = await Sandbox.replay(young.id, { ...config(), ...opts });
+        expect(report.snapshotId).toBeNull();
+        expect(report.firstDivergence, JSON.stringify(report, null, 1)).toBeNull();
+        expect(report.inputs.map((i) => [i.kind, i.verdict])).toEqual([
+          ['file.write', 'same'],
+          ['command', 'same'],
+          ['command', 'same'],
+        ]);
+      }
+      expect(up.seen.length).toBe(seen);
+      // A start from creation is a replay's, and changes nothing when asked for otherwise.
+      const bad = await api('POST', '/v1/forks', { body: { sandboxId: young.id, fromCreation: true } });
+      expect([bad.status, bad.body?.error.code, bad.body?.error.details?.field]).toEqual([400, 'invalid_argument', 'fromCreation']);
+    } finally {
+      await young.kill().catch(() => undefined);
+    }
   });
 });

@@ -20,7 +20,7 @@ import {
   type Sandbox,
   type Snapshot,
 } from './api.js';
-import type { GatewayClient, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
+import type { GatewayClient, GatewayCreateRequest, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
 import type { Principal } from './keys.js';
 import { renameRuleField, type SecretStore } from './secrets.js';
 import { findTemplate } from './templates.js';
@@ -102,6 +102,13 @@ const ownRow = preparedQuery(2, (db: Kysely<Schema>, id: string, tenantId: strin
  * `sandbox.paused/resumed/forked`, `snapshot.*`, `command.*` and `file.*` itself.
  * No transaction is ever held across a gateway call: in the embedded deployment the gateway appends to the same database meanwhile.
  */
+/** Where a replay from creation starts: the source's VM shape and the network and secrets it was created with. */
+interface CreationPoint {
+  shape: { template: string; memoryMib: number; vcpus: number };
+  network: NetworkPolicy | null;
+  secrets: string[];
+}
+
 export class SandboxService {
   /** Signs data-plane tokens: the node secret's access-token key, never the secret itself nor the internal bearer. */
   readonly #accessTokenKey: Buffer;
@@ -454,38 +461,47 @@ export class SandboxService {
       throw invalidArgument('snapshotId', 'is required unless sandboxId is given; give exactly one of them');
     if (req.snapshotId !== undefined && req.at !== undefined)
       throw invalidArgument('at', 'only applies with sandboxId; a snapshotId already names one point in time');
+    if (req.fromCreation === true) {
+      if (req.sandboxId === undefined) throw invalidArgument('fromCreation', 'only applies with sandboxId; a snapshotId already names one point in time');
+      if (req.at !== undefined) throw invalidArgument('at', 'cannot be combined with fromCreation; give one of them');
+      if (req.replay !== true) throw invalidArgument('fromCreation', 'only applies with replay: true');
+    }
 
-    let snap: SnapshotRow;
+    // The point the forks start from: a snapshot, or (fromCreation) what the source was created with.
+    let snap: SnapshotRow | undefined;
     let source: SandboxRow;
+    let creation: CreationPoint | undefined;
     if (req.snapshotId !== undefined) {
       snap = await this.#ownSnapshot(who, req.snapshotId);
       source = await this.#row(snap.sandbox_id);
+    } else if (req.fromCreation === true) {
+      source = await this.#own(who, req.sandboxId!);
+      creation = await this.#creation(who, source);
     } else {
       source = await this.#own(who, req.sandboxId!);
       snap = await this.#choose(who, source, { at: req.at });
     }
+    const shape = snap ? { template: snap.template, memoryMib: snap.memory_mib, vcpus: snap.vcpus } : creation!.shape;
 
-    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: snap.memory_mib, vcpus: snap.vcpus });
+    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: shape.memoryMib, vcpus: shape.vcpus });
     const ids = Array.from({ length: req.count }, () => newId('sbx'));
     // A fork is a copy of its source: its processes already hold the source's variables, and new ones get them too.
     const envs = await this.#envsOf(source.id);
     for (const id of ids) {
       if (envs !== undefined) await this.#saveEnvs(id, who.tenantId, envs);
       const data = {
-        template: snap.template,
-        memoryMib: snap.memory_mib,
-        vcpus: snap.vcpus,
+        ...shape,
         timeoutS: req.timeoutS,
         metadata: req.metadata ?? {},
         gatewayId: gateway.id,
         gatewayUrl: gateway.url,
         snapshotIntervalS: source.snapshot_interval_s,
-        sourceSnapshotId: snap.id,
+        ...(snap ? { sourceSnapshotId: snap.id } : {}),
         // The disk is the snapshot's (its layers carry the size); the source's request says what that is.
         ...(source.disk_mib === null ? {} : { diskMib: source.disk_mib }),
         // The gateway restores the snapshot's network; until its sandbox.forked says which, the source's is the best guess.
-        network: source.network === null ? null : (JSON.parse(source.network) as NetworkPolicy),
-        secrets: JSON.parse(source.secrets) as string[],
+        network: creation ? creation.network : source.network === null ? null : (JSON.parse(source.network) as NetworkPolicy),
+        secrets: creation ? creation.secrets : (JSON.parse(source.secrets) as string[]),
         ...(envs === undefined ? {} : { envNames: Object.keys(envs) }),
       };
       await events.append({ type: 'sandbox.created', tenantId: who.tenantId, sandboxId: id, data }, { clock });
@@ -494,13 +510,24 @@ export class SandboxService {
     const replay = req.replay === true ? await this.#replayPlan(who, source, snap) : undefined;
     let reply: GatewayForkReply;
     try {
-      reply = await gatewayClient.forkSandboxes(gateway, {
-        snapshotId: snap.id,
-        tenantId: who.tenantId,
-        ...(envs === undefined ? {} : { envs }),
-        ...(replay === undefined ? {} : { replay }),
-        sandboxes: ids.map((id) => ({ id, timeoutS: req.timeoutS, snapshotIntervalS: source.snapshot_interval_s })),
-      });
+      reply = snap
+        ? await gatewayClient.forkSandboxes(gateway, {
+            snapshotId: snap.id,
+            tenantId: who.tenantId,
+            ...(envs === undefined ? {} : { envs }),
+            ...(replay === undefined ? {} : { replay }),
+            sandboxes: ids.map((id) => ({ id, timeoutS: req.timeoutS, snapshotIntervalS: source.snapshot_interval_s })),
+          })
+        : await this.#createReplays(gateway, who, ids, {
+            ...shape,
+            timeoutS: req.timeoutS,
+            snapshotIntervalS: source.snapshot_interval_s,
+            ...(source.disk_mib === null ? {} : { diskMib: source.disk_mib }),
+            ...(creation!.network === null ? {} : { network: creation!.network }),
+            ...(creation!.secrets.length === 0 ? {} : { secrets: creation!.secrets }),
+            ...(envs === undefined ? {} : { envs }),
+            replay: replay!,
+          });
     } catch (err) {
       throw await this.#failUnlessFinal(who, ids, err);
     }
@@ -521,17 +548,64 @@ export class SandboxService {
       await this.#failUnlessFinal(who, [id], error);
     }
     if (started.length === 0) throw firstError!;
-    return { snapshotId: snap.id, sandboxes: started };
+    return { snapshotId: snap?.id ?? null, sandboxes: started };
   }
 
   /**
-   * What a replay's fork needs from its source's log: the guest's time at the snapshot, the entropy of the source's
-   * last sync before it (a content id: the bytes never leave the store), and the exchanges recorded after it in order.
+   * What a sandbox was created with, from its sandbox.created (its network then, not now): the point a replay from
+   * creation starts at. A fork was created from a snapshot, which is where its replay starts instead.
    */
-  async #replayPlan(who: Principal, source: SandboxRow, snap: SnapshotRow): Promise<NonNullable<GatewayForkRequest['replay']>> {
-    const takenMs = Date.parse(snap.taken_at);
-    const events = await this.deps.events.list({ sandboxId: source.id, tenantId: who.tenantId, types: ['sandbox.synced', 'egress.exchange'] });
-    let entropyContentId: string | undefined;
+  async #creation(who: Principal, source: SandboxRow): Promise<CreationPoint> {
+    if (source.source_snapshot_id !== null) {
+      throw new SandglassError(
+        'snapshot_not_found',
+        `Sandbox ${source.id} was forked from snapshot ${source.source_snapshot_id}, not created from a template; replay it from that snapshot or one of its own.`,
+        { details: { field: 'fromCreation' } },
+      );
+    }
+    const [created] = await this.deps.events.list({ sandboxId: source.id, tenantId: who.tenantId, types: ['sandbox.created'] });
+    const d = (created?.data ?? {}) as { network?: NetworkPolicy | null; secrets?: string[] };
+    return {
+      shape: { template: source.template, memoryMib: source.memory_mib, vcpus: source.vcpus },
+      network: d.network ?? null,
+      secrets: Array.isArray(d.secrets) ? d.secrets : [],
+    };
+  }
+
+  /** Starts each replay from creation on the gateway like a create; each one that fails is reported in place, like a fork's. */
+  async #createReplays(
+    gateway: GatewayEndpoint,
+    who: Principal,
+    ids: string[],
+    spec: Omit<GatewayCreateRequest, 'id' | 'tenantId'>,
+  ): Promise<GatewayForkReply> {
+    const sandboxes: GatewayForkReply['sandboxes'] = [];
+    for (const id of ids) {
+      try {
+        sandboxes.push(await this.deps.gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec }));
+      } catch (err) {
+        if (!(err instanceof SandglassError) || ids.length === 1) throw err;
+        sandboxes.push({ id, error: { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) } });
+      }
+    }
+    return { sandboxes };
+  }
+
+  /**
+   * What a replay's fork needs from its source's log: the guest's time at the start point, the entropy of the
+   * source's last sync at or before it (a content id: the bytes never leave the store), and the exchanges recorded
+   * after it in order. From creation (no snapshot): the source's first sync, every exchange, and the placeholders its
+   * sandbox.started names.
+   */
+  async #replayPlan(who: Principal, source: SandboxRow, snap: SnapshotRow | undefined): Promise<NonNullable<GatewayForkRequest['replay']>> {
+    const takenMs = snap ? Date.parse(snap.taken_at) : Number.NEGATIVE_INFINITY;
+    const events = await this.deps.events.list({
+      sandboxId: source.id,
+      tenantId: who.tenantId,
+      types: ['sandbox.started', 'sandbox.synced', 'egress.exchange'],
+    });
+    let sync: { timeUnixNs: string; entropyContentId: string } | undefined;
+    let placeholdersContentId: string | undefined;
     const exchanges: NonNullable<GatewayForkRequest['replay']>['exchanges'] = [];
     const content = (b: unknown) => {
       const c = b as { contentId?: unknown; recordedBytes?: unknown } | undefined;
@@ -541,8 +615,15 @@ export class SandboxService {
     };
     for (const e of events) {
       const d = e.data as Record<string, unknown>;
+      if (e.type === 'sandbox.started') {
+        if (!snap && placeholdersContentId === undefined && typeof d.placeholdersContentId === 'string') placeholdersContentId = d.placeholdersContentId;
+        continue;
+      }
       if (e.type === 'sandbox.synced') {
-        if (Date.parse(e.at) <= takenMs && typeof d.entropyContentId === 'string') entropyContentId = d.entropyContentId;
+        if (typeof d.entropyContentId !== 'string') continue;
+        if (snap && Date.parse(e.at) <= takenMs) sync = { timeUnixNs: (BigInt(takenMs) * 1_000_000n).toString(), entropyContentId: d.entropyContentId };
+        // From creation: the first sync, with the time the source's guest was given then.
+        else if (!snap && sync === undefined && typeof d.timeUnixNs === 'string') sync = { timeUnixNs: d.timeUnixNs, entropyContentId: d.entropyContentId };
         continue;
       }
       const requestBody = content(d.requestBody);
@@ -560,7 +641,8 @@ export class SandboxService {
     }
     return {
       sourceSandboxId: source.id,
-      ...(entropyContentId === undefined ? {} : { sync: { timeUnixNs: (BigInt(takenMs) * 1_000_000n).toString(), entropyContentId } }),
+      ...(sync === undefined ? {} : { sync }),
+      ...(placeholdersContentId === undefined ? {} : { placeholdersContentId }),
       exchanges,
     };
   }

@@ -100,6 +100,18 @@ export class ProxyContext {
     }
   }
 
+  /**
+   * A replay's fork asked for what its recording cannot answer: reported as `egress.replay_unrecorded` (a divergence
+   * of the replay) and refused with egress_denied, rule `replay`. `url` is the request as the recording names it.
+   */
+  replayUnrecorded(ex: Ex, url: string, requestBytes: number): SandglassError {
+    this.emit({ type: 'egress.replay_unrecorded', sandboxId: ex.sb.id, data: { method: ex.method, url, requestBytes } });
+    ex.allowed = false;
+    return new SandglassError('egress_denied', `This replay's recording has no ${ex.method} ${url} (with this body) left to answer with.`, {
+      details: { rule: 'replay' },
+    });
+  }
+
   rejected(sb: Sandbox, data: RejectedData): void {
     this.emit({ type: 'egress.rejected', sandboxId: sb.id, data });
   }

@@ -271,13 +271,7 @@ export class Exchanges {
       const url = recordedUrl(dest, prep);
       const requestBody = recordedRequestBody(raw, ctx.recordBytes ?? raw.length, prep.redactor);
       const answer = await sb.replay!.answer({ method: ex.method, url, requestBody });
-      if (!answer) {
-        ctx.emit({ type: 'egress.replay_unrecorded', sandboxId: sb.id, data: { method: ex.method, url, requestBytes: raw.length } });
-        ex.allowed = false;
-        throw new SandglassError('egress_denied', `This replay's recording has no ${ex.method} ${url} (with this body) left to answer with.`, {
-          details: { rule: 'replay' },
-        });
-      }
+      if (!answer) throw ctx.replayUnrecorded(ex, url, raw.length);
       ex.status = answer.status;
       ex.bytesDown = answer.body.length;
       const headers = answer.headers.filter(([k]) => !['content-length', 'transfer-encoding', 'connection'].includes(k.toLowerCase()));
@@ -300,7 +294,7 @@ export class Exchanges {
       if (req.headers['content-length'] !== undefined) headers.push(['content-length', req.headers['content-length']]);
       else headers.push(['transfer-encoding', 'chunked']);
     }
-    const upReq = upstreamRequest(sb, dest, addresses[0]!, ex.method, { ...prep, headers }, ctx.limits.maxHeaderBytes);
+    const upReq = upstreamRequest(ctx, ex, dest, addresses[0]!, { ...prep, headers });
     const recordBytes = ctx.recordBytes;
     const reqCapture = recordBytes !== undefined && streamed ? new Capture(recordBytes + (prep.redactor?.longestBytes ?? 0)) : undefined;
     const watcher = watch(upReq, dest, ctx.limits, (err) => this.#fail(ex, req, res, err));
@@ -408,7 +402,13 @@ export class Exchanges {
     const { dest, addresses, prep } = prepared;
     const headers = prep.headers.filter(([k]) => !['connection', 'content-length', 'transfer-encoding'].includes(k.toLowerCase()));
     headers.push(['connection', 'Upgrade']);
-    const upReq = upstreamRequest(conn.sb, dest, addresses[0]!, ex.method, { ...prep, headers }, ctx.limits.maxHeaderBytes);
+    // An upgrade is never recorded (its bytes flow both ways unread), so a replay's fork is refused where it would connect.
+    let upReq: ReturnType<typeof upstreamRequest>;
+    try {
+      upReq = upstreamRequest(ctx, ex, dest, addresses[0]!, { ...prep, headers });
+    } catch (err) {
+      return refuse(err as SandglassError);
+    }
     const watcher = watch(upReq, dest, ctx.limits, refuse);
     socket.once('close', () => upReq.destroy());
     upReq.end();

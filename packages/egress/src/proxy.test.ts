@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Redacted, SandglassError, type Clock } from '@sandglass/core';
 import { ApprovalBroker } from './approvals.js';
+import type { ReplaySource } from './context.js';
 import type { EgressEvent } from './events.js';
 import { parsePolicy, type PolicyInput } from './policy.js';
 import { EgressProxy, type EgressLimits, type SandboxEgress } from './proxy.js';
@@ -97,6 +98,7 @@ async function setup(
     record?: boolean;
     trustUpstream?: boolean;
     sandboxes?: number;
+    replay?: ReplaySource;
   } = {},
 ): Promise<Setup & { more: { sbx: SandboxEgress; path: string }[] }> {
   const events: EgressEvent[] = [];
@@ -122,7 +124,11 @@ async function setup(
   const agents: TunnelAgent[] = [];
   const boxes: { sbx: SandboxEgress; path: string }[] = [];
   for (let i = 0; i < (opts.sandboxes ?? 1); i++) {
-    const sbx = await proxy.addSandbox(`sbx_test${++seq}`, { policy: parsePolicy(opts.policy ?? OPEN), secrets });
+    const sbx = await proxy.addSandbox(`sbx_test${++seq}`, {
+      policy: parsePolicy(opts.policy ?? OPEN),
+      secrets,
+      ...(opts.replay ? { replay: opts.replay } : {}),
+    });
     const path = join(dir, `${seq}.sock`);
     closers.push(await sbx.listen(path));
     boxes.push({ sbx, path });
@@ -890,6 +896,90 @@ describe('limits and failures', () => {
     await closed;
     expect(t.sbx.activeConnections).toBe(0);
     await t.close();
+  });
+});
+
+describe('replay', () => {
+  it('connects nowhere from a replay: every kind of request is answered from the recording or refused before a socket opens', async () => {
+    const recorded = api('/recorded');
+    const replay: ReplaySource = {
+      answer: async (r) =>
+        r.url === recorded ? { status: 200, headers: [['content-type', 'text/plain']], body: Buffer.from('from the recording') } : undefined,
+    };
+    const t = await setup({ secrets: [{ allowUpgrade: true, allowPlaintext: true }], replay });
+    const sockets = () => tlsUp.sockets + plainUp.sockets;
+    const seen = tlsUp.seen.length + plainUp.seen.length;
+    const before = sockets();
+    /** An upgrade request on a fresh client connection; what the proxy answered, as status and error code. */
+    const upgrade = (url: string, agent: http.Agent | false, extra: http.RequestOptions = {}) =>
+      new Promise<{ status: number; code: string }>((resolve, reject) => {
+        const mod = url.startsWith('https:') ? https : http;
+        const req = mod.request(url, { agent, headers: { connection: 'Upgrade', upgrade: 'echo', 'x-api-key': PH }, ...extra });
+        req.once('upgrade', (res, socket) => {
+          socket.destroy();
+          resolve({ status: res.statusCode!, code: 'upgraded' });
+        });
+        req.once('response', (res) => answerOf(res).then((a) => resolve({ status: a.status, code: a.json<{ error: { code: string } }>().error.code }), reject));
+        req.once('error', reject);
+        req.end();
+      });
+
+    const answered = await viaTunnel(t.agent(), recorded, { headers: { 'x-api-key': PH } });
+    expect([answered.status, answered.body.toString()]).toEqual([200, 'from the recording']);
+    const denied = { status: 403, code: 'egress_denied' };
+    expect((await viaTunnel(t.agent(), api('/not-recorded'))).status).toBe(403);
+    expect((await viaPlainProxy(t.path, `http://api.example.test:${plainUp.port}/plain`)).status).toBe(403);
+    // wss:// (upgrade inside a TLS tunnel), ws:// in absolute form, a declined upgrade, ws:// inside a plain tunnel.
+    expect(await upgrade(api('/ws'), t.agent() as https.Agent)).toEqual(denied);
+    const absolute = `http://api.example.test:${plainUp.port}/ws`;
+    expect(
+      await upgrade(absolute, false, {
+        socketPath: t.path,
+        path: absolute,
+        headers: { host: `api.example.test:${plainUp.port}`, connection: 'Upgrade', upgrade: 'echo' },
+      }),
+    ).toEqual(denied);
+    expect(await upgrade(api('/decline'), t.agent() as https.Agent)).toEqual(denied);
+    const tunnel = await rawExchange(t.path, `CONNECT api.example.test:${plainUp.port} HTTP/1.1\r\nHost: api.example.test:${plainUp.port}\r\n\r\n`);
+    expect(tunnel.status).toBe(200);
+    const inTunnel = await rawExchange2(
+      tunnel.socket,
+      `GET /ws HTTP/1.1\r\nHost: api.example.test:${plainUp.port}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`,
+    );
+    tunnel.socket.destroy();
+    expect(inTunnel).toMatch(/^HTTP\/1\.1 403 /);
+    expect(inTunnel).toContain('"egress_denied"');
+
+    expect(sockets()).toBe(before);
+    expect(tlsUp.seen.length + plainUp.seen.length).toBe(seen);
+    const unrecorded = t.events.filter((e) => e.type === 'egress.replay_unrecorded').map((e) => (e.data as { url: string }).url);
+    expect(unrecorded).toEqual([
+      api('/not-recorded'),
+      `http://api.example.test:${plainUp.port}/plain`,
+      api('/ws'),
+      absolute,
+      api('/decline'),
+      `http://api.example.test:${plainUp.port}/ws`,
+    ]);
+    await t.close();
+  });
+
+  it('opens upstream sockets in one function only, the one that refuses a replay', async () => {
+    const { readdirSync, readFileSync } = await import('node:fs');
+    const src = new URL('.', import.meta.url).pathname;
+    const opens = /\b(?:https?\.(?:request|get)|net\.(?:connect|createConnection)|tls\.connect|new\s+net\.Socket)\s*\(|createConnection\s*[(:]/;
+    const hits = readdirSync(src)
+      .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts') && f !== 'test-support.ts')
+      .flatMap((f) =>
+        readFileSync(join(src, f), 'utf8')
+          .split('\n')
+          .map((line, i) => ({ f, i: i + 1, line }))
+          .filter((l) => opens.test(l.line)),
+      );
+    expect(hits.map((h) => `${h.f}: ${h.line.trim()}`)).toEqual([
+      "upstream.ts: return https.request({ ...common, agent: sb.httpsAgent, ...(dest.host.kind === 'name' ? { servername: dest.host.host } : {}) });",
+      'upstream.ts: return http.request({ ...common, agent: sb.httpAgent });',
+    ]);
   });
 });
 

@@ -61,8 +61,10 @@ export interface Seen {
 export interface Upstream {
   port: number;
   seen: Seen[];
-  /** TCP connections accepted so far. */
+  /** TCP connections accepted so far (for TLS: those whose handshake completed). */
   connections: number;
+  /** TCP sockets accepted so far, handshake or not: a trap that a replay, which connects nowhere, must leave at 0. */
+  sockets: number;
   close(): Promise<void>;
 }
 
@@ -158,7 +160,9 @@ async function listen(server: net.Server, port = 0): Promise<number> {
 
 function upstreamOf(server: net.Server, seen: Seen[], port: number, counter: { n: number }): Upstream {
   const sockets = new Set<net.Socket>();
+  let accepted = 0;
   server.on('connection', (s: net.Socket) => {
+    accepted++;
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
   });
@@ -167,6 +171,9 @@ function upstreamOf(server: net.Server, seen: Seen[], port: number, counter: { n
     seen,
     get connections() {
       return counter.n;
+    },
+    get sockets() {
+      return accepted;
     },
     close: () =>
       new Promise<void>((resolve) => {

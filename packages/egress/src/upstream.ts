@@ -6,9 +6,10 @@ import { Transform, pipeline, type Duplex, type Readable, type TransformCallback
 import zlib from 'node:zlib';
 import { failpoint, SandglassError } from '@sandglass/core';
 import { destName } from './address.js';
-import type { Sandbox } from './context.js';
+import type { Ex, ProxyContext } from './context.js';
 import type { Dest } from './decision.js';
 import type { EgressLimits } from './proxy.js';
+import { recordedUrl } from './record.js';
 import { ValueMask } from './secrets.js';
 import { maskText, type Prepared } from './substitute.js';
 import type { HeaderPairs } from './wire.js';
@@ -62,14 +63,21 @@ export function upstreamError(
   return new SandglassError('gateway_unavailable', `The connection to upstream ${name} failed (${code}).`, { details });
 }
 
-/** The request to a vetted address, on the sandbox's keep-alive agents; TLS verified for the destination's name. */
-export function upstreamRequest(sb: Sandbox, dest: Dest, address: string, method: string, prep: Prepared, maxHeaderBytes: number): http.ClientRequest {
+/**
+ * Every upstream connection starts here, whatever the path (a plain forward, an upgrade to ws:// or wss://, either
+ * inside a CONNECT tunnel, declined by the upstream or not): the request to a vetted address on the sandbox's
+ * keep-alive agents, TLS verified for the destination's name. A replay's fork (a kept one too) is refused here,
+ * before any socket exists, so no path, present or added later, can reach an upstream from a replay.
+ */
+export function upstreamRequest(ctx: ProxyContext, ex: Ex, dest: Dest, address: string, prep: Prepared): http.ClientRequest {
+  const sb = ex.sb;
+  if (sb.replay) throw ctx.replayUnrecorded(ex, recordedUrl(dest, prep), prep.body?.length ?? 0);
   const headers: Record<string, string | string[]> = {};
   for (const [k, v] of prep.headers) {
     const cur = headers[k];
     headers[k] = cur === undefined ? v : Array.isArray(cur) ? [...cur, v] : [cur, v];
   }
-  const common = { host: address, port: dest.port, method, path: prep.path, headers, setHost: false, maxHeaderSize: maxHeaderBytes };
+  const common = { host: address, port: dest.port, method: ex.method, path: prep.path, headers, setHost: false, maxHeaderSize: ctx.limits.maxHeaderBytes };
   if (dest.scheme === 'https') {
     return https.request({ ...common, agent: sb.httpsAgent, ...(dest.host.kind === 'name' ? { servername: dest.host.host } : {}) });
   }

@@ -65,7 +65,7 @@ export interface EventDataMap {
    * A fork started from `snapshotId` (recorded on the new sandbox, after its sandbox.created). `network` and `secrets`,
    * when the gateway reports them, are what the fork really got (the snapshot's), correcting what sandbox.created assumed.
    */
-  'sandbox.forked': Open<{ snapshotId: string; sourceSandboxId: string; network?: NetworkPolicyData | null; secrets?: string[] }>;
+  'sandbox.forked': Open<{ snapshotId: string | null; sourceSandboxId: string; network?: NetworkPolicyData | null; secrets?: string[] }>;
   /**
    * Placed on another node (`gatewayId`) from `snapshotId`: its node died (`reason: node_dead`), registered again after
    * a crash (`node_restarted`), or a paused sandbox resumes elsewhere (`resume`). The new node's sandbox.resumed follows.

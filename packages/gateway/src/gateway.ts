@@ -124,6 +124,8 @@ export interface CreateSandboxRequest {
   envs?: Record<string, string>;
   /** The root disk is made at least this large (MiB) before the create answers; absent: the template's size. */
   diskMib?: number;
+  /** A replay from its source's creation: created like the source, then clock, entropy, placeholders and egress from its recording. */
+  replay?: ReplayPlan;
 }
 
 /** The templates this node knows by name; each is the guest image booted with the request's VM shape. */
@@ -275,30 +277,92 @@ export class Gateway {
     }
     await this.network.validate(req.tenantId, req.network, req.secrets ?? []);
     if (req.diskMib !== undefined) await this.requireDiskRoom(req.diskMib);
+    const replay = req.replay && (await this.replayStart(req.tenantId, req.replay));
     // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
     const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel, this.cpu));
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
-    const sbx = this.newSandbox(req.id, req.tenantId, template, warm?.dir ?? sandboxDir(this.opts.home.run, req.id), req.timeoutS, req.snapshotIntervalS);
+    const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
     this.sandboxes.set(req.id, sbx);
+    if (replay) this.replays.set(req.id, replay.source);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
     if (req.diskMib !== undefined) await this.growDisk(sbx, req.diskMib);
-    await this.connectNetwork(sbx, this.network.newSpec(req.network, req.secrets ?? []), req.envs);
+    const fresh = this.network.newSpec(req.network, req.secrets ?? []);
+    const network = replay ? { ...fresh, placeholders: { ...fresh.placeholders, ...replay.placeholders }, replayOf: replay.source.sourceSandboxId } : fresh;
+    await this.connectNetwork(sbx, network, req.envs, replay && req.replay ? replay.source.answers(req.replay.exchanges) : undefined);
     this.snapshots.track(sbx);
+    // What a replay from creation hands its guest again; in the recording like the entropy, the log names it by content id.
+    const placeholders = network.secrets.length > 0 ? sbx.recorder?.content(Buffer.from(JSON.stringify(network.placeholders))) : undefined;
     await this.opts.events.append({
       type: 'sandbox.started',
       tenantId: req.tenantId,
       sandboxId: req.id,
       // vmId names the QEMU process (`-name sandglass-<vmId>`): the sandbox id, or the warm-pool entry it came from.
-      data: { pid: sbx.pid ?? null, vmId: warm?.id ?? req.id, restoreMs: Math.round(restoreMs * 10) / 10, pooled, template: template.key, accel: this.accel },
+      data: {
+        pid: sbx.pid ?? null,
+        vmId: warm?.id ?? req.id,
+        restoreMs: Math.round(restoreMs * 10) / 10,
+        pooled,
+        template: template.key,
+        accel: this.accel,
+        ...(placeholders?.contentId ? { placeholdersContentId: placeholders.contentId } : {}),
+      },
     });
+    if (replay) {
+      await this.opts.events.append({
+        type: 'sandbox.forked',
+        tenantId: req.tenantId,
+        sandboxId: req.id,
+        data: {
+          snapshotId: null,
+          sourceSandboxId: replay.source.sourceSandboxId,
+          network: network.policy ?? null,
+          secrets: network.secrets,
+          replayOf: replay.source.sourceSandboxId,
+        },
+      });
+    }
     return sbx;
   }
 
-  /** A restored sandbox keeps its placeholders (its processes hold them); a resume brings the policy in force now. */
+  /**
+   * What a replay needs of its source's recording before anything starts: the recording itself (refused when there
+   * is none), the source's clock and entropy at the start point, and for a replay from creation its placeholders.
+   */
+  private async replayStart(
+    tenantId: string,
+    plan: ReplayPlan,
+    takenAt?: string,
+  ): Promise<{ source: SourceRecording; sync: NonNullable<SandboxOptions['replaySync']>; placeholders: Record<string, string> }> {
+    // The source's last inputs may still be on their way into its recording (a source running here): commit them first.
+    await this.sandboxes.get(plan.sourceSandboxId)?.recorder?.flush();
+    const source = await SourceRecording.open(this.opts.store, tenantId, plan.sourceSandboxId);
+    const sync = {
+      sourceSandboxId: source.sourceSandboxId,
+      timeUnixNs: plan.sync ? BigInt(plan.sync.timeUnixNs) : BigInt(takenAt !== undefined ? Date.parse(takenAt) : this.opts.clock.nowMs()) * 1_000_000n,
+      entropy: plan.sync ? await source.read(plan.sync.entropyContentId) : Buffer.alloc(64),
+    };
+    let placeholders: Record<string, string> = {};
+    if (plan.placeholdersContentId !== undefined) {
+      const parsed: unknown = JSON.parse((await source.read(plan.placeholdersContentId)).toString('utf8'));
+      if (typeof parsed !== 'object' || parsed === null || Object.values(parsed).some((v) => typeof v !== 'string')) {
+        throw new SandglassError('invalid_argument', `Content ${plan.placeholdersContentId} is not a recording of placeholders.`, {
+          details: { field: 'replay.placeholdersContentId' },
+        });
+      }
+      placeholders = parsed as Record<string, string>;
+    }
+    return { source, sync, placeholders };
+  }
+
+  /**
+   * A restored sandbox keeps its placeholders (its processes hold them) and stays a replay's if it was one; a resume
+   * brings the policy in force now.
+   */
   private restoredNetwork(saved: NetworkSpec | undefined, req: RestoreRequest): NetworkSpec {
     if (req.network === undefined && req.secrets === undefined) return saved ?? this.network.newSpec(undefined, []);
     const fresh = this.network.newSpec(req.network, req.secrets ?? saved?.secrets ?? []);
-    return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders } };
+    return { ...fresh, placeholders: { ...fresh.placeholders, ...saved?.placeholders }, ...(saved?.replayOf ? { replayOf: saved.replayOf } : {}) };
   }
 
   /**
@@ -404,17 +468,10 @@ export class Gateway {
         `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which neither this node nor the template registry has.`,
       );
     }
-    // The source's last inputs may still be on their way into its recording (a source running here): commit them first.
-    if (kind === 'fork' && req.replay) await this.sandboxes.get(req.replay.sourceSandboxId)?.recorder?.flush();
     // A replay reads only its source's recording: refused before anything starts when there is none.
-    const source = kind === 'fork' && req.replay ? await SourceRecording.open(this.opts.store, req.tenantId, req.replay.sourceSandboxId) : undefined;
-    const sync = source && req.replay?.sync;
-    const replaySync = source && {
-      sourceSandboxId: source.sourceSandboxId,
-      timeUnixNs: sync ? BigInt(sync.timeUnixNs) : BigInt(Date.parse(m.takenAt)) * 1_000_000n,
-      entropy: sync ? await source.read(sync.entropyContentId) : Buffer.alloc(64),
-    };
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replaySync);
+    const replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
+    const source = replay?.source;
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
     this.sandboxes.set(req.id, sbx);
     if (source) this.replays.set(req.id, source);
     const t0 = performance.now();
@@ -430,7 +487,8 @@ export class Gateway {
     }
     sbx.adoptSnapshot(prepared);
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
-    const network = this.restoredNetwork(prepared.network, req);
+    const restored = this.restoredNetwork(prepared.network, req);
+    const network = source ? { ...restored, replayOf: source.sourceSandboxId } : restored;
     await this.connectNetwork(sbx, network, req.envs, source && req.replay ? source.answers(req.replay.exchanges) : undefined);
     this.snapshots.track(sbx);
     const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };

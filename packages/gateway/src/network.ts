@@ -52,7 +52,15 @@ export interface NetworkSpec {
   secrets: string[];
   /** Secret name → placeholder the guest sees; fixed for the sandbox's life (its processes hold them in their env). */
   placeholders: Record<string, string>;
+  /**
+   * A replay's fork (the source it replays): its egress connects nowhere, for its whole life. Kept in its snapshots
+   * like the rest, so whatever is restored from them (a kept fork resumed, a fork of it) stays confined too.
+   */
+  replayOf?: string;
 }
+
+/** The answers of a sandbox restored from a replay's snapshot: none (the recording answered the replay itself). */
+const NOTHING_RECORDED: ReplaySource = { answer: async () => undefined };
 
 export interface NetworkOptions {
   events: GatewayEvents;
@@ -163,10 +171,11 @@ export class NetworkManager {
       },
     }));
     this.proxy.removeSandbox(sandboxId);
+    const confined = replay ?? (spec.replayOf !== undefined ? NOTHING_RECORDED : undefined);
     const egress = await this.proxy.addSandbox(sandboxId, {
       policy: spec.policy ? parsePolicy(spec.policy) : DENY_ALL,
       secrets: bindings,
-      ...(replay ? { replay } : {}),
+      ...(confined ? { replay: confined } : {}),
     });
     this.egress.set(sandboxId, egress);
     await this.installCa(agent, egress);

@@ -228,6 +228,8 @@ export async function readContent(tenant: TenantStore, ref: { contentId: string;
 export interface ReplayPlan {
   sourceSandboxId: string;
   sync?: { timeUnixNs: string; entropyContentId: string };
+  /** A replay from the source's creation: the placeholders it was created with, as its recording keeps them. */
+  placeholdersContentId?: string;
   exchanges: Array<{
     method: string;
     url: string;

@@ -46,8 +46,12 @@ export interface ReplayInputResult {
 export interface ReplayReport {
   sourceSandboxId: string;
   forkSandboxId: string;
-  snapshotId: string;
-  /** Inputs replayed come after this snapshot and up to `untilSeq` (the source's last event when no --until). */
+  /** The snapshot the replay started from; null: from the source's creation. */
+  snapshotId: string | null;
+  /**
+   * Inputs replayed come after this snapshot (from creation: the source's creation time, and every input) and up to
+   * `untilSeq` (the source's last event when no --until).
+   */
   fromSnapshotTakenAt: string;
   untilSeq: number;
   inputs: ReplayInputResult[];
@@ -115,7 +119,7 @@ export function summarize(base: Omit<ReplayReport, 'counts' | 'firstDivergence' 
 /** The report as people read it: one line per input, then the first divergence with both sides. */
 export function formatReplayReport(r: ReplayReport): string {
   const mark: Record<Verdict, string> = { same: 'same', timing: 'timing', nondeterministic: 'nondet', different: 'DIFF', not_recorded: 'unrecorded' };
-  const lines = [`replay of ${r.sourceSandboxId} from ${r.snapshotId} (${r.fromSnapshotTakenAt}) in ${r.forkSandboxId}`];
+  const lines = [`replay of ${r.sourceSandboxId} from ${r.snapshotId ?? 'its creation'} (${r.fromSnapshotTakenAt}) in ${r.forkSandboxId}`];
   for (const i of r.inputs) {
     lines.push(`  #${i.seq} ${mark[i.verdict].padEnd(10)} ${i.kind.padEnd(11)} ${i.summary}`);
     for (const d of i.differences) lines.push(`      ${d}`);

@@ -9,6 +9,11 @@ import { compareCommand, digestOf, summarize, type CommandOutcome, type OutputDi
 import type { SandboxEvent, SignalName } from './types.js';
 
 export interface ReplayRunOptions {
+  /**
+   * Start from the moment the sandbox was created (its template with what it was created with, and the clock and
+   * entropy of its first sync) instead of a snapshot. The default when no snapshot precedes the sandbox's first input.
+   */
+  from?: 'creation';
   /** The snapshot to start from; default: the sandbox's first snapshot (or its latest at or before `at`). */
   snapshotId?: string;
   at?: Date | string;
@@ -46,21 +51,42 @@ async function sourceEvents(cp: ControlPlane, sandboxId: string): Promise<Sandbo
 
 const ms = (t: Date | string) => (t instanceof Date ? t.getTime() : Date.parse(t));
 
-/** Picks the snapshot a replay starts from: named, the latest at or before `at`, or the first. */
-function chooseSnapshot(events: SandboxEvent[], opts: ReplayRunOptions): { snapshotId: string; takenAt: string } {
+/** The events a replay re-issues. */
+const INPUT_TYPES = new Set(['command.started', 'command.input', 'file.written', 'file.tar_written', 'file.removed', 'file.renamed', 'file.dir_created']);
+
+/** Where a replay starts: a snapshot, or (snapshotId null) the moment the sandbox was created. */
+interface Start {
+  snapshotId: string | null;
+  takenAt: string;
+}
+
+/**
+ * Picks where a replay starts: the named snapshot, the latest at or before `at`, the sandbox's creation (`from:
+ * 'creation'`, and the default when no snapshot precedes its first input), or else its first snapshot.
+ */
+export function chooseStart(events: SandboxEvent[], opts: ReplayRunOptions): Start {
   const taken = events
     .filter((e) => e.type === 'snapshot.taken')
     .map((e) => ({ snapshotId: String(e.data.snapshotId), takenAt: String(e.data.takenAt ?? e.at) }));
-  let pick: { snapshotId: string; takenAt: string } | undefined;
+  const creation = (): Start => ({
+    snapshotId: null,
+    takenAt: events.find((e) => e.type === 'sandbox.created')?.at ?? events[0]?.at ?? new Date(0).toISOString(),
+  });
+  if (opts.from === 'creation') return creation();
+  let pick: Start | undefined;
   if (opts.snapshotId !== undefined) pick = taken.find((s) => s.snapshotId === opts.snapshotId);
   else if (opts.at !== undefined) pick = taken.filter((s) => Date.parse(s.takenAt) <= ms(opts.at!)).pop();
-  else pick = taken[0];
+  else {
+    const firstInput = events.find((e) => INPUT_TYPES.has(e.type));
+    const first = taken[0];
+    pick = first && (!firstInput || Date.parse(first.takenAt) < Date.parse(firstInput.at)) ? first : creation();
+  }
   if (!pick) {
     throw new SandglassError(
       'snapshot_not_found',
       opts.snapshotId !== undefined
         ? `Snapshot ${opts.snapshotId} is not one of this sandbox's.`
-        : 'The sandbox has no snapshot to replay from (at that time); a replay starts from one: take one with sandbox.snapshot().',
+        : 'The sandbox has no snapshot at or before that time; replay it from its creation (from: creation) or a later time.',
     );
   }
   return pick;
@@ -79,12 +105,18 @@ interface Running {
 export async function runReplay(cp: ControlPlane, sourceId: string, opts: ReplayRunOptions = {}): Promise<ReplayReport> {
   const t0 = performance.now();
   const events = await sourceEvents(cp, sourceId);
-  const snap = chooseSnapshot(events, opts);
-  const fromMs = Date.parse(snap.takenAt);
+  const snap = chooseStart(events, opts);
+  // From creation every input is replayed; from a snapshot, those after it.
+  const fromMs = snap.snapshotId === null ? Number.NEGATIVE_INFINITY : Date.parse(snap.takenAt);
   const untilMs = opts.until === undefined ? Number.POSITIVE_INFINITY : ms(opts.until);
   const inputTimeoutMs = opts.inputTimeoutMs ?? 60_000;
   const { sandboxes } = await cp.json<ControlPlaneReply<'forkSandbox'>>('POST', '/v1/forks', {
-    json: { snapshotId: snap.snapshotId, count: 1, timeoutS: opts.timeoutS ?? 600, replay: true },
+    json: {
+      ...(snap.snapshotId === null ? { sandboxId: sourceId, fromCreation: true } : { snapshotId: snap.snapshotId }),
+      count: 1,
+      timeoutS: opts.timeoutS ?? 600,
+      replay: true,
+    },
   });
   const fork = sandboxes[0]!;
   const dataPlane = new DataPlane(cp, fork.id, fork.access);

@@ -186,16 +186,17 @@ export class Sandbox {
 
   /**
    * Replays a sandbox: forks it in replay mode at a snapshot (its first, `snapshotId`, or its latest at or before
-   * `at`) and re-issues every recorded input after it, up to `until`, in order (commands with their argv, env, cwd and
+   * `at`) or at its creation (`from: 'creation'`, the default when no snapshot precedes its first input) and re-issues every recorded input after it, up to `until`, in order (commands with their argv, env, cwd and
    * user; stdin, signals and resizes once the fork's output reaches the offset they arrived at; file writes from their
    * recorded content), with the guest's clock and entropy from the recording and egress answered only from the recorded
    * exchanges. Answers the report: per input same or different, and the first real divergence with both sides.
    */
   static async replay(source: string | Sandbox, opts: ReplayOptions = {}): Promise<ReplayReport> {
-    const { snapshotId, at, until, nondeterministic, inputTimeoutMs, timeoutS, keepFork, prepare, ...config } = opts;
+    const { from, snapshotId, at, until, nondeterministic, inputTimeoutMs, timeoutS, keepFork, prepare, ...config } = opts;
     const sameConnection = source instanceof Sandbox && config.apiUrl === undefined && config.apiKey === undefined && config.requestTimeoutMs === undefined;
     const cp = sameConnection ? source.controlPlane : await ControlPlane.open(config);
     return runReplay(cp, source instanceof Sandbox ? source.id : source, {
+      from,
       snapshotId,
       at,
       until,

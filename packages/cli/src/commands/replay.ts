@@ -11,7 +11,10 @@ export function registerReplayCommand(program: Command, act: Act): void {
       'fork a sandbox at a snapshot in replay mode and re-issue its recorded inputs in order (clock, entropy and egress from the recording); print each input as same or different and the first divergence',
     )
     .argument('<id>', 'sandbox id')
-    .option('--from <snapshot>', 'start from this snapshot (default: the first)')
+    .option(
+      '--from <snapshot>',
+      "start from this snapshot, or 'creation': the moment the sandbox was created (default: its first snapshot, or its creation when no snapshot precedes its first input)",
+    )
     .option('--at <time>', 'start from the latest snapshot at or before this time', parseTime)
     .option('--until <time>', 'replay inputs recorded up to this time', parseTime)
     .option('--nondeterministic <strings>', 'commands whose argv contains one of these (comma-separated) may print different output', collectList)
@@ -21,7 +24,7 @@ export function registerReplayCommand(program: Command, act: Act): void {
       act(async (id: string, flags: { from?: string; at?: string; until?: string; nondeterministic?: string[]; keep?: boolean; json?: boolean }) => {
         if (flags.from !== undefined && flags.at !== undefined) throw new InvalidArgumentError('give --from or --at, not both');
         const report = await Sandbox.replay(id, {
-          snapshotId: flags.from,
+          ...(flags.from === 'creation' ? { from: 'creation' as const } : { snapshotId: flags.from }),
           at: flags.at,
           until: flags.until,
           nondeterministic: flags.nondeterministic,

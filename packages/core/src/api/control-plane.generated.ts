@@ -724,6 +724,8 @@ export interface components {
             metadata?: components["schemas"]["Metadata"];
             /** @description The fork replays its source from the snapshot (`sandglass replay`): the guest's clock is the snapshot's time and its entropy the source's recorded one instead of fresh, its egress proxy answers only from the source's recorded exchanges after the snapshot and connects nowhere, and its data plane serves the source's recorded inputs (`/recording/{contentId}`). Its sandbox.forked event carries `replayOf`. */
             replay?: boolean;
+            /** @description With `sandboxId` and `replay`: the fork starts from the moment its source was created, not from a snapshot: the source's template with the envs, network and secrets' placeholders it was created with, and the clock and entropy of its first sync (`sandglass replay --from creation`). The source must have been created from a template, not forked. The fork's sandbox.forked event has `snapshotId: null`. */
+            fromCreation?: boolean;
         };
         Snapshot: {
             /** @description `snap_…` */
@@ -750,8 +752,8 @@ export interface components {
             snapshot: components["schemas"]["Snapshot"];
         };
         ForkResponse: {
-            /** @description The snapshot the forks started from. */
-            snapshotId: string;
+            /** @description The snapshot the forks started from; null: their source's creation (fromCreation). */
+            snapshotId: string | null;
             sandboxes: components["schemas"]["Sandbox"][];
         };
         SetTimeoutRequest: {

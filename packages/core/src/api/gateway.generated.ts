@@ -812,6 +812,8 @@ export interface components {
                 timeUnixNs: string;
                 entropyContentId: components["schemas"]["ContentId"];
             };
+            /** @description A replay from its source's creation: the secrets' placeholders the source was created with (its sandbox.started names them), so the fork's processes hold the same ones. */
+            placeholdersContentId?: components["schemas"]["ContentId"];
             exchanges: {
                 method: string;
                 url: string;
@@ -1552,6 +1554,8 @@ export interface operations {
                     envs?: components["schemas"]["NodeEnvs"];
                     /** @description The root disk is grown to at least this many MiB before the answer; absent: the template's size. */
                     diskMib?: number;
+                    /** @description The new sandbox replays its source from the source's creation: created like it (the request repeats what the source was created with), then clock, entropy, placeholders and egress answers from the source's recording, as a fork's replay from a snapshot. */
+                    replay?: components["schemas"]["NodeReplayPlan"];
                 };
             };
         };
