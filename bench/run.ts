@@ -248,7 +248,7 @@ async function egressPhase(): Promise<void> {
 }
 
 /**
- * BENCH_ONLY=snapshots|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
+ * BENCH_ONLY=snapshots|sizes|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
  * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md;
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  */
@@ -288,6 +288,48 @@ async function jailPhase(): Promise<void> {
     p95: '',
     other: 'target ≤ 5 ms',
   });
+}
+
+/**
+ * Sizes (BENCH_ONLY=sizes): create → first exec result for each memory size and a 2-vCPU one against 256 MiB, same
+ * server and run (warm pool off, so every create restores). The first create of a size waits for its template build
+ * through the progress path (Sandbox.create's onProgress): timed apart, as the one-off cost of a size.
+ */
+async function sizesPhase(): Promise<void> {
+  const running = await start({ home, port, warmPoolSize: 0 });
+  const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+  const shapes = [
+    { label: '256 MiB, 1 vCPU', memoryMib: 256, vcpus: 1 },
+    { label: '512 MiB, 1 vCPU', memoryMib: 512, vcpus: 1 },
+    { label: '1024 MiB, 1 vCPU', memoryMib: 1024, vcpus: 1 },
+    { label: '256 MiB, 2 vCPU', memoryMib: 256, vcpus: 2 },
+  ];
+  const firstExec = async (shape: { memoryMib: number; vcpus: number }, progress?: string[]): Promise<number> => {
+    const t0 = performance.now();
+    const s = await Sandbox.create({ ...config, memoryMib: shape.memoryMib, vcpus: shape.vcpus, onProgress: (p) => progress?.push(p.phase ?? '') });
+    await s.commands.run('true');
+    const t = performance.now() - t0;
+    await s.kill();
+    return t;
+  };
+  const n = quick ? 3 : 8;
+  const times = new Map<string, number[]>();
+  try {
+    for (const shape of shapes) {
+      const progress: string[] = [];
+      const first = await firstExec(shape, progress);
+      rows.push({ what: `first create of ${shape.label} → first exec`, n: 1, p50: ms(first), p95: '', other: `${progress.length} progress answers waited on` });
+    }
+    // Interleaved, so every size sees the same host load.
+    for (let i = 0; i < n; i++) for (const shape of shapes) times.set(shape.label, [...(times.get(shape.label) ?? []), await firstExec(shape)]);
+  } finally {
+    await running.stop();
+  }
+  const base = pct(times.get(shapes[0]!.label)!, 50);
+  for (const shape of shapes) {
+    const xs = times.get(shape.label)!;
+    addLatency(`create ${shape.label} → first exec`, xs, `${(pct(xs, 50) / base).toFixed(2)}× 256 MiB (p50)`);
+  }
 }
 
 /** Host load, as the rows of the cluster phase are only comparable within one run on this shared machine. */
@@ -899,6 +941,11 @@ async function main(): Promise<void> {
     if (!quick) writeSection('e2b', e2bSection(header, e2bRows));
     return;
   }
+  if (only === 'sizes') {
+    await sizesPhase();
+    printRows();
+    return;
+  }
   if (only === 'jail') {
     await jailPhase();
     printRows();
@@ -1026,6 +1073,7 @@ async function main(): Promise<void> {
   }
 
   await snapshotPhase();
+  await sizesPhase();
   await egressPhase();
   await jailPhase();
   const cluster = await clusterPhase();

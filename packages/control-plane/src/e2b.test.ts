@@ -82,6 +82,7 @@ beforeAll(async () => {
     if (req.headers.authorization !== `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`)
       return reply(401, { error: { code: 'unauthenticated', message: 'node secret' } });
     const url = new URL(req.url!, 'http://gw');
+    if (req.method === 'POST' && url.pathname === '/internal/v1/templates/prepare') return reply(200, { key: 'tpl-key' });
     if (req.method === 'POST' && url.pathname === '/internal/v1/sandboxes') {
       const b = body as { id: string; tenantId: string };
       await events.append({ type: 'sandbox.started', tenantId: b.tenantId, sandboxId: b.id, data: { pid: 1 } }, { clock });

@@ -80,6 +80,14 @@ export class GatewayClient {
     this.#requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
   }
 
+  /**
+   * Asks the gateway for the template in the sandbox's VM shape before the sandbox is recorded: ready, or
+   * `template_not_ready` once the gateway's bounded wait ends with its build still running (it goes on there).
+   */
+  async prepareTemplate(gateway: GatewayEndpoint, req: InternalBody<'nodePrepareTemplate'>): Promise<void> {
+    await this.#call(gateway, 'POST', '/internal/v1/templates/prepare', req, this.#createTimeoutMs);
+  }
+
   async createSandbox(gateway: GatewayEndpoint, req: GatewayCreateRequest): Promise<GatewayCreateReply> {
     return (await this.#call(gateway, 'POST', '/internal/v1/sandboxes', req, this.#createTimeoutMs)) as GatewayCreateReply;
   }

@@ -142,6 +142,10 @@ export class SandboxService {
       vcpus: req.vcpus,
       ...(template.artifact_key === null ? {} : { templateKey: template.artifact_key }),
     });
+    // Before the sandbox exists in the log: a size whose template is still being built answers `template_not_ready`
+    // (retryable; its build goes on on the node) and leaves no failed sandbox behind; one the node does not serve,
+    // `size_unsupported`.
+    await gatewayClient.prepareTemplate(gateway, { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus });
     const id = newId('sbx');
     const spec = {
       template: template.name,

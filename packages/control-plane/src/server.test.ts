@@ -56,6 +56,8 @@ interface SeenRequest {
 let fakeGateway: Server;
 let gatewayUrl: string;
 let seen: SeenRequest[];
+/** Bodies of the template prepares the control plane asked for, in order. */
+let prepared: unknown[] = [];
 let mode: GatewayMode;
 let forkMode: ForkMode;
 /** What the fake gateway's approval broker holds, by sandbox id. */
@@ -100,11 +102,16 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
 beforeAll(async () => {
   fakeGateway = createServer(async (req, res) => {
     const body = await readBody(req);
-    seen.push({ method: req.method!, url: req.url!, authorization: req.headers.authorization, body });
     const reply = (status: number, json?: unknown) => {
       res.writeHead(status, json === undefined ? {} : { 'content-type': 'application/json' });
       res.end(json === undefined ? undefined : JSON.stringify(json));
     };
+    // Every create asks for its size's template first; kept apart so `seen` lists what acts on sandboxes.
+    if (req.method === 'POST' && req.url === '/internal/v1/templates/prepare') {
+      prepared.push(body);
+      return reply(200, { key: 'tpl-key' });
+    }
+    seen.push({ method: req.method!, url: req.url!, authorization: req.headers.authorization, body });
     if (req.headers.authorization !== `Bearer ${NODE_KEYS.internalBearer.toString('hex')}`)
       return reply(401, { error: { code: 'unauthenticated', message: 'node secret' } });
     if (req.method === 'POST' && req.url === '/internal/v1/sandboxes') {
@@ -196,6 +203,7 @@ async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test
 
 beforeEach(async () => {
   seen = [];
+  prepared = [];
   mode = 'ok';
   forkMode = 'ok';
   pendingApprovals = new Map();
@@ -379,6 +387,7 @@ describe('POST /v1/sandboxes', () => {
         body: { id: sbx.id, tenantId: sbx.tenantId, template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 60, snapshotIntervalS: 60 },
       },
     ]);
+    expect(prepared).toEqual([{ template: 'base', memoryMib: 512, vcpus: 2 }]);
     expect((await events.list({ sandboxId: sbx.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.started']);
     const { access: _access, ...withoutAccess } = sbx;
     expect((await call('GET', `/v1/sandboxes/${sbx.id}`)).json()).toEqual(withoutAccess);
@@ -473,7 +482,7 @@ describe('POST /v1/sandboxes', () => {
     expect((await events.list({ sandboxId: row!.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.failed']);
   });
 
-  it('answers gateway_unavailable when the gateway cannot be reached, and the sandbox ends failed', async () => {
+  it('answers gateway_unavailable when the gateway cannot be reached, and records no sandbox', async () => {
     const closed = createServer();
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
     const deadUrl = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
@@ -484,8 +493,8 @@ describe('POST /v1/sandboxes', () => {
     const res = await call('POST', '/v1/sandboxes');
     expect(res.statusCode).toBe(502);
     expect(res.json().error).toMatchObject({ code: 'gateway_unavailable', message: expect.stringContaining('node_dead') });
-    const [row] = await database.db.selectFrom('sandboxes').selectAll().execute();
-    expect(row).toMatchObject({ state: 'failed', failure_reason: expect.stringContaining('cannot be reached') });
+    // The template is asked for before the sandbox is recorded: an unreachable node leaves nothing behind.
+    expect(await database.db.selectFrom('sandboxes').selectAll().execute()).toEqual([]);
   });
 
   it('treats a gateway refusing the node secret as internal, not as the caller’s fault', async () => {

@@ -2,7 +2,7 @@
 import { readdirSync, rmSync } from 'node:fs';
 import { statfs } from 'node:fs/promises';
 import { join } from 'node:path';
-import { totalmem } from 'node:os';
+import { availableParallelism } from 'node:os';
 import { SandglassError, lockHome, type Clock, type GatewayApi, type HomeLayout, type Logger } from '@sandglass/core';
 import { configureJail, killLeftoverVms, type Accel, type AccelChoice, type JailContext } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
@@ -10,7 +10,8 @@ import type { ChunkStore } from '@sandglass/chunkstore';
 import type { KeyProvider } from '@sandglass/kms';
 import type { RetentionPolicy } from '@sandglass/snapshots';
 import { Sandbox, sandboxDir, type HealthPolicy, type SandboxOptions } from './sandbox.js';
-import { TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateRegistry, type TemplateSnapshot } from './templates.js';
+import { templateKey, TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateRegistry, type TemplateSnapshot } from './templates.js';
+import { checkSize, defaultGuestBudgetMib, nodeSizes, type NodeSizes } from './sizes.js';
 import { WarmPool } from './pool.js';
 import { defaultImageCacheBytes, RamFiles, reapOrphanRamDirs } from './ram.js';
 import type { CaptureGate } from './capture-gate.js';
@@ -26,6 +27,14 @@ import type { PolicyInput, ReplaySource } from '@sandglass/egress';
 export const DEFAULT_WARM_POOL = 2;
 /** Fork restores in flight at once: each is CPU-bound under TCG, more only queue for the same cores. */
 const FORK_CONCURRENCY = 4;
+/**
+ * How long a create waits for the template of its size to be built. Past it the build goes on without the request
+ * and the create answers `template_not_ready` with the build's phase, which the SDK and CLI wait on: well inside the
+ * control plane's and the CLI's request timeouts, so no client sees a silent stall (docs/design/sizes.md).
+ */
+export const TEMPLATE_WAIT_MS = 20_000;
+/** A build that failed is answered with its failure for this long, rather than booted again by every retry. */
+const BUILD_FAILURE_HOLD_MS = 30_000;
 
 export interface GatewayOptions {
   home: HomeLayout;
@@ -47,6 +56,8 @@ export interface GatewayOptions {
   imageCacheBytes?: number;
   /** How a hung VM is told from a slow one. */
   health?: HealthPolicy;
+  /** How long a create waits for its size's template build before answering `template_not_ready`; default TEMPLATE_WAIT_MS. */
+  templateWaitMs?: number;
   /** Restores of the base template kept running and warmed for instant creates; 0 turns the pool off. */
   warmPoolSize?: number;
   /** Where snapshots are stored (chunks and manifests), and what retention reads the committed ones from. */
@@ -138,6 +149,10 @@ export class Gateway {
   /** The `-cpu` model every VM of this node gets. */
   readonly cpu: string;
   private readonly budgetMib: number;
+  /** The memory sizes and vCPU counts this node serves (each is a template of its own). */
+  readonly sizes: NodeSizes;
+  /** Builds that failed recently, by template key: a retry gets the failure, not another boot. */
+  private readonly buildFailures = new Map<string, { err: unknown; atMs: number }>();
   private baseStatus: { status: 'building' | 'ready' | 'failed'; key?: string; error?: string } = { status: 'building' };
   private pool?: WarmPool;
   readonly ram: RamFiles;
@@ -175,7 +190,8 @@ export class Gateway {
       },
     );
     const imageCacheBytes = opts.imageCacheBytes ?? defaultImageCacheBytes();
-    this.budgetMib = opts.guestMemoryBudgetMib ?? Math.floor((totalmem() / 1024 / 1024) * 0.75 - imageCacheBytes / 1024 ** 2);
+    this.budgetMib = opts.guestMemoryBudgetMib ?? defaultGuestBudgetMib(imageCacheBytes);
+    this.sizes = nodeSizes({ budgetMib: this.budgetMib, cores: availableParallelism() });
     this.ram = new RamFiles(opts.home.root, opts.shmRoot);
     for (const dir of reapOrphanRamDirs(opts.shmRoot, this.ram.root))
       opts.logger.warn({ dir }, 'removed RAM files a dead server of another home left on tmpfs');
@@ -253,6 +269,44 @@ export class Gateway {
     return [{ name: BASE_TEMPLATE.name, memoryMib: BASE_TEMPLATE.memoryMib, vcpus: BASE_TEMPLATE.vcpus, ...this.baseStatus }];
   }
 
+  /**
+   * The template `name` in a VM shape, within a bounded wait: a size this node does not serve is refused at once, a
+   * size not built yet starts (or joins) its build, which runs on without the caller; one not done within
+   * `templateWaitMs` answers `template_not_ready` with its phase and elapsed time, for the caller to retry.
+   */
+  async templateFor(name: string, memoryMib: number, vcpus: number): Promise<TemplateSnapshot> {
+    if (name !== BASE_TEMPLATE.name) {
+      throw new SandglassError('template_not_found', `No template named ${JSON.stringify(name)} on this node.`, { details: { field: 'template' } });
+    }
+    if (this.baseStatus.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${name} is ${this.baseStatus.status}.`);
+    checkSize(this.sizes, memoryMib, vcpus);
+    const config = vmConfig(memoryMib, vcpus, this.accel, this.cpu);
+    const key = templateKey(this.opts.image, config, this.opts.kernelArgs);
+    const failed = this.buildFailures.get(key);
+    if (failed && this.opts.clock.nowMs() - failed.atMs < BUILD_FAILURE_HOLD_MS && !this.templates.building(config)) throw failed.err;
+    const build = this.templates.ensure(name, config);
+    // Whoever waits on it or not: a failure is kept for the retries that follow (and the build logged it).
+    build.then(
+      () => this.buildFailures.delete(key),
+      (err: unknown) => this.buildFailures.set(key, { err, atMs: this.opts.clock.nowMs() }),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), this.opts.templateWaitMs ?? TEMPLATE_WAIT_MS);
+    });
+    const t = await Promise.race([build, waited]).finally(() => clearTimeout(timer));
+    if (t) return t;
+    const b = this.templates.building(config);
+    const phase = b?.phase ?? 'start';
+    const elapsedMs = b?.elapsedMs ?? 0;
+    throw new SandglassError(
+      'template_not_ready',
+      `The ${memoryMib} MiB, ${vcpus} vCPU ${name} template is being built on this node (${phase}, ${Math.round(elapsedMs / 1000)} s so far); ` +
+        'the build goes on without this request: retry shortly.',
+      { details: { template: name, memoryMib, vcpus, phase, elapsedMs } },
+    );
+  }
+
   private committedMib(): number {
     let sum = 0;
     for (const s of this.sandboxes.values()) sum += s.template.config.memoryMib;
@@ -266,6 +320,7 @@ export class Gateway {
     if (this.baseStatus.status !== 'ready') {
       throw new SandglassError('template_not_ready', `Template ${req.template} is ${this.baseStatus.status}.`);
     }
+    checkSize(this.sizes, req.memoryMib, req.vcpus);
     if (this.sandboxes.has(req.id)) throw new SandglassError('conflict', `Sandbox ${req.id} already exists on this node.`);
     // A warm-pool VM needs no key, but a tenant whose key is revoked or unreachable gets no sandbox.
     await this.revocation.requireKey(req.tenantId);
@@ -278,8 +333,9 @@ export class Gateway {
     await this.network.validate(req.tenantId, req.network, req.secrets ?? []);
     if (req.diskMib !== undefined) await this.requireDiskRoom(req.diskMib);
     const replay = req.replay && (await this.replayStart(req.tenantId, req.replay));
-    // A VM shape other than the template's own is its own template snapshot, booted once and then reused.
-    const template = await this.templates.ensure(req.template, vmConfig(req.memoryMib, req.vcpus, this.accel, this.cpu));
+    // A VM shape other than the template's own is its own template snapshot, booted once and then reused; the control
+    // plane asked for it first (templateFor), so this wait is bounded too.
+    const template = await this.templateFor(req.template, req.memoryMib, req.vcpus);
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
@@ -645,6 +701,8 @@ export class Gateway {
     this.revocation.stop();
     await this.snapshots.stop();
     await this.pool?.close();
+    // A build in flight is stopped and its temporary directory removed: a stopped node leaves no half template.
+    await this.templates.close();
     if (opts.end === false) await this.evictAll();
     else await Promise.all([...this.sandboxes.values()].map((s) => s.end('shutdown')));
     // Every VM is down: the caches on tmpfs are host memory no one will use until the next start rebuilds them.

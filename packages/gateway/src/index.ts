@@ -15,6 +15,7 @@ export {
   type TemplateSnapshot,
 } from './templates.js';
 export { connectAgent } from './agent-link.js';
+export { hostSizes, nodeSizes, type NodeSizes } from './sizes.js';
 export { DEFAULT_HEALTH, type HealthPolicy } from './sandbox.js';
 export { DEFAULT_RECORDING_CAP_BYTES, readContent, recordingManifestId, type ContentRef } from './recording.js';
 export { kvmProbeAttempt } from './accel-probe.js';

@@ -48,7 +48,11 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return reply.status(204).send();
     });
     route('POST', '/internal/v1/tenants/{tenantId}/key-revoked', async (req) => gw.revocation.revoke(req.params.tenantId, 'api'));
-    route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates() }));
+    route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates(), sizes: gw.sizes }));
+    route('POST', '/internal/v1/templates/prepare', async (req) => {
+      const { template, memoryMib, vcpus } = req.body;
+      return { key: (await gw.templateFor(template, memoryMib, vcpus)).key };
+    });
 
     // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
     route('POST', '/internal/v1/sandboxes/{id}/snapshots', async (req, reply) => {

@@ -1,7 +1,7 @@
 // What a template's guest runs before its snapshot, and that it is part of the template's key.
 import { describe, expect, it } from 'vitest';
 import type { GuestImage } from '@sandglass/images';
-import { templateKey, templatePrep, vmConfig } from './templates.js';
+import { TEMPLATE_ZERO_FILL_MIB, templateKey, templatePrep, vmConfig } from './templates.js';
 
 const image = { key: 'img-test' } as GuestImage;
 
@@ -16,6 +16,12 @@ describe('templatePrep', () => {
       expect(p).toMatch(/cat \/dev\/zero > \/mnt\/zero/);
       expect(p.indexOf('umount /mnt')).toBeGreaterThan(p.indexOf('/dev/zero'));
     }
+  });
+
+  it('fills at most TEMPLATE_ZERO_FILL_MIB whatever the guest size, so a large guest costs no more to prepare', () => {
+    const p = templatePrep('tcg', {})!;
+    const cap = `${TEMPLATE_ZERO_FILL_MIB * 1024}`;
+    expect(p).toContain(`fill_kib < ${cap} ? fill_kib : ${cap}`);
   });
 
   it('is skipped with SANDGLASS_TEMPLATE_PREP=off, and a template built either way has its own key', () => {

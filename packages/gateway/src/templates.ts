@@ -1,8 +1,8 @@
 // Templates: a guest image booted once and snapshotted when its agent answers. Every sandbox restores one.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { newId, SandglassError, type Logger } from '@sandglass/core';
+import { newId, processStartTime, SandglassError, type Logger } from '@sandglass/core';
 import { bootVm, qemuVersion, chownToVm, sealTemplate, type SnapshotFiles, type Vm, type VmConfig, type Accel } from '@sandglass/vmm';
 import type { ChunkStore, TenantStore } from '@sandglass/chunkstore';
 import { materializeTemplate, parseManifestBody, storeTemplate, STATE_CHUNK_BYTES, type ManifestBody, type TemplateRecord } from '@sandglass/snapshots';
@@ -19,23 +19,34 @@ const TEMPLATE_GATE_WAIT_MS = 10 * 60_000;
 const TEMPLATE_RECIPE = 4;
 
 /**
+ * At most this much free memory is written with zeros before a template's snapshot. The pages a boot dirtied and
+ * freed (page cache, the unpacked initramfs) are what the fill is for, and they do not grow with the guest: a 1 GiB
+ * guest's template image measured 79 MiB with no fill, 76 MiB with this much, 77 MiB with 640 MiB; filling all of
+ * it took over 16 s under TCG and ran the guest out of memory (docs/design/sizes.md).
+ */
+export const TEMPLATE_ZERO_FILL_MIB = 192;
+
+/**
  * Run in the template's guest after boot, right before its snapshot: what every sandbox restored from it starts
- * with. Dropping the page cache and then filling the freed memory with zeros (a tmpfs written until full, then
- * removed) leaves freed pages all-zero, so the tmpfs copy of the template RAM (zero blocks become holes) and every
- * VM's RAM file hold only what the guest really uses; bash is read back so a first command finds it cached. Under
- * TCG, address-space randomization is turned off in the guest: every new process would otherwise place ld.so, libc
- * and bash at fresh addresses and QEMU would translate their code again (translated code is found by address).
+ * with. Dropping the page cache and then filling freed memory with zeros (a tmpfs written until full, then removed)
+ * leaves freed pages all-zero, so the tmpfs copy of the template RAM (zero blocks become holes) and every VM's RAM
+ * file hold only what the guest really uses; bash is read back so a first command finds it cached. The fill is
+ * capped (TEMPLATE_ZERO_FILL_MIB), so a larger guest costs no more to prepare. Under TCG, address-space
+ * randomization is turned off in the guest: every new process would otherwise place ld.so, libc and bash at fresh
+ * addresses and QEMU would translate their code again (translated code is found by address).
  * SANDGLASS_TEMPLATE_PREP=off builds templates without it (the benchmark's baseline). See docs/design/density.md.
  */
 export function templatePrep(accel: Accel, env: NodeJS.ProcessEnv = process.env): string | undefined {
   if (env.SANDGLASS_TEMPLATE_PREP === 'off') return undefined;
+  const capKib = TEMPLATE_ZERO_FILL_MIB * 1024;
   return [
     ...(accel === 'tcg' ? ['echo 0 > /proc/sys/kernel/randomize_va_space'] : []),
     'sync',
     'echo 3 > /proc/sys/vm/drop_caches',
     "free_kib=$(awk '/^MemFree:/ { print $2 }' /proc/meminfo)",
     // 32 MiB stay free for the kernel; the write ends when the tmpfs is full.
-    'mount -t tmpfs -o size=$((free_kib > 65536 ? free_kib - 32768 : 32768))k sandglass-zero /mnt',
+    `fill_kib=$((free_kib > 65536 ? free_kib - 32768 : 32768))`,
+    `mount -t tmpfs -o size=$((fill_kib < ${capKib} ? fill_kib : ${capKib}))k sandglass-zero /mnt`,
     '{ cat /dev/zero > /mnt/zero 2>/dev/null || true; }',
     'umount /mnt',
     'echo 3 > /proc/sys/vm/drop_caches',
@@ -55,6 +66,16 @@ export interface TemplateSnapshot extends SnapshotFiles {
   createdAt: string;
   /** Set when this node rebuilt the template from the store rather than booting it: how long that took. */
   materializeMs?: number;
+}
+
+/** A build (or fetch) of a template key in flight: what it is doing now, for a create that waits on it. */
+export interface TemplateBuildStatus {
+  key: string;
+  memoryMib: number;
+  vcpus: number;
+  /** boot, sync, prep, snapshot, publish, fetch */
+  phase: string;
+  elapsedMs: number;
 }
 
 export interface TemplateProgress {
@@ -110,6 +131,10 @@ export class TemplateStore {
   /** One operation on a key's directory at a time (a build, a materialization, a replacement). */
   private busy = new Map<string, Promise<unknown>>();
 
+  /** Builds and fetches in flight, by key: their phase and start, and the VM a build boots (killed by close). */
+  private inFlight = new Map<string, { config: VmConfig; phase: string; t0: number; vm?: Vm }>();
+  private closed = false;
+
   private readonly artifactsDir: string;
 
   constructor(
@@ -120,13 +145,48 @@ export class TemplateStore {
     private readonly sharing?: TemplateSharing,
   ) {
     this.artifactsDir = realpathSync(artifactsDir);
+    this.removeStaleTemporaries();
+  }
+
+  /**
+   * Half-built or half-fetched template directories (`template-<key>.tmp-<pid>`) whose process is gone: a crash, a
+   * SIGKILL or a power cut mid-build left them, and nothing else would ever remove them.
+   */
+  private removeStaleTemporaries(): void {
+    for (const name of readdirSync(this.artifactsDir)) {
+      const m = /^template-[0-9a-f]{16}\.tmp-(\d+)$/.exec(name);
+      if (!m || (Number(m[1]) !== process.pid && processStartTime(Number(m[1])) !== undefined)) continue;
+      rmSync(join(this.artifactsDir, name), { recursive: true, force: true });
+      this.log.warn({ dir: name }, 'removed a template directory a stopped build left unfinished');
+    }
+  }
+
+  /**
+   * The key's build or fetch in flight, if any. A build runs on its own, whoever asked for it: a caller that stops
+   * waiting leaves it running, and the next `ensure` of the same shape joins it.
+   */
+  building(config: VmConfig): TemplateBuildStatus | undefined {
+    const key = templateKey(this.image, config, this.kernelArgs);
+    const b = this.inFlight.get(key);
+    return b && { key, memoryMib: b.config.memoryMib, vcpus: b.config.vcpus, phase: b.phase, elapsedMs: Math.round(performance.now() - b.t0) };
+  }
+
+  /**
+   * Stops builds in flight (their VMs are killed, their temporary directories removed) and waits for every operation
+   * on a template directory to end, so a stopped node leaves no `.tmp-` directory behind.
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const b of this.inFlight.values()) b.vm?.kill();
+    await Promise.all([...this.busy.values()].map((p) => p.catch(() => undefined)));
   }
 
   async ensure(name: string, config: VmConfig, onProgress?: (p: TemplateProgress) => void): Promise<TemplateSnapshot> {
     const key = templateKey(this.image, config, this.kernelArgs);
     const existing = this.ready.get(key);
     if (existing) return existing;
-    const promise = this.serially(key, () => this.obtain(name, key, config, onProgress));
+    if (this.closed) throw new SandglassError('gateway_unavailable', 'This node is stopping; it builds no more templates.');
+    const promise = this.serially(key, () => this.tracked(key, config, () => this.obtain(name, key, config, onProgress)));
     this.ready.set(key, promise);
     promise.catch(() => this.ready.delete(key));
     return promise;
@@ -155,6 +215,22 @@ export class TemplateStore {
     return meta ? this.load(meta.name, key) : undefined;
   }
 
+  /** Runs a build or fetch of `key` with its phase visible to `building`. */
+  private async tracked<T>(key: string, config: VmConfig, fn: () => Promise<T>): Promise<T> {
+    if (this.cached(key)) return fn();
+    this.inFlight.set(key, { config, phase: 'start', t0: performance.now() });
+    try {
+      return await fn();
+    } finally {
+      this.inFlight.delete(key);
+    }
+  }
+
+  private phase(key: string, phase: string): void {
+    const b = this.inFlight.get(key);
+    if (b) b.phase = phase;
+  }
+
   private serially<T>(key: string, fn: () => Promise<T>): Promise<T> {
     const run = (this.busy.get(key) ?? Promise.resolve()).catch(() => undefined).then(fn);
     this.busy.set(key, run);
@@ -174,12 +250,14 @@ export class TemplateStore {
     if (ref) {
       if (local) this.log.warn({ key, snapshotId: ref.snapshotId }, "the cached template is not the registry's; replacing it with the registry's");
       onProgress?.({ step: 'template', message: `fetching ${name} from the store` });
+      this.phase(key, 'fetch');
       return this.materialize(key, ref, name, sharing);
     }
     // No node has published this key. A cached template (built before templates were shared) is published as it is.
     const dir = local ? local.dir : await this.build(name, key, config, onProgress);
     // Once per key and cluster, but tens of seconds: the whole root image is chunked, so say what start-up waits for.
     onProgress?.({ step: 'template', message: `publishing ${name} to the store` });
+    this.phase(key, 'publish');
     let winner: TemplateRef | undefined;
     try {
       winner = await this.publish(key, dir, sharing);
@@ -308,40 +386,65 @@ export class TemplateStore {
     mkdirSync(tmp, { recursive: true });
     const vmId = `tpl-${key}`;
     chownToVm(tmp, vmId);
+    const shape = { key, name, memoryMib: config.memoryMib, vcpus: config.vcpus, accel: config.accel };
     onProgress?.({ step: 'template', message: `booting ${name} (${config.memoryMib} MiB, ${config.vcpus} vCPU, ${config.accel})` });
-    const t0 = performance.now();
-    const vm = await bootGuest(this.image, this.kernelArgs, { id: vmId, dir: tmp, config });
+    this.log.info(shape, 'template build started');
+    // Each phase's duration, logged with the build and kept in template.json: where a slow build spent its time.
+    const phasesMs: Record<string, number> = {};
+    let t = performance.now();
+    const step = (phase: string) => {
+      const now = performance.now();
+      phasesMs[phase] = Math.round(now - t);
+      t = now;
+    };
+    this.phase(key, 'boot');
+    let vm: Vm | undefined;
     try {
+      vm = await bootGuest(this.image, this.kernelArgs, { id: vmId, dir: tmp, config });
+      const building = this.inFlight.get(key);
+      if (building) building.vm = vm;
+      if (this.closed) vm.kill();
       const agent = await connectAgent(vm, { timeoutMs: bootAgentTimeoutMs(config) });
-      const bootMs = performance.now() - t0;
+      step('boot');
+      const bootMs = phasesMs.boot!;
+      this.phase(key, 'sync');
       // Flush the guest's dirty page cache so the frozen disk layer is consistent on its own.
       await runToExit(agent, ['/bin/sync'], { timeoutMs: 30_000 });
+      step('sync');
       const prep = templatePrep(config.accel);
       if (prep !== undefined) {
+        this.phase(key, 'prep');
         const code = await runToExit(agent, ['/bin/sh', '-c', prep], { timeoutMs: 120_000 });
         if (code !== 0) throw new SandglassError('vm_failed', `preparing the template's memory exited with code ${code}`);
+        step('prep');
       }
       onProgress?.({ step: 'template', message: `agent ready after ${(bootMs / 1000).toFixed(1)} s; snapshotting` });
+      this.phase(key, 'snapshot');
       // Snapshot with the host end still connected and the agent idle in its read: restores connect before
       // loading, so the guest never sees the port hang up (a hangup racing the snapshot could strand the agent).
       const saved = await vm.saveSnapshot(join(tmp, 'state.bin'));
       await agent.close();
       await vm.stop();
+      step('snapshot');
       rmSync(join(tmp, 'qmp.sock'), { force: true });
       rmSync(join(tmp, 'agent.sock'), { force: true });
       rmSync(join(tmp, 'migrate.sock'), { force: true });
       const meta: TemplateRecord = { key, name, config, bootMs, createdAt: new Date().toISOString(), stateBytes: saved.stateBytes };
-      writeFileSync(join(tmp, 'template.json'), JSON.stringify(meta, null, 2));
+      writeFileSync(join(tmp, 'template.json'), JSON.stringify({ ...meta, phasesMs }, null, 2));
       // From here on the template belongs to the gateway: every VM backs onto its disk layer, none may change it.
       sealTemplate(tmp);
-      this.log.info({ key, name, bootMs: Math.round(bootMs), pausedMs: Math.round(saved.pausedMs) }, 'template snapshot built');
+      this.log.info({ ...shape, phasesMs, pausedMs: Math.round(saved.pausedMs) }, 'template snapshot built');
       return tmp;
     } catch (err) {
-      const tail = vm.consoleTail(2048);
-      vm.kill();
-      await vm.exited;
+      const tail = vm?.consoleTail(2048) ?? '';
+      if (vm) {
+        vm.kill();
+        await vm.exited;
+      }
       rmSync(tmp, { recursive: true, force: true });
-      throw new SandglassError('vm_failed', `building template ${name} failed: ${(err as Error).message}\n--- console ---\n${tail}`, { cause: err });
+      this.log.warn({ ...shape, phasesMs, err: (err as Error).message }, 'template build failed');
+      const why = this.closed ? 'the node is stopping' : (err as Error).message;
+      throw new SandglassError('vm_failed', `building template ${name} failed: ${why}\n--- console ---\n${tail}`, { cause: err });
     }
   }
 }

@@ -11,6 +11,7 @@ export {
   type ReplayOptions,
   type ResumeOptions,
   type SandboxCreateOptions,
+  type CreateProgress,
   type SandboxListOptions,
   type SnapshotOptions,
 } from './sandbox.js';

@@ -3,7 +3,7 @@ import { type AuditEntry, type AuditFilter, auditTimeline, filterAudit } from '.
 import { ControlPlane, DataPlane } from './client.js';
 import { Commands } from './commands.js';
 import type { ConnectionConfig } from './config.js';
-import { InvalidArgumentError, NotFoundError } from './errors.js';
+import { InvalidArgumentError, NotFoundError, SandglassError } from './errors.js';
 import { Files } from './files.js';
 import { Ports } from './ports.js';
 import { Pty } from './pty.js';
@@ -36,7 +36,29 @@ export interface SandboxCreateOptions extends ConnectionConfig {
    * the template's own (about 1 GiB free). Resumes and forks keep it.
    */
   diskMib?: number;
+  /**
+   * The first sandbox of a memory size or vCPU count a node has not served before waits for that size's template to
+   * be built (tens of seconds under TCG): the node answers `template_not_ready` while it builds, and create asks again
+   * every `BUILD_POLL_MS` until it is ready or `buildWaitMs` (default 10 minutes) has passed. `onProgress` hears each
+   * such answer: the build's phase and how long it has run.
+   */
+  buildWaitMs?: number;
+  onProgress?: (p: CreateProgress) => void;
 }
+
+/** A create waiting on its size's template build, as the node reported it. */
+export interface CreateProgress {
+  memoryMib?: number;
+  vcpus?: number;
+  /** boot, sync, prep, snapshot, publish, fetch (or start). */
+  phase?: string;
+  elapsedMs?: number;
+  message: string;
+}
+
+/** How often a create waiting on a template build asks again. */
+const BUILD_POLL_MS = 2000;
+const DEFAULT_BUILD_WAIT_MS = 10 * 60_000;
 
 export interface ApproveOptions extends ConnectionConfig {
   sandboxId: string;
@@ -153,11 +175,28 @@ export class Sandbox {
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib, ...config } = opts;
+    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib, buildWaitMs, onProgress, ...config } = opts;
     const cp = await ControlPlane.open(config);
     const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib };
-    const info = await cp.json<ControlPlaneReply<'createSandbox'>>('POST', '/v1/sandboxes', { json });
-    return new Sandbox(cp, info);
+    const deadline = Date.now() + (buildWaitMs ?? DEFAULT_BUILD_WAIT_MS);
+    for (;;) {
+      try {
+        return new Sandbox(cp, await cp.json<ControlPlaneReply<'createSandbox'>>('POST', '/v1/sandboxes', { json }));
+      } catch (err) {
+        // Only a size's build in progress is waited on (its details name the phase); nothing was created meanwhile.
+        const building = err instanceof SandglassError && err.code === 'template_not_ready' && err.details?.phase !== undefined;
+        if (!building || Date.now() + BUILD_POLL_MS > deadline) throw err;
+        const d = err.details ?? {};
+        onProgress?.({
+          memoryMib: d.memoryMib as number | undefined,
+          vcpus: d.vcpus as number | undefined,
+          phase: d.phase as string | undefined,
+          elapsedMs: d.elapsedMs as number | undefined,
+          message: err.message,
+        });
+        await new Promise((resolve) => setTimeout(resolve, BUILD_POLL_MS));
+      }
+    }
   }
 
   /** Runs a paused sandbox again, under the same id, from one of its snapshots; answers once it runs. */

@@ -4,6 +4,7 @@ import { freemem, totalmem } from 'node:os';
 import { homeLayout } from '@sandglass/core';
 import { defaultKernelArgs, ensureGuestImage } from '@sandglass/images';
 import { accelWithoutProbe, cachedAccel, probeCacheKey, qemuVersion, type AccelChoice } from '@sandglass/vmm';
+import { hostSizes, type NodeSizes } from '@sandglass/gateway';
 import { accelCacheFile, nodeAccel } from './accel.js';
 import { progressPrinter } from './progress.js';
 
@@ -15,6 +16,8 @@ export interface DoctorReport {
   qemu: string;
   memory: { totalBytes: number; availableBytes: number };
   shm: { path: string; freeBytes?: number; totalBytes?: number };
+  /** The sandbox sizes a node on this host serves (SANDGLASS_MEMORY_SIZES_MIB / SANDGLASS_VCPU_COUNTS, its budget, its cores). */
+  sizes: NodeSizes;
 }
 
 function kvmDevice(path = '/dev/kvm'): DoctorReport['kvm'] {
@@ -90,6 +93,7 @@ export async function doctor(opts: { home?: string; probe?: boolean } = {}): Pro
     qemu,
     memory: { totalBytes: totalmem(), availableBytes: memAvailable() },
     shm: shm(),
+    sizes: hostSizes(),
   };
 }
 
@@ -105,6 +109,7 @@ export function formatDoctor(r: DoctorReport): string {
     ['QEMU', r.qemu],
     ['memory', `${mib(r.memory.availableBytes)} available of ${mib(r.memory.totalBytes)}`],
     ['/dev/shm', `${mib(r.shm.freeBytes)} free of ${mib(r.shm.totalBytes)}`],
+    ['sizes', `memoryMib ${r.sizes.memoryMib.join(', ')}; vcpus ${r.sizes.vcpus.join(', ')}`],
     ['will use', a.accel === 'unknown' ? `unknown: ${a.reason}` : `${a.accel} with -cpu ${a.cpu}: ${a.reason}`],
   ];
   const w = Math.max(...lines.map(([k]) => k!.length));

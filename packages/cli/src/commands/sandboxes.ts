@@ -49,6 +49,8 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   snapshotIntervalS: f.snapshotInterval,
   network: f.allow === undefined && f.deny === undefined ? undefined : { allow: f.allow ?? [], deny: f.deny ?? [] },
   secrets: f.secret,
+  // The first sandbox of a new size waits for its template build: say so on stderr instead of hanging silently.
+  onProgress: (p) => process.stderr.write(`${p.message}\n`),
 });
 
 const SANDBOX_STATES: SandboxState[] = ['starting', 'running', 'paused', 'ended', 'failed'];

@@ -689,6 +689,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/internal/v1/templates/prepare": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Makes sure the node has the template in the given VM shape before a sandbox of that shape is recorded: answers at once when it has, waits a bounded time for a build (started here, or joined) otherwise. A build that does not finish in that time goes on in the background and the answer is `template_not_ready` (retryable) with `details.phase` and `details.elapsedMs`; a shape outside `sizes` is `size_unsupported` naming the field. */
+        post: operations["nodePrepareTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -696,7 +713,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "vm_reply_refused" | "port_not_listening" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "size_unsupported" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -845,6 +862,11 @@ export interface components {
             requestedAt: string;
             /** Format: date-time */
             expiresAt: string;
+        };
+        /** @description The guest memory sizes and vCPU counts this node serves; a create asking for another is `size_unsupported`. */
+        NodeSizes: {
+            memoryMib: number[];
+            vcpus: number[];
         };
         NodeTemplate: {
             name: string;
@@ -2050,9 +2072,41 @@ export interface operations {
                 content: {
                     "application/json": {
                         templates: components["schemas"]["NodeTemplate"][];
+                        sizes: components["schemas"]["NodeSizes"];
                     };
                 };
             };
+        };
+    };
+    nodePrepareTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    template: string;
+                    memoryMib: number;
+                    vcpus: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The template of that shape is ready on this node */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        key: string;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
         };
     };
 }

@@ -20,6 +20,7 @@ export type ErrorCode =
   | 'capacity_exhausted'
   | 'rate_limited'
   | 'template_not_ready'
+  | 'size_unsupported'
   | 'vm_failed'
   | 'agent_timeout'
   | 'timeout'
