@@ -178,7 +178,7 @@ describe('node API', () => {
       'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
       'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
       `tenant ${other} has no sandbox placed on this node`,
-      'an event about no sandbox must be of the system tenant',
+      `a node may send tenant.deleted of tenant ${tenant} about no sandbox: only gc.completed (system) and tenant.plaintext_wiped pass`,
     ]);
 
     // The node that ran the tenant's sandbox reports its wipe once the key is gone, even with the sandbox ended.
@@ -187,6 +187,75 @@ describe('node API', () => {
     expect(await post('n1', wiped)).toEqual({ appended: 1, duplicates: 0, dropped: [] });
     const logged = await events.list({ tenantId: tenant, types: ['tenant.plaintext_wiped'] });
     expect(logged.map((e) => [e.id, e.sandboxId ?? null, e.data])).toEqual([[wiped.id, null, wiped.data]]);
+  });
+
+  it("deletes, takes or fails a snapshot only of a sandbox placed on the node, and never another tenant's", async () => {
+    const at = '2026-11-30T11:59:00.000Z';
+    const taken = (snapshotId: string, sandboxId: string, tenantId = tenant) => ({
+      type: 'snapshot.taken',
+      tenantId,
+      sandboxId,
+      data: { snapshotId, parentId: null, reason: 'manual', name: 'keep', pinned: true, sizeAddedBytes: 1, memoryMib: 256, vcpus: 1, template: 'base' },
+    });
+    // A pinned snapshot of the other tenant, on n2, and one of the tenant's sandbox on n1.
+    const victim = newId('sbx');
+    await events.append(
+      {
+        type: 'sandbox.created',
+        tenantId: other,
+        sandboxId: victim,
+        data: { template: 'base', memoryMib: 256, vcpus: 1, timeoutS: 600, metadata: {}, gatewayId: 'n2', gatewayUrl: 'http://n2.test:1' },
+      },
+      { clock },
+    );
+    const theirs = newId('snap');
+    const mine = newId('snap');
+    await events.append(taken(theirs, victim, other), { clock });
+    await events.append(taken(mine, onN1), { clock });
+    const ev = (type: string, data: Record<string, unknown>, more: Record<string, unknown> = {}) => ({
+      id: newId('evt'),
+      type,
+      tenantId: tenant,
+      sandboxId: onN1,
+      at,
+      data,
+      ...more,
+    });
+    const forged = [
+      // The attack of issue 23: the system tenant, no sandbox, a snapshot id read off the shared store.
+      { id: newId('evt'), type: 'snapshot.deleted', tenantId: 'system', at, data: { snapshotId: theirs, why: 'user' } },
+      { id: newId('evt'), type: 'snapshot.deleted', tenantId: other, at, data: { snapshotId: theirs, why: 'user' } },
+      // Its own sandbox, another's snapshot; the victim's sandbox from the wrong node; renames are the control plane's.
+      ev('snapshot.deleted', { snapshotId: theirs, why: 'user' }),
+      ev('snapshot.deleted', { snapshotId: theirs, why: 'user' }, { tenantId: other, sandboxId: victim }),
+      ev('snapshot.named', { snapshotId: mine, name: null, previousName: 'keep' }),
+      ev('snapshot.taken', { ...taken(theirs, onN1).data }),
+      ev('snapshot.deleted', { why: 'user' }),
+      ev('sandbox.moved', { fromGatewayId: 'n1', gatewayId: 'n2', gatewayUrl: 'http://n2.test:1', reason: 'resume', snapshotId: mine, snapshotTakenAt: at }),
+    ];
+    const res = (await call('POST', '/node/v1/events', { body: { events: forged } })).json();
+    expect(res.appended).toBe(0);
+    expect(res.dropped.map((d: { id: string; code: string }) => [d.id, d.code])).toEqual(forged.map((e) => [e.id, 'node_event_refused']));
+    const snaps = await database.db.selectFrom('snapshots').select(['id', 'pinned']).orderBy('id').execute();
+    expect(snaps).toEqual(
+      [
+        { id: theirs, pinned: 1 },
+        { id: mine, pinned: 1 },
+      ].sort((a, b) => a.id.localeCompare(b.id)),
+    );
+    expect(await events.list({ tenantId: other, types: ['snapshot'] })).toHaveLength(1);
+
+    // Its own: a new capture, a failed one, and a deletion of its own snapshot pass.
+    const fresh = newId('snap');
+    const own = [
+      ev('snapshot.taken', taken(fresh, onN1).data),
+      ev('snapshot.failed', { snapshotId: newId('snap'), reason: 'x', code: 'internal' }),
+      ev('snapshot.deleted', { snapshotId: mine, why: 'user' }),
+    ];
+    expect((await call('POST', '/node/v1/events', { body: { events: own } })).json()).toEqual({ appended: 3, duplicates: 0, dropped: [] });
+    expect((await database.db.selectFrom('snapshots').select('id').orderBy('id').execute()).map((r) => r.id)).toEqual([fresh, theirs].sort());
+    // Redelivered after its snapshot is gone: a duplicate, not a refusal.
+    expect((await call('POST', '/node/v1/events', { body: { events: own } })).json()).toEqual({ appended: 0, duplicates: 3, dropped: [] });
   });
 
   it('hands a node keys and secret values sealed for it alone, only for what it runs', async () => {

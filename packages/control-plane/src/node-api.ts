@@ -11,12 +11,11 @@ import type { NodeDirectory, Heartbeat } from './nodes.js';
 import type { SecretStore } from './secrets.js';
 import { dbTemplateRegistry, type TemplateSnapshotRef } from './templates.js';
 import { GcGate } from './gc-gate.js';
+import { nodeEventRefusal, TEMPLATE_TENANT } from './node-events.js';
 import { LONGEST_TOKEN_TTL_MS } from './sandboxes.js';
 
 export const NODE_SPEC = fileURLToPath(new URL('../../../spec/node.yaml', import.meta.url));
 
-/** Templates are snapshots of this tenant (the gateway's TEMPLATE_TENANT): every node may read them. */
-const TEMPLATE_TENANT = 'system';
 const NODE_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const LIVE_STATES = ['starting', 'running', 'paused'] as const;
 
@@ -116,16 +115,17 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       const nodeId = nodeOf(req);
       let appended = 0;
       let duplicates = 0;
-      const dropped: Array<{ id: string; reason: string }> = [];
+      const dropped: Array<{ id: string; code: 'node_event_refused'; reason: string }> = [];
       for (const e of (req.body as { events: NodeEvent[] }).events) {
-        const why = await refusal(db, opts.keys, nodeId, e);
-        if (why) {
-          dropped.push({ id: e.id, reason: why });
-          continue;
-        }
+        // A redelivery first: what it asked for may be gone since (a deleted snapshot), and it changes nothing anyway.
         const before = await db.selectFrom('events').select('id').where('id', '=', e.id).executeTakeFirst();
         if (before) {
           duplicates++;
+          continue;
+        }
+        const why = await nodeEventRefusal(db, opts.keys, nodeId, e);
+        if (why) {
+          dropped.push({ id: e.id, code: 'node_event_refused', reason: why });
           continue;
         }
         await events.append({ id: e.id, at: e.at, type: e.type, tenantId: e.tenantId, sandboxId: e.sandboxId, data: e.data }, { clock });
@@ -213,65 +213,4 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       return reply.code(204).send();
     });
   };
-}
-
-/**
- * Why an event from this node is not appended, or undefined: an event about a sandbox counts only while the sandbox
- * is placed on the node (so a node that comes back cannot end or alter one that moved), and one about no sandbox
- * only for the platform's own tenant, or as a wipe report (plaintextWipeRefusal).
- */
-async function refusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  if (e.sandboxId === undefined) {
-    if (e.tenantId === TEMPLATE_TENANT) return undefined;
-    if (e.type === 'tenant.plaintext_wiped') return plaintextWipeRefusal(db, keys, nodeId, e);
-    return 'an event about no sandbox must be of the system tenant';
-  }
-  const row = await db.selectFrom('sandboxes').select(['tenant_id', 'gateway_id']).where('id', '=', e.sandboxId).executeTakeFirst();
-  if (!row) return 'no such sandbox';
-  if (row.tenant_id !== e.tenantId) return 'the sandbox belongs to another tenant';
-  if (row.gateway_id !== nodeId) return `the sandbox is placed on ${row.gateway_id ?? 'no node'}`;
-  return undefined;
-}
-
-/**
- * A node's report that it wiped a revoked tenant's plaintext (gateway revocation.ts) is the one tenant event about no
- * sandbox a node may write. It counts only when it cannot be a forgery that harms: the tenant ran a sandbox on this
- * node (in any state: the wipe ended them), every sandbox it says it stopped is that tenant's and was placed here, and
- * the key provider, asked now, says the key is revoked, so a node cannot claim a live tenant's data was destroyed.
- */
-async function plaintextWipeRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  const data = e.data as { trigger?: unknown; stoppedSandboxes?: unknown; wipedFiles?: unknown };
-  const stopped = data.stoppedSandboxes;
-  if (
-    (data.trigger !== 'api' && data.trigger !== 'provider') ||
-    !Array.isArray(stopped) ||
-    !stopped.every((id) => typeof id === 'string') ||
-    !Number.isSafeInteger(data.wipedFiles) ||
-    (data.wipedFiles as number) < 0
-  ) {
-    return 'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}';
-  }
-  const ids = [...new Set(stopped as string[])];
-  // One node holds far fewer sandboxes than this; the bound keeps the query within every database's parameter limit.
-  if (ids.length > 4096) return 'a wipe report names more sandboxes than a node holds';
-  const want = Math.max(ids.length, 1);
-  const placed = await db
-    .selectFrom('sandboxes')
-    .select('id')
-    .where('tenant_id', '=', e.tenantId)
-    .where('gateway_id', '=', nodeId)
-    .$if(ids.length > 0, (q) => q.where('id', 'in', ids))
-    .limit(want)
-    .execute();
-  if (placed.length < want) {
-    return ids.length === 0 ? `tenant ${e.tenantId} has no sandbox placed on this node` : `a stopped sandbox is not of tenant ${e.tenantId} on this node`;
-  }
-  try {
-    if (keys.verify) await keys.verify(e.tenantId);
-    else await keys.dataKey(e.tenantId, 'chunk-data');
-  } catch (err) {
-    if (err instanceof SandglassError && err.code === 'key_revoked') return undefined;
-    return `the key provider did not confirm the revocation: ${(err as Error).message}`;
-  }
-  return `the key of tenant ${e.tenantId} is not revoked`;
 }

@@ -43,6 +43,7 @@ export const ERROR_CATALOGUE = {
   api_key_revoked: { status: 401, retryable: false, message: "This API key was revoked; ask an admin of your tenant for a new one." },
   api_key_expired: { status: 401, retryable: false, message: "This API key is past its expiry; ask an admin of your tenant for a new one." },
   node_fenced: { status: 409, retryable: false, message: "The control plane declared this node dead or saw it register again; stop every VM and register afresh." },
+  node_event_refused: { status: 403, retryable: false, message: "A node sent an event it may not append (a kind nodes do not send, or about a sandbox or snapshot not its own); the event is dropped." },
   internal: { status: 500, retryable: true, message: "An unexpected error; the server logged the cause under the request id." },
 } as const;
 

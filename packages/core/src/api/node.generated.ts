@@ -27,7 +27,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. */
+        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox. Anything else is dropped with code node_event_refused. */
         post: operations["nodeAppendEvents"];
         delete?: never;
         options?: never;
@@ -310,6 +310,11 @@ export interface operations {
                         duplicates: number;
                         dropped: {
                             id: string;
+                            /**
+                             * @description Stable; the reason says which rule refused it.
+                             * @enum {string}
+                             */
+                            code: "node_event_refused";
                             reason: string;
                         }[];
                     };
