@@ -16,6 +16,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { deriveNodeKeys } from '@sandglass/core';
 import { createTestDatabase, startPostgres, type TestPostgres } from '../packages/db/src/test-postgres.js';
 import { startS3Server, type TestS3Server } from '../packages/chunkstore/src/test-s3.js';
 
@@ -200,6 +201,12 @@ export class Cluster {
     }
     await this.s3?.stop();
     await this.pg?.stop();
+  }
+
+  /** The headers node `nodeId` sends on the node API, with the credential it holds: what a compromised node has. */
+  nodeHeaders(nodeId: string): Record<string, string> {
+    const secret = Buffer.from(readFileSync(this.#secretFile, 'utf8').trim(), 'hex');
+    return { authorization: `Bearer ${deriveNodeKeys(secret).nodeApiBearer.toString('hex')}`, 'x-sandglass-node': nodeId };
   }
 
   log(name: string): string {
