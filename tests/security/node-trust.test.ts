@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '@sandglass/core';
 import { Sandbox, type ConnectionConfig } from '@sandglass/sdk';
-import { Cluster } from '../cluster-harness.js';
+import { Cluster, waitFor } from '../cluster-harness.js';
 import { home as sharedHome } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sg-node-trust-'));
@@ -73,5 +73,62 @@ describe('a compromised node', () => {
     expect((await fork!.commands.run('echo alive')).stdout).toBe('alive\n');
     await fork!.kill();
     await victim.kill();
+  });
+
+  it("cannot speak as another node: with its own key and the victim node's id, it gets no secret, key or heartbeat", async () => {
+    const info = cluster.gatewayInfo;
+    expect([...info.keys()].sort()).toEqual(['n1', 'n2']);
+    for (const [as, claimed] of [
+      ['n1', 'n2'],
+      ['n2', 'n1'],
+    ] as const) {
+      const headers = { ...cluster.nodeHeaders(as), 'x-sandglass-node': claimed };
+      const hb = await fetch(`${cluster.apiUrl}/node/v1/heartbeat`, {
+        method: 'POST',
+        headers: { ...headers, 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(hb.status).toBe(403);
+      expect(((await hb.json()) as { error: { code: string } }).error.code).toBe('permission_denied');
+      const key = await fetch(`${cluster.apiUrl}/node/v1/tenants/system/key`, { headers });
+      expect(key.status).toBe(403);
+    }
+    // The cluster's shared node secret opens nothing of the node API any more.
+    const shared = await fetch(`${cluster.apiUrl}/node/v1/tenants/system/key`, {
+      headers: { authorization: `Bearer ${cluster.sharedSecretHex()}`, 'x-sandglass-node': 'n1' },
+    });
+    expect(shared.status).toBe(401);
+  });
+
+  it('is fenced once revoked: its key is refused from the next request and its sandbox fails over to the other node', async () => {
+    const sbx = await Sandbox.create({ ...config, timeoutS: 600, snapshotIntervalS: 3600 });
+    await sbx.files.write('/tmp/marker.txt', 'before the revocation');
+    await sbx.snapshot();
+    const revoked = (await Sandbox.list(config)).find((x) => x.id === sbx.id)!.gatewayId!;
+    const other = revoked === 'n1' ? 'n2' : 'n1';
+    const keyOf = () => fetch(`${cluster.apiUrl}/node/v1/tenants/system/key`, { headers: cluster.nodeHeaders(revoked) });
+    expect((await keyOf()).status).toBe(200);
+    cluster.operator('nodes', 'revoke', revoked);
+    const refused = await keyOf();
+    expect(refused.status).toBe(401);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('unauthenticated');
+    const listed = JSON.parse(cluster.operator('nodes', 'ls', '--json')) as Array<{ id: string; state: string }>;
+    expect(listed.map((n) => [n.id, n.state])).toEqual(
+      [
+        [revoked, 'revoked'],
+        [other, 'alive'],
+      ].sort(),
+    );
+    await waitFor(
+      async () => {
+        const now = (await Sandbox.list(config)).find((x) => x.id === sbx.id);
+        return now?.state === 'running' && now.gatewayId === other;
+      },
+      300_000,
+      'the sandbox of the revoked node did not fail over',
+    );
+    const moved = await Sandbox.connect(sbx.id, config);
+    expect(await moved.files.read('/tmp/marker.txt')).toBe('before the revocation');
+    await moved.kill();
   });
 });

@@ -1,6 +1,7 @@
 // The `sandglass` command line: the program and its command groups, one module each under commands/.
 import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
+import { registerNodeCommands } from './commands/nodes.js';
 import { registerKeyCommands } from './commands/keys.js';
 import { registerAuditCommand, registerAuditKeyCommand } from './commands/audit.js';
 import { registerReplayCommand } from './commands/replay.js';
@@ -38,6 +39,7 @@ export function buildProgram(state: RunState): Command {
   registerNetworkCommands(program, act);
   registerSecretCommands(program, act);
   registerApiKeyCommands(program, act);
+  registerNodeCommands(program, act);
   registerKeyCommands(program, act);
   registerApprovalCommands(program, act);
   // Last: it joins the `keys` group wherever that was made.
