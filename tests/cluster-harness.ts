@@ -141,6 +141,8 @@ export class Cluster {
     const home = join(this.opts.dir, `home-${nodeId}`);
     if (!existsSync(home)) this.#seedHome(home, n === 1);
     rmSync(join(home, 'server.json'), { force: true });
+    // Enrolled the documented way on its first start: the operator issues a token, the node spends it for its key.
+    const enrol = existsSync(join(home, 'node-key')) ? [] : ['--enrol-token', this.operator('nodes', 'enroll', nodeId).trim()];
     const port = this.opts.basePort + 10 + 2 * n;
     const args = [
       'gateway',
@@ -156,6 +158,7 @@ export class Cluster {
       `127.0.0.1:${port}`,
       '--internal-listen',
       `127.0.0.1:${port + 1}`,
+      ...enrol,
     ];
     const env = {
       SANDGLASS_HOME: home,
@@ -200,6 +203,24 @@ export class Cluster {
     }
     await this.s3?.stop();
     await this.pg?.stop();
+  }
+
+  /** The headers node `nodeId` sends on the node API, with the key it holds (its key file): what a compromised node has. */
+  nodeHeaders(nodeId: string): Record<string, string> {
+    const { nodeKey } = JSON.parse(readFileSync(join(this.opts.dir, `home-${nodeId}`, 'node-key'), 'utf8')) as { nodeKey: string };
+    return { authorization: `Bearer ${nodeKey}`, 'x-sandglass-node': nodeId };
+  }
+
+  /** Hex of the cluster's shared node secret, as a node holding it would present it. */
+  sharedSecretHex(): string {
+    return readFileSync(this.#secretFile, 'utf8').trim();
+  }
+
+  /** `sandglass <args>` as the operator runs it against the cluster (docs/deploy.md), its stdout on success. */
+  operator(...args: string[]): string {
+    const r = spawnSync(bin, args, { env: { ...process.env, SANDGLASS_URL: this.apiUrl, SANDGLASS_API_KEY: this.adminKey }, encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`sandglass ${args.join(' ')} exited with ${r.status}: ${r.stderr}`);
+    return r.stdout;
   }
 
   log(name: string): string {

@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { registerApiKeyCommands } from './commands/api-keys.js';
+import { registerNodeCommands } from './commands/nodes.js';
 import { registerKeyCommands } from './commands/keys.js';
 import { registerAuditCommand, registerAuditKeyCommand } from './commands/audit.js';
 import { registerReplayCommand } from './commands/replay.js';
@@ -47,6 +48,7 @@ export function buildProgram(state: RunState): Command {
   registerNetworkCommands(program, act);
   registerSecretCommands(program, act);
   registerApiKeyCommands(program, act);
+  registerNodeCommands(program, act);
   registerKeyCommands(program, act);
   registerApprovalCommands(program, act);
   // Last: it joins the `keys` group wherever that was made.

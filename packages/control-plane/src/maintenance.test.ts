@@ -6,15 +6,16 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import { ChunkStore, LocalDiskBackend, type TenantStore } from '@sandglass/chunkstore';
-import { createLogger, deriveNodeKeys, ManualClock } from '@sandglass/core';
+import { createLogger, ManualClock } from '@sandglass/core';
 import { openDatabase, type Database } from '@sandglass/db';
 import { createTestDatabase } from '@sandglass/db/test-postgres';
 import { EventLog } from '@sandglass/events';
-import { LocalKeyring } from '@sandglass/kms';
+import { LocalKeyring, newNodeTransportKeys } from '@sandglass/kms';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
 import { DEFAULT_CAPTURE_LEASE_MS, GC_LEASE, GcGate } from './gc-gate.js';
 import { createTenant } from './keys.js';
 import { Maintenance } from './maintenance.js';
+import { NodeCredentials } from './node-credentials.js';
 import { NodeDirectory } from './nodes.js';
 import { createControlPlane } from './server.js';
 
@@ -272,7 +273,13 @@ describe('capture leases over the node API', () => {
     });
     try {
       await cp.app.ready();
-      const headers = (node: string) => ({ authorization: `Bearer ${deriveNodeKeys(secret).nodeApiBearer.toString('hex')}`, 'x-sandglass-node': node });
+      const credentials = new NodeCredentials(database.db, clock);
+      const nodeKeys = new Map<string, string>();
+      for (const n of ['n1', 'n2']) {
+        const { token } = await credentials.issueEnrolment(n);
+        nodeKeys.set(n, (await credentials.enrol(n, token, newNodeTransportKeys().publicKey)).nodeKey);
+      }
+      const headers = (node: string) => ({ authorization: `Bearer ${nodeKeys.get(node)}`, 'x-sandglass-node': node });
       const take = (node: string, snapshotId: string) =>
         cp.app.inject({
           method: 'POST',

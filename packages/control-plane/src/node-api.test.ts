@@ -3,18 +3,17 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createLogger, deriveNodeKeys, ManualClock, newId } from '@sandglass/core';
+import { createLogger, ManualClock, newId } from '@sandglass/core';
 import { openDatabase, type Database } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
-import { LocalKeyring, unseal } from '@sandglass/kms';
+import { LocalKeyring, newNodeTransportKeys, openForNode, type NodeTransportKeys } from '@sandglass/kms';
 import { createTenant } from './keys.js';
+import { NodeCredentials } from './node-credentials.js';
 import { NodeDirectory } from './nodes.js';
 import { SecretStore } from './secrets.js';
 import { createControlPlane, type ControlPlane } from './server.js';
 
 const SECRET = Buffer.alloc(32, 9);
-const KEYS = deriveNodeKeys(SECRET);
-const BEARER = `Bearer ${KEYS.nodeApiBearer.toString('hex')}`;
 
 describe('node API', () => {
   let database: Database;
@@ -26,13 +25,22 @@ describe('node API', () => {
   let other: string;
   let onN1: string;
   let keys: LocalKeyring;
+  let credentials: NodeCredentials;
+  /** Each node's key and transport key pair, as its enrolment left them. */
+  const enrolled = new Map<string, { nodeKey: string; transport: NodeTransportKeys }>();
+  const bearer = (node: string) => `Bearer ${(enrolled.get(node) ?? enrolled.get('n1')!).nodeKey}`;
+  const enrol = async (node: string) => {
+    const transport = newNodeTransportKeys();
+    const { token } = await credentials.issueEnrolment(node);
+    enrolled.set(node, { nodeKey: (await credentials.enrol(node, token, transport.publicKey)).nodeKey, transport });
+  };
 
-  const call = (method: 'GET' | 'POST' | 'PUT', url: string, opts: { node?: string | null; auth?: string; body?: unknown } = {}) =>
+  const call = (method: 'GET' | 'POST' | 'PUT', url: string, opts: { node?: string | null; as?: string; auth?: string; body?: unknown } = {}) =>
     cp.app.inject({
       method,
       url,
       headers: {
-        authorization: opts.auth ?? BEARER,
+        authorization: opts.auth ?? bearer(opts.as ?? opts.node ?? 'n1'),
         ...(opts.node === null ? {} : { 'x-sandglass-node': opts.node ?? 'n1' }),
         ...(opts.body === undefined ? {} : { 'content-type': 'application/json' }),
       },
@@ -71,6 +79,8 @@ describe('node API', () => {
       cluster: { nodes, failoverIntervalMs: 60_000 },
     });
     await cp.app.ready();
+    credentials = new NodeCredentials(database.db, clock);
+    for (const n of ['n1', 'n2']) await enrol(n);
     tenant = (await createTenant(database.db, events, 'acme', { clock })).id;
     other = (await createTenant(database.db, events, 'globex', { clock })).id;
     await new SecretStore({ db: database.db, keys, events, clock }).set(tenant, { name: 'GH_TOKEN', value: 'ghp_the-real-value', hosts: ['api.github.com'] });
@@ -96,13 +106,52 @@ describe('node API', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('wants the node bearer and a node id, and is not reachable with an API key scheme', async () => {
+  it("wants the node's own key and the node id it is bound to, and is not reachable with an API key scheme", async () => {
     expect((await call('POST', '/node/v1/heartbeat', { auth: 'Bearer sg_nope', body: {} })).statusCode).toBe(401);
-    expect((await call('POST', '/node/v1/heartbeat', { auth: `Bearer ${KEYS.internalBearer.toString('hex')}`, body: {} })).statusCode).toBe(401);
+    expect((await call('POST', '/node/v1/heartbeat', { auth: `Bearer sgnk_${'a'.repeat(43)}`, body: {} })).statusCode).toBe(401);
     const noNode = await call('POST', '/node/v1/heartbeat', { node: null, body: {} });
     expect(noNode.statusCode).toBe(400);
     expect(noNode.json().error.details.field).toBe('x-sandglass-node');
     expect((await call('POST', '/node/v1/heartbeat', { node: '../n1', body: {} })).statusCode).toBe(400);
+  });
+
+  it("refuses a node speaking as another node's id, and a revoked node from its next request, fencing it", async () => {
+    // n2's key presenting n1's id: the forged claim of issue 23.
+    const asN1 = await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`, { node: 'n1', as: 'n2' });
+    expect(asN1.statusCode).toBe(403);
+    expect(asN1.json().error.code).toBe('permission_denied');
+    expect(asN1.body).not.toContain('sealed');
+    const hb = await call('POST', '/node/v1/heartbeat', { node: 'n1', as: 'n2', body: {} });
+    expect(hb.json().error.code).toBe('permission_denied');
+
+    expect((await call('GET', `/node/v1/tenants/${tenant}/key`)).statusCode).toBe(200);
+    const epoch = (await database.db.selectFrom('nodes').select('epoch').where('id', '=', 'n1').executeTakeFirstOrThrow()).epoch;
+    expect((await credentials.revoke('n1')).state).toBe('revoked');
+    const refused = await call('GET', `/node/v1/tenants/${tenant}/key`);
+    expect([refused.statusCode, refused.json().error.code]).toEqual([401, 'unauthenticated']);
+    // Fenced as dead at once, so failover moves its sandboxes; n2 is untouched.
+    const row = await database.db.selectFrom('nodes').select(['state', 'epoch']).where('id', '=', 'n1').executeTakeFirstOrThrow();
+    expect(row).toEqual({ state: 'dead', epoch: epoch + 1 });
+    expect((await heartbeat('n2')).statusCode).toBe(200);
+  });
+
+  it('enrols a node once per token, only as the id the token was issued for', async () => {
+    const transport = newNodeTransportKeys();
+    const { token } = await credentials.issueEnrolment('n3');
+    const enrolAs = (node: string, t: string) => call('POST', '/node/v1/enrol', { node, auth: '', body: { token: t, publicKey: transport.publicKey } });
+    expect((await enrolAs('n1', token)).json().error.code).toBe('unauthenticated');
+    const ok = await enrolAs('n3', token);
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json().nodeId).toBe('n3');
+    expect((await enrolAs('n3', token)).json().error.code).toBe('unauthenticated');
+    // Its key speaks as n3 and no other id.
+    const key = ok.json().nodeKey as string;
+    expect((await call('POST', '/node/v1/heartbeat', { node: 'n3', auth: `Bearer ${key}`, body: {} })).statusCode).toBe(400);
+    expect((await call('POST', '/node/v1/heartbeat', { node: 'n1', auth: `Bearer ${key}`, body: {} })).statusCode).toBe(403);
+    // An expired token is refused like a spent one.
+    const late = await credentials.issueEnrolment('n4', 60);
+    clock.advance(61_000);
+    expect((await enrolAs('n4', late.token)).json().error.code).toBe('unauthenticated');
   });
 
   it('fences a heartbeat from an old epoch', async () => {
@@ -178,7 +227,7 @@ describe('node API', () => {
       'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
       'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
       `tenant ${other} has no sandbox placed on this node`,
-      'an event about no sandbox must be of the system tenant',
+      `a node may send tenant.deleted of tenant ${tenant} about no sandbox: only gc.completed (system) and tenant.plaintext_wiped pass`,
     ]);
 
     // The node that ran the tenant's sandbox reports its wipe once the key is gone, even with the sandbox ended.
@@ -189,16 +238,87 @@ describe('node API', () => {
     expect(logged.map((e) => [e.id, e.sandboxId ?? null, e.data])).toEqual([[wiped.id, null, wiped.data]]);
   });
 
+  it("deletes, takes or fails a snapshot only of a sandbox placed on the node, and never another tenant's", async () => {
+    const at = '2026-11-30T11:59:00.000Z';
+    const taken = (snapshotId: string, sandboxId: string, tenantId = tenant) => ({
+      type: 'snapshot.taken',
+      tenantId,
+      sandboxId,
+      data: { snapshotId, parentId: null, reason: 'manual', name: 'keep', pinned: true, sizeAddedBytes: 1, memoryMib: 256, vcpus: 1, template: 'base' },
+    });
+    // A pinned snapshot of the other tenant, on n2, and one of the tenant's sandbox on n1.
+    const victim = newId('sbx');
+    await events.append(
+      {
+        type: 'sandbox.created',
+        tenantId: other,
+        sandboxId: victim,
+        data: { template: 'base', memoryMib: 256, vcpus: 1, timeoutS: 600, metadata: {}, gatewayId: 'n2', gatewayUrl: 'http://n2.test:1' },
+      },
+      { clock },
+    );
+    const theirs = newId('snap');
+    const mine = newId('snap');
+    await events.append(taken(theirs, victim, other), { clock });
+    await events.append(taken(mine, onN1), { clock });
+    const ev = (type: string, data: Record<string, unknown>, more: Record<string, unknown> = {}) => ({
+      id: newId('evt'),
+      type,
+      tenantId: tenant,
+      sandboxId: onN1,
+      at,
+      data,
+      ...more,
+    });
+    const forged = [
+      // The attack of issue 23: the system tenant, no sandbox, a snapshot id read off the shared store.
+      { id: newId('evt'), type: 'snapshot.deleted', tenantId: 'system', at, data: { snapshotId: theirs, why: 'user' } },
+      { id: newId('evt'), type: 'snapshot.deleted', tenantId: other, at, data: { snapshotId: theirs, why: 'user' } },
+      // Its own sandbox, another's snapshot; the victim's sandbox from the wrong node; renames are the control plane's.
+      ev('snapshot.deleted', { snapshotId: theirs, why: 'user' }),
+      ev('snapshot.deleted', { snapshotId: theirs, why: 'user' }, { tenantId: other, sandboxId: victim }),
+      ev('snapshot.named', { snapshotId: mine, name: null, previousName: 'keep' }),
+      ev('snapshot.taken', { ...taken(theirs, onN1).data }),
+      ev('snapshot.deleted', { why: 'user' }),
+      ev('sandbox.moved', { fromGatewayId: 'n1', gatewayId: 'n2', gatewayUrl: 'http://n2.test:1', reason: 'resume', snapshotId: mine, snapshotTakenAt: at }),
+    ];
+    const res = (await call('POST', '/node/v1/events', { body: { events: forged } })).json();
+    expect(res.appended).toBe(0);
+    expect(res.dropped.map((d: { id: string; code: string }) => [d.id, d.code])).toEqual(forged.map((e) => [e.id, 'node_event_refused']));
+    const snaps = await database.db.selectFrom('snapshots').select(['id', 'pinned']).orderBy('id').execute();
+    expect(snaps).toEqual(
+      [
+        { id: theirs, pinned: 1 },
+        { id: mine, pinned: 1 },
+      ].sort((a, b) => a.id.localeCompare(b.id)),
+    );
+    expect(await events.list({ tenantId: other, types: ['snapshot'] })).toHaveLength(1);
+
+    // Its own: a new capture, a failed one, and a deletion of its own snapshot pass.
+    const fresh = newId('snap');
+    const own = [
+      ev('snapshot.taken', taken(fresh, onN1).data),
+      ev('snapshot.failed', { snapshotId: newId('snap'), reason: 'x', code: 'internal' }),
+      ev('snapshot.deleted', { snapshotId: mine, why: 'user' }),
+    ];
+    expect((await call('POST', '/node/v1/events', { body: { events: own } })).json()).toEqual({ appended: 3, duplicates: 0, dropped: [] });
+    expect((await database.db.selectFrom('snapshots').select('id').orderBy('id').execute()).map((r) => r.id)).toEqual([fresh, theirs].sort());
+    // Redelivered after its snapshot is gone: a duplicate, not a refusal.
+    expect((await call('POST', '/node/v1/events', { body: { events: own } })).json()).toEqual({ appended: 0, duplicates: 3, dropped: [] });
+  });
+
   it('hands a node keys and secret values sealed for it alone, only for what it runs', async () => {
     const res = await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data`);
     expect(res.statusCode).toBe(200);
     expect(res.json().version).toBe(1);
     const sealed = Buffer.from(res.json().sealed, 'base64');
-    expect(unseal(KEYS.transport, sealed, Buffer.from(`n1/${tenant}/chunk-data/v1`))).toHaveLength(32);
-    // Replayed to another node, read as another tenant's or as another version: does not open.
-    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n2/${tenant}/chunk-data/v1`))).toThrow();
-    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n1/${other}/chunk-data/v1`))).toThrow();
-    expect(() => unseal(KEYS.transport, sealed, Buffer.from(`n1/${tenant}/chunk-data/v2`))).toThrow();
+    const n1 = enrolled.get('n1')!.transport.privateKey;
+    expect(openForNode(n1, sealed, Buffer.from(`n1/${tenant}/chunk-data/v1`))).toHaveLength(32);
+    // Opened by another node's key, read as another tenant's or as another version: does not open.
+    expect(() => openForNode(enrolled.get('n2')!.transport.privateKey, sealed, Buffer.from(`n1/${tenant}/chunk-data/v1`))).toThrow();
+    expect(() => openForNode(n1, sealed, Buffer.from(`n2/${tenant}/chunk-data/v1`))).toThrow();
+    expect(() => openForNode(n1, sealed, Buffer.from(`n1/${other}/chunk-data/v1`))).toThrow();
+    expect(() => openForNode(n1, sealed, Buffer.from(`n1/${tenant}/chunk-data/v2`))).toThrow();
     // The keyring has version 1 only: another is not handed out.
     expect((await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data?version=2`)).json().error.code).toBe('key_unavailable');
     expect((await call('GET', `/node/v1/tenants/${tenant}/key?verify=true`)).json()).toEqual({ currentVersion: 1 });
@@ -213,7 +333,7 @@ describe('node API', () => {
     expect(rules.body).not.toContain('ghp_');
     const value = await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`);
     expect(value.body).not.toContain('ghp_the-real-value');
-    expect(unseal(KEYS.transport, Buffer.from(value.json().sealed, 'base64'), Buffer.from(`n1/${tenant}/GH_TOKEN`)).toString()).toBe('ghp_the-real-value');
+    expect(openForNode(n1, Buffer.from(value.json().sealed, 'base64'), Buffer.from(`n1/${tenant}/GH_TOKEN`)).toString()).toBe('ghp_the-real-value');
     // A secret the sandbox does not bind, or asked for by a node that does not run it: refused before any decryption.
     expect((await call('POST', `/node/v1/tenants/${tenant}/secrets/UNBOUND/value`)).json().error.code).toBe('permission_denied');
     expect((await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`, { node: 'n2' })).json().error.code).toBe('permission_denied');

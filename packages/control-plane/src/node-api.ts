@@ -1,23 +1,21 @@
 // The node API (spec/node.yaml): what gateways running as separate processes ask of the control plane.
-import { timingSafeEqual } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
-import { deriveNodeKeys, loadOpenApi, routeSchema, SandglassError, type Clock, type Logger, type NodeApi } from '@sandglass/core';
+import { loadOpenApi, routeSchema, SandglassError, type Clock, type Logger, type NodeApi } from '@sandglass/core';
 import type { Schema } from '@sandglass/db';
 import type { EventLog } from '@sandglass/events';
-import { checkPurpose, seal, type KeyProvider } from '@sandglass/kms';
+import { checkPurpose, sealForNode, type KeyProvider } from '@sandglass/kms';
 import type { NodeDirectory, Heartbeat } from './nodes.js';
 import type { SecretStore } from './secrets.js';
 import { dbTemplateRegistry, type TemplateSnapshotRef } from './templates.js';
 import { GcGate } from './gc-gate.js';
+import { NODE_ID, type NodeCredentials, type NodeIdentity } from './node-credentials.js';
+import { nodeEventRefusal, TEMPLATE_TENANT } from './node-events.js';
 import { LONGEST_TOKEN_TTL_MS } from './sandboxes.js';
 
 export const NODE_SPEC = fileURLToPath(new URL('../../../spec/node.yaml', import.meta.url));
 
-/** Templates are snapshots of this tenant (the gateway's TEMPLATE_TENANT): every node may read them. */
-const TEMPLATE_TENANT = 'system';
-const NODE_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const LIVE_STATES = ['starting', 'running', 'paused'] as const;
 
 export interface NodeApiOptions {
@@ -26,7 +24,8 @@ export interface NodeApiOptions {
   nodes: NodeDirectory;
   secrets: SecretStore;
   keys: KeyProvider;
-  nodeSecret: Buffer;
+  /** Each node's own key, bound to its id: the only credential the node API takes. */
+  credentials: NodeCredentials;
   clock: Clock;
   logger: Logger;
   /** Keys revoked while their tokens may live, for a node that registers. */
@@ -38,35 +37,39 @@ export interface NodeApiOptions {
 type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
 
 /**
- * The routes as one encapsulated plugin whose onRequest hook wants the node-api bearer and a well-formed node id.
- * The node id is the caller's claim, bounded by what it may touch: a node is handed keys and secrets only of
- * tenants with a sandbox placed on it, and its events count only for sandboxes placed on it.
+ * The routes as one encapsulated plugin whose onRequest hook wants a node's own key (node-credentials.ts) and the
+ * node id that key is bound to in X-Sandglass-Node: a node speaks only as itself. What it may touch is bounded further
+ * by the log: it is handed keys and secrets only of tenants with a sandbox placed on it, sealed to its own public key,
+ * and its events count only for sandboxes placed on it (node-events.ts).
  */
 export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
   const spec = loadOpenApi(NODE_SPEC);
-  const keys = deriveNodeKeys(opts.nodeSecret);
-  const expected = Buffer.from(keys.nodeApiBearer.toString('hex'));
   const templates = dbTemplateRegistry(opts.db, { clock: opts.clock });
   const gate = new GcGate(opts.db, opts.clock);
   const { db, events, clock } = opts;
 
   return async (scope) => {
-    const nodeIds = new WeakMap<FastifyRequest, string>();
+    const identities = new WeakMap<FastifyRequest, NodeIdentity>();
     scope.addHook('onRequest', async (req) => {
-      const auth = req.headers.authorization ?? '';
-      const given = Buffer.from(auth.startsWith('Bearer ') ? auth.slice('Bearer '.length) : '');
-      if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-        throw new SandglassError('unauthenticated', 'The node API wants the bearer key derived from the cluster node secret.');
-      }
       const node = req.headers['x-sandglass-node'];
       if (typeof node !== 'string' || !NODE_ID.test(node)) {
         throw new SandglassError('invalid_argument', 'X-Sandglass-Node must name the node: lowercase letters, digits and -, at most 63.', {
           details: { field: 'x-sandglass-node' },
         });
       }
-      nodeIds.set(req, node);
+      // Enrolment is how a node gets its key: the one-time token in its body is checked instead.
+      if (req.routeOptions.url === '/node/v1/enrol') return;
+      const auth = req.headers.authorization ?? '';
+      const identity = await opts.credentials.authenticate(auth.startsWith('Bearer ') ? auth.slice('Bearer '.length) : '');
+      if (identity.nodeId !== node) {
+        throw new SandglassError('permission_denied', `This key is node ${identity.nodeId}'s; a node may speak only as itself, not as ${node}.`, {
+          details: { field: 'x-sandglass-node' },
+        });
+      }
+      identities.set(req, identity);
     });
-    const nodeOf = (req: FastifyRequest) => nodeIds.get(req)!;
+    const identityOf = (req: FastifyRequest) => identities.get(req)!;
+    const nodeOf = (req: FastifyRequest) => identityOf(req).nodeId;
 
     type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
     const route = (method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, handler: Handler) => {
@@ -97,6 +100,14 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       }
     };
 
+    route('POST', '/node/v1/enrol', async (req) => {
+      const { token, publicKey } = req.body as { token: string; publicKey: string };
+      const nodeId = req.headers['x-sandglass-node'] as string;
+      const { nodeKey } = await opts.credentials.enrol(nodeId, token, publicKey);
+      opts.logger.info({ nodeId }, 'node enrolled');
+      return { nodeId, nodeKey };
+    });
+
     route('POST', '/node/v1/heartbeat', async (req) => {
       const nodeId = nodeOf(req);
       const hb = req.body as Heartbeat;
@@ -116,16 +127,17 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       const nodeId = nodeOf(req);
       let appended = 0;
       let duplicates = 0;
-      const dropped: Array<{ id: string; reason: string }> = [];
+      const dropped: Array<{ id: string; code: 'node_event_refused'; reason: string }> = [];
       for (const e of (req.body as { events: NodeEvent[] }).events) {
-        const why = await refusal(db, opts.keys, nodeId, e);
-        if (why) {
-          dropped.push({ id: e.id, reason: why });
-          continue;
-        }
+        // A redelivery first: what it asked for may be gone since (a deleted snapshot), and it changes nothing anyway.
         const before = await db.selectFrom('events').select('id').where('id', '=', e.id).executeTakeFirst();
         if (before) {
           duplicates++;
+          continue;
+        }
+        const why = await nodeEventRefusal(db, opts.keys, nodeId, e);
+        if (why) {
+          dropped.push({ id: e.id, code: 'node_event_refused', reason: why });
           continue;
         }
         await events.append({ id: e.id, at: e.at, type: e.type, tenantId: e.tenantId, sandboxId: e.sandboxId, data: e.data }, { clock });
@@ -146,7 +158,8 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       // Our own copy, so wiping it after sealing cannot touch a provider's cache.
       const key = Buffer.from(await opts.keys.dataKey(tenantId, purpose, version));
       try {
-        return { sealed: seal(keys.transport, key, Buffer.from(`${nodeId}/${tenantId}/${purpose}/v${version}`)).toString('base64'), version };
+        const aad = Buffer.from(`${nodeId}/${tenantId}/${purpose}/v${version}`);
+        return { sealed: sealForNode(identityOf(req).publicKey, key, aad).toString('base64'), version };
       } finally {
         key.fill(0);
       }
@@ -175,7 +188,8 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       const { tenantId, name } = req.params as { tenantId: string; name: string };
       await mayServe(nodeId, tenantId, name);
       const value = await (await opts.secrets.resolve(tenantId, name)).value();
-      return { sealed: seal(keys.transport, Buffer.from(value.reveal(), 'utf8'), Buffer.from(`${nodeId}/${tenantId}/${name}`)).toString('base64') };
+      const aad = Buffer.from(`${nodeId}/${tenantId}/${name}`);
+      return { sealed: sealForNode(identityOf(req).publicKey, Buffer.from(value.reveal(), 'utf8'), aad).toString('base64') };
     });
 
     route('GET', '/node/v1/templates/{key}', async (req) => {
@@ -213,65 +227,4 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       return reply.code(204).send();
     });
   };
-}
-
-/**
- * Why an event from this node is not appended, or undefined: an event about a sandbox counts only while the sandbox
- * is placed on the node (so a node that comes back cannot end or alter one that moved), and one about no sandbox
- * only for the platform's own tenant, or as a wipe report (plaintextWipeRefusal).
- */
-async function refusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  if (e.sandboxId === undefined) {
-    if (e.tenantId === TEMPLATE_TENANT) return undefined;
-    if (e.type === 'tenant.plaintext_wiped') return plaintextWipeRefusal(db, keys, nodeId, e);
-    return 'an event about no sandbox must be of the system tenant';
-  }
-  const row = await db.selectFrom('sandboxes').select(['tenant_id', 'gateway_id']).where('id', '=', e.sandboxId).executeTakeFirst();
-  if (!row) return 'no such sandbox';
-  if (row.tenant_id !== e.tenantId) return 'the sandbox belongs to another tenant';
-  if (row.gateway_id !== nodeId) return `the sandbox is placed on ${row.gateway_id ?? 'no node'}`;
-  return undefined;
-}
-
-/**
- * A node's report that it wiped a revoked tenant's plaintext (gateway revocation.ts) is the one tenant event about no
- * sandbox a node may write. It counts only when it cannot be a forgery that harms: the tenant ran a sandbox on this
- * node (in any state: the wipe ended them), every sandbox it says it stopped is that tenant's and was placed here, and
- * the key provider, asked now, says the key is revoked, so a node cannot claim a live tenant's data was destroyed.
- */
-async function plaintextWipeRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  const data = e.data as { trigger?: unknown; stoppedSandboxes?: unknown; wipedFiles?: unknown };
-  const stopped = data.stoppedSandboxes;
-  if (
-    (data.trigger !== 'api' && data.trigger !== 'provider') ||
-    !Array.isArray(stopped) ||
-    !stopped.every((id) => typeof id === 'string') ||
-    !Number.isSafeInteger(data.wipedFiles) ||
-    (data.wipedFiles as number) < 0
-  ) {
-    return 'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}';
-  }
-  const ids = [...new Set(stopped as string[])];
-  // One node holds far fewer sandboxes than this; the bound keeps the query within every database's parameter limit.
-  if (ids.length > 4096) return 'a wipe report names more sandboxes than a node holds';
-  const want = Math.max(ids.length, 1);
-  const placed = await db
-    .selectFrom('sandboxes')
-    .select('id')
-    .where('tenant_id', '=', e.tenantId)
-    .where('gateway_id', '=', nodeId)
-    .$if(ids.length > 0, (q) => q.where('id', 'in', ids))
-    .limit(want)
-    .execute();
-  if (placed.length < want) {
-    return ids.length === 0 ? `tenant ${e.tenantId} has no sandbox placed on this node` : `a stopped sandbox is not of tenant ${e.tenantId} on this node`;
-  }
-  try {
-    if (keys.verify) await keys.verify(e.tenantId);
-    else await keys.dataKey(e.tenantId, 'chunk-data');
-  } catch (err) {
-    if (err instanceof SandglassError && err.code === 'key_revoked') return undefined;
-    return `the key provider did not confirm the revocation: ${(err as Error).message}`;
-  }
-  return `the key of tenant ${e.tenantId} is not revoked`;
 }

@@ -27,6 +27,7 @@ import { toTemplate, toTenant } from './api.js';
 import { Failover } from './failover.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { nodeApi } from './node-api.js';
+import { NodeCredentials } from './node-credentials.js';
 import type { NodeDirectory } from './nodes.js';
 import { ApiKeyService, authenticate, createTenant, type Principal } from './keys.js';
 import { e2bApi } from './e2b.js';
@@ -249,6 +250,25 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   });
   route('POST', '/v1/forks', async (req, reply) => reply.code(201).send(await sandboxes.fork(who(req), req.body)));
 
+  const nodeCredentials = new NodeCredentials(db, clock);
+  const nodeOperator = (req: FastifyRequest): Principal => {
+    const p = who(req);
+    if (p.role !== 'operator') throw new SandglassError('permission_denied', "Only an operator API key may manage the cluster's nodes.");
+    return p;
+  };
+  route('GET', '/v1/nodes', async (req) => {
+    nodeOperator(req);
+    return { nodes: await nodeCredentials.list() };
+  });
+  route('POST', '/v1/nodes/enrolments', async (req, reply) => {
+    nodeOperator(req);
+    return reply.code(201).send(await nodeCredentials.issueEnrolment(req.body.nodeId, req.body.ttlS));
+  });
+  route('POST', '/v1/nodes/{id}/revoke', async (req) => {
+    nodeOperator(req);
+    return nodeCredentials.revoke(idOf(req));
+  });
+
   route('POST', '/v1/tenants', async (req, reply) => {
     const by = operator(req);
     const tenant = await createTenant(db, events, req.body.name, { clock, createdByKeyId: by.keyId });
@@ -289,7 +309,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
         nodes,
         secrets,
         keys: opts.keys ?? NO_KEYS,
-        nodeSecret: opts.nodeSecret,
+        credentials: nodeCredentials,
         clock,
         logger: opts.logger,
         revokedKeyIds: () => apiKeys.revokedSince(clock.nowMs() - LONGEST_TOKEN_TTL_MS),

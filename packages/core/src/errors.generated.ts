@@ -45,6 +45,7 @@ export const ERROR_CATALOGUE = {
   api_key_revoked: { status: 401, retryable: false, message: "This API key was revoked; ask an admin of your tenant for a new one." },
   api_key_expired: { status: 401, retryable: false, message: "This API key is past its expiry; ask an admin of your tenant for a new one." },
   node_fenced: { status: 409, retryable: false, message: "The control plane declared this node dead or saw it register again; stop every VM and register afresh." },
+  node_event_refused: { status: 403, retryable: false, message: "A node sent an event it may not append (a kind nodes do not send, or about a sandbox or snapshot not its own); the event is dropped." },
   vm_reply_refused: { status: 502, retryable: false, message: "The sandbox's VM (its QEMU or its guest agent) named a host path or file name the node refuses (a disk layer not the sandbox's own; a name with /, NUL, . or ..); nothing was read, written or deleted. details.field names it." },
   port_not_listening: { status: 502, retryable: true, message: "Nothing in the sandbox listens on this port (127.0.0.1 or ::1), or its server closed the connection without answering." },
   internal: { status: 500, retryable: true, message: "An unexpected error; the server logged the cause under the request id." },

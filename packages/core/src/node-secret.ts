@@ -1,4 +1,5 @@
-// The node secret shared by the control plane and a gateway, and the per-purpose keys derived from it.
+// The node secret shared by the control plane and a gateway, and the per-purpose keys derived from it. The node API
+// takes each node's own key instead (control-plane node-credentials.ts): this secret never opens it.
 import { hkdfSync, randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 
@@ -10,10 +11,6 @@ export interface NodeKeys {
   readonly internalBearer: Buffer;
   /** Signs and verifies data-plane access tokens (`sgat_…`). */
   readonly accessToken: Buffer;
-  /** Sent (hex) as `Authorization: Bearer` by a gateway on the control plane's node API (spec/node.yaml). */
-  readonly nodeApiBearer: Buffer;
-  /** Seals the tenant keys and secret values the node API hands a gateway (kms seal, node id in the associated data). */
-  readonly transport: Buffer;
 }
 
 function derive(secret: Buffer, purpose: string): Buffer {
@@ -29,8 +26,6 @@ export function deriveNodeKeys(secret: Buffer): NodeKeys {
   return {
     internalBearer: derive(secret, 'internal-bearer'),
     accessToken: derive(secret, 'access-token'),
-    nodeApiBearer: derive(secret, 'node-api'),
-    transport: derive(secret, 'node-transport'),
   };
 }
 

@@ -321,6 +321,28 @@ const sandboxDisk: Migration = {
   },
 };
 
+const nodeCredentials: Migration = {
+  async up(db: Kysely<any>) {
+    // Each node speaks with a key of its own (issue 23): the cluster's shared node secret let any node claim any id.
+    await db.schema
+      .createTable('node_credentials')
+      .addColumn('node_id', 'text', (c) => c.primaryKey())
+      .addColumn('key_hash', 'text', (c) => c.notNull().unique())
+      .addColumn('public_key', 'text', (c) => c.notNull())
+      .addColumn('enrolled_at', 'text', (c) => c.notNull())
+      .addColumn('revoked_at', 'text')
+      .execute();
+    await db.schema
+      .createTable('node_enrolments')
+      .addColumn('token_hash', 'text', (c) => c.primaryKey())
+      .addColumn('node_id', 'text', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addColumn('expires_at', 'text', (c) => c.notNull())
+      .addColumn('used_at', 'text')
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -338,5 +360,6 @@ export const migrationProvider: MigrationProvider = {
     '0008_sandbox_envs': sandboxEnvs,
     '0009_sandbox_sub_chain': sandboxSubChain,
     '0010_sandbox_disk': sandboxDisk,
+    '0011_node_credentials': nodeCredentials,
   }),
 };

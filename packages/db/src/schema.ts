@@ -171,6 +171,28 @@ export interface NodesTable {
   dead_at: IsoTime | null;
 }
 
+/**
+ * A node's own credential (control-plane node-credentials.ts): only the SHA-256 of its bearer key and the public half
+ * of its transport key pair. One per node id; enrolling again replaces it, revoking fences the node.
+ */
+export interface NodeCredentialsTable {
+  node_id: string;
+  key_hash: string;
+  /** Base64 X25519 SPKI DER: what the node API seals keys and secret values to. */
+  public_key: string;
+  enrolled_at: IsoTime;
+  revoked_at: IsoTime | null;
+}
+
+/** A one-time enrolment token the operator issued for one node id; only its SHA-256 is kept. */
+export interface NodeEnrolmentsTable {
+  token_hash: string;
+  node_id: string;
+  created_at: IsoTime;
+  expires_at: IsoTime;
+  used_at: IsoTime | null;
+}
+
 /** A named claim with an expiry: node death, a sandbox move, a GC run, a template build. */
 export interface LeasesTable {
   name: string;
@@ -211,6 +233,8 @@ export interface Schema {
   snapshots: SnapshotsTable;
   secrets: SecretsTable;
   sandbox_envs: SandboxEnvsTable;
+  node_credentials: NodeCredentialsTable;
+  node_enrolments: NodeEnrolmentsTable;
 }
 
 export type TenantRow = Selectable<TenantsTable>;
@@ -220,6 +244,7 @@ export type SandboxRow = Selectable<SandboxesTable>;
 export type EventRow = Selectable<EventsTable>;
 export type NewEventRow = Insertable<EventsTable>;
 export type NodeRow = Selectable<NodesTable>;
+export type NodeCredentialRow = Selectable<NodeCredentialsTable>;
 export type LeaseRow = Selectable<LeasesTable>;
 export type TemplateSnapshotRow = Selectable<TemplateSnapshotsTable>;
 export type SnapshotRow = Selectable<SnapshotsTable>;

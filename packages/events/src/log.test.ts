@@ -333,6 +333,52 @@ describe.each(dialects('log_test'))('on $dialect', ({ fresh }) => {
       expect(await rows()).toEqual(unpinned);
     });
 
+    it('deletes a snapshot or moves a sandbox only by an event of its own tenant (and sandbox), live and rebuilt', async () => {
+      const taken = (snapshotId: string, pinned: boolean): AppendInput => ({
+        type: 'snapshot.taken',
+        tenantId: 'ten_a',
+        sandboxId: 'sbx_1',
+        data: {
+          snapshotId,
+          parentId: null,
+          reason: 'manual',
+          name: pinned ? 'keep' : null,
+          pinned,
+          sizeAddedBytes: 1,
+          memoryMib: 256,
+          vcpus: 1,
+          template: 'base',
+        },
+      });
+      const deleted = (tenantId: string, sandboxId: string | undefined, snapshotId: string): AppendInput => ({
+        type: 'snapshot.deleted',
+        tenantId,
+        ...(sandboxId ? { sandboxId } : {}),
+        data: { snapshotId, why: 'user' },
+      });
+      await log.append(created('sbx_1'), { clock });
+      await log.append(created('sbx_2'), { clock });
+      for (const input of [
+        taken('snap_1', true),
+        taken('snap_2', false),
+        // The forgery of issue 23: the system tenant naming a pinned snapshot of ten_a.
+        deleted('system', undefined, 'snap_1'),
+        deleted('ten_b', 'sbx_1', 'snap_2'),
+        // ten_a's own event, but about another of its sandboxes.
+        deleted('ten_a', 'sbx_2', 'snap_2'),
+        { type: 'sandbox.killed', tenantId: 'ten_b', sandboxId: 'sbx_1', data: { reason: 'killed' } },
+      ])
+        await log.append(input, { clock });
+      const rows = () => database.db.selectFrom('snapshots').select('id').orderBy('id').execute();
+      expect((await rows()).map((r) => r.id)).toEqual(['snap_1', 'snap_2']);
+      expect((await sandboxes()).find((r) => r.id === 'sbx_1')?.state).toBe('starting');
+      await log.rebuildProjections();
+      expect((await rows()).map((r) => r.id)).toEqual(['snap_1', 'snap_2']);
+      expect((await sandboxes()).find((r) => r.id === 'sbx_1')?.state).toBe('starting');
+      await log.append(deleted('ten_a', 'sbx_1', 'snap_2'), { clock });
+      expect((await rows()).map((r) => r.id)).toEqual(['snap_1']);
+    });
+
     it('takes a fork’s network and secrets from sandbox.forked when the gateway reports them, and only the rules', async () => {
       const fork = created('sbx_f');
       fork.data = { ...fork.data, network: { allow: ['now.example'], deny: [] }, secrets: ['A', 'B'] };

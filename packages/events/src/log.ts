@@ -273,7 +273,15 @@ async function applySnapshot(trx: Kysely<Schema>, event: StoredEvent): Promise<v
     // Only the tenant's own row: a rename of an id thinned or deleted meanwhile changes nothing, live or rebuilt.
     await trx.updateTable('snapshots').set({ name, pinned }).where('id', '=', id).where('tenant_id', '=', tenantId).execute();
   }
-  if (change.deleteId) await trx.deleteFrom('snapshots').where('id', '=', change.deleteId).execute();
+  if (change.deletion) {
+    const { id, tenantId, sandboxId } = change.deletion;
+    await trx
+      .deleteFrom('snapshots')
+      .where('id', '=', id)
+      .where('tenant_id', '=', tenantId)
+      .$if(sandboxId !== undefined, (q) => q.where('sandbox_id', '=', sandboxId!))
+      .execute();
+  }
 }
 
 function fromRow(row: EventRow): StoredEvent {

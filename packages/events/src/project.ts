@@ -50,6 +50,8 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
     };
   }
   if (!row) throw new Error(`event ${e.id} (${e.type}) is for sandbox ${e.sandboxId}, which was never created`);
+  // Another tenant's event about this sandbox moves nothing: whoever wrote it, only the sandbox's own tenant speaks for it.
+  if (row.tenant_id !== e.tenantId) return row;
   if (row.state === 'ended' || row.state === 'failed') return row;
   switch (e.type) {
     case 'sandbox.started':
@@ -104,8 +106,18 @@ export interface SnapshotRename {
   pinned: 0 | 1;
 }
 
-/** The snapshots projection: `snapshot.taken` adds a row, `snapshot.named` renames it, `snapshot.deleted` removes it. */
-export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?: SnapshotRename; deleteId?: string } {
+/** A snapshot to remove: only when it is of this tenant (and, when the event names one, of this sandbox). */
+export interface SnapshotDeletion {
+  id: string;
+  tenantId: string;
+  sandboxId?: string;
+}
+
+/**
+ * The snapshots projection: `snapshot.taken` adds a row, `snapshot.named` renames it, `snapshot.deleted` removes it.
+ * Each step is scoped by the event's tenant, so an event naming another tenant's snapshot id changes nothing of it.
+ */
+export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?: SnapshotRename; deletion?: SnapshotDeletion } {
   if (e.type === 'snapshot.taken') {
     const d = e.data as unknown as SnapshotTakenData;
     return {
@@ -131,7 +143,10 @@ export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?
     const name = typeof d.name === 'string' ? d.name : null;
     return { rename: { id: String(d.snapshotId), tenantId: e.tenantId, name, pinned: name === null ? 0 : 1 } };
   }
-  if (e.type === 'snapshot.deleted') return { deleteId: String((e.data as EventDataMap['snapshot.deleted']).snapshotId) };
+  if (e.type === 'snapshot.deleted') {
+    const id = String((e.data as EventDataMap['snapshot.deleted']).snapshotId);
+    return { deletion: { id, tenantId: e.tenantId, ...(e.sandboxId ? { sandboxId: e.sandboxId } : {}) } };
+  }
   return {};
 }
 

@@ -3,9 +3,9 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '@sandglass/core';
 import { Membership, type MemberNode } from './membership.js';
 import { NodeApiClient } from './node-api-client.js';
-import { NodeApiDouble } from './node-api-double.js';
+import { NodeApiDouble, testNodeCredential } from './node-api-double.js';
 
-const secret = Buffer.alloc(32, 4);
+const secret = testNodeCredential();
 const NODE = 'node-a';
 const A = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const B = 'sbx_bbbbbbbbbbbbbbbbbbbb';
@@ -40,7 +40,7 @@ let membership: Membership;
 
 beforeEach(async () => {
   cp = await new NodeApiDouble(secret, NODE).start();
-  client = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeSecret: secret, retries: 0 });
+  client = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeKey: secret.nodeKey, retries: 0 });
   node = new NodeDouble();
   membership = new Membership({ client, node, url: 'http://127.0.0.1:1', internalUrl: 'http://127.0.0.1:2', logger, retryMinMs: 5, retryMaxMs: 20 });
 });
@@ -68,6 +68,16 @@ describe('Membership', () => {
     await vi.waitFor(() => expect(node.evicted).toEqual([B]));
     expect(node.running).toEqual(new Set([A]));
     expect(node.evictAllCalls).toBe(0);
+  });
+
+  it('when its key is refused (revoked) stops every VM, once, and keeps asking', async () => {
+    await membership.start();
+    cp.keyRevoked = true;
+    await vi.waitFor(() => expect(node.evictAllCalls).toBe(1));
+    expect(node.running.size).toBe(0);
+    const asked = cp.requests;
+    await vi.waitFor(() => expect(cp.requests).toBeGreaterThan(asked + 2));
+    expect(node.evictAllCalls).toBe(1);
   });
 
   it('when fenced stops every VM and registers again', async () => {

@@ -105,6 +105,16 @@ export class Membership {
     try {
       reply = await this.opts.client.heartbeat(body);
     } catch (err) {
+      if (err instanceof SandglassError && err.code === 'unauthenticated') {
+        // The node's key is refused: revoked by the operator, or replaced by a new enrolment of this id. Its sandboxes
+        // fail over elsewhere, so none may keep running here; it speaks again only once enrolled again.
+        if (this.epoch !== null || node.sandboxIds().length > 0) {
+          this.opts.logger.error('the control plane refused this node key (revoked?): stopping every VM; enrol the node again to rejoin');
+          this.epoch = null;
+          await node.evictAll().catch((e: unknown) => this.opts.logger.error({ err: (e as Error).message }, 'stopping the VMs of a revoked node failed'));
+        }
+        throw err;
+      }
       if (!(err instanceof SandglassError && err.code === 'node_fenced')) throw err;
       await this.fenced();
       // A registration is never fenced; if one is, retrying it at once would loop.

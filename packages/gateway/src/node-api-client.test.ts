@@ -2,16 +2,16 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SandglassError } from '@sandglass/core';
 import { NodeApiClient } from './node-api-client.js';
-import { NodeApiDouble } from './node-api-double.js';
+import { NodeApiDouble, testNodeCredential } from './node-api-double.js';
 
-const secret = Buffer.alloc(32, 8);
+const secret = testNodeCredential();
 const NODE = 'node-a';
 const hb = { url: 'http://127.0.0.1:1', internalUrl: 'http://127.0.0.1:2', capacityMemoryMib: 1024, freeMemoryMib: 1024, sandboxes: [], templates: [] };
 
 let cp: NodeApiDouble;
 const clients: NodeApiClient[] = [];
-const client = (over: { nodeSecret?: Buffer; nodeId?: string } = {}) => {
-  const c = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeSecret: secret, retries: 2, retryBaseMs: 1, ...over });
+const client = (over: { nodeKey?: string; nodeId?: string } = {}) => {
+  const c = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeKey: secret.nodeKey, retries: 2, retryBaseMs: 1, ...over });
   clients.push(c);
   return c;
 };
@@ -28,7 +28,7 @@ afterEach(async () => {
 describe('NodeApiClient', () => {
   it('authenticates with the node-api key and its node id; another secret or node id is unauthenticated', async () => {
     await expect(client().heartbeat({ epoch: null, ...hb })).resolves.toMatchObject({ epoch: 1 });
-    await expect(client({ nodeSecret: Buffer.alloc(32, 1) }).heartbeat({ epoch: null, ...hb })).rejects.toMatchObject({ code: 'unauthenticated' });
+    await expect(client({ nodeKey: testNodeCredential().nodeKey }).heartbeat({ epoch: null, ...hb })).rejects.toMatchObject({ code: 'unauthenticated' });
     await expect(client({ nodeId: 'node-b' }).heartbeat({ epoch: null, ...hb })).rejects.toMatchObject({ code: 'unauthenticated' });
   });
 
@@ -62,7 +62,7 @@ describe('NodeApiClient', () => {
   });
 
   it('refuses a base URL that is not http(s) or carries credentials', () => {
-    expect(() => new NodeApiClient({ baseUrl: 'ftp://x', nodeId: NODE, nodeSecret: secret })).toThrow(/http/);
-    expect(() => new NodeApiClient({ baseUrl: 'http://u:p@127.0.0.1:1', nodeId: NODE, nodeSecret: secret })).toThrow(/credentials/);
+    expect(() => new NodeApiClient({ baseUrl: 'ftp://x', nodeId: NODE, nodeKey: secret.nodeKey })).toThrow(/http/);
+    expect(() => new NodeApiClient({ baseUrl: 'http://u:p@127.0.0.1:1', nodeId: NODE, nodeKey: secret.nodeKey })).toThrow(/credentials/);
   });
 });

@@ -1,7 +1,7 @@
 // The gateway's client of the control plane's node API (spec/node.yaml): authenticated calls, bounded in time, retried when safe.
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
-import { deriveNodeKeys, errorFromBody, httpExchange, SandglassError, type NodeApi, type RequestBody, type SuccessBody } from '@sandglass/core';
+import { errorFromBody, httpExchange, SandglassError, type NodeApi, type RequestBody, type SuccessBody } from '@sandglass/core';
 
 type Ops = NodeApi.operations;
 export type Heartbeat = RequestBody<Ops['nodeHeartbeat']>;
@@ -14,6 +14,7 @@ export type CaptureLeaseGrant = SuccessBody<Ops['nodeCaptureLeaseTake']>;
 export type SandboxLocation = SuccessBody<Ops['nodeSandboxLocation']>;
 export type NodeDataKey = SuccessBody<Ops['nodeDataKey']>;
 export type NodeTenantKey = SuccessBody<Ops['nodeTenantKey']>;
+export type NodeEnrolment = SuccessBody<Ops['nodeEnrol']>;
 
 /** The spec's cap on one delivery. */
 export const MAX_EVENTS_PER_BATCH = 500;
@@ -22,8 +23,8 @@ export interface NodeApiClientOptions {
   /** The control plane's API base URL, http:// or https:// (the node API is served under /node/v1 on it). */
   baseUrl: string;
   nodeId: string;
-  /** The cluster's node secret: the bearer is derived from it, never the secret itself. */
-  nodeSecret: Buffer;
+  /** This node's own key from enrolment (sgnk_…), bound to nodeId; absent only to enrol. */
+  nodeKey?: string;
   /** Bound on one whole exchange (connect, send, read); default 10 s. */
   timeoutMs?: number;
   /** Further attempts of an idempotent call after a transport failure or a retryable error; default 2. */
@@ -42,14 +43,14 @@ interface CallOptions {
 }
 
 /**
- * Every call carries `Authorization: Bearer <node-api key>` and `X-Sandglass-Node`. A control-plane error comes back
+ * Every call carries `Authorization: Bearer <the node's key>` and `X-Sandglass-Node`. A control-plane error comes back
  * as the same SandglassError (`node_fenced`, `key_unavailable`, …); one that cannot be reached or does not answer in
  * time is `internal` (retryable), naming the URL, so callers that must fail closed do.
  */
 export class NodeApiClient {
   readonly nodeId: string;
   readonly #base: URL;
-  readonly #authorization: string;
+  readonly #authorization?: string;
   readonly #timeoutMs: number;
   readonly #retries: number;
   readonly #retryBaseMs: number;
@@ -62,12 +63,17 @@ export class NodeApiClient {
     if (base.username || base.password || base.search || base.hash) throw new Error('the control plane URL must not carry credentials, a query or a fragment');
     this.#base = base;
     this.nodeId = opts.nodeId;
-    this.#authorization = `Bearer ${deriveNodeKeys(opts.nodeSecret).nodeApiBearer.toString('hex')}`;
+    this.#authorization = opts.nodeKey === undefined ? undefined : `Bearer ${opts.nodeKey}`;
     this.#timeoutMs = opts.timeoutMs ?? 10_000;
     this.#retries = opts.retries ?? 2;
     this.#retryBaseMs = opts.retryBaseMs ?? 200;
     this.#ca = opts.ca;
     this.#agent = base.protocol === 'https:' ? new HttpsAgent({ keepAlive: true, ca: opts.ca }) : new HttpAgent({ keepAlive: true });
+  }
+
+  /** Spends the operator's one-time token for this node id: the answer's key is shown this once. Never retried. */
+  enrol(token: string, publicKey: string): Promise<NodeEnrolment> {
+    return this.#call('POST', '/node/v1/enrol', { body: { token, publicKey }, idempotent: false }) as Promise<NodeEnrolment>;
   }
 
   /** Registration (epoch null) is not retried here: a lost reply's epoch is superseded by the next registration anyway. */
@@ -80,7 +86,7 @@ export class NodeApiClient {
     return this.#call('POST', '/node/v1/events', { body: { events }, idempotent: true, timeoutMs: opts.timeoutMs }) as Promise<AppendEventsReply>;
   }
 
-  /** Base64 of the purpose key of one data key version (absent: the current one) sealed under the node-transport key. */
+  /** Base64 of the purpose key of one data key version (absent: the current one) sealed to this node's public key. */
   dataKey(tenantId: string, purpose: string, version?: number): Promise<NodeDataKey> {
     const path = `/node/v1/tenants/${encodeURIComponent(tenantId)}/data-keys/${encodeURIComponent(purpose)}${version === undefined ? '' : `?version=${version}`}`;
     return this.#call('POST', path, { idempotent: true }) as Promise<NodeDataKey>;
@@ -95,7 +101,7 @@ export class NodeApiClient {
     return this.#call('GET', secretPath(tenantId, name), { idempotent: true }) as Promise<SecretInfo>;
   }
 
-  /** Base64 of the value sealed under the node-transport key. */
+  /** Base64 of the value sealed to this node's public key. */
   async secretValue(tenantId: string, name: string): Promise<string> {
     return ((await this.#call('POST', `${secretPath(tenantId, name)}/value`, { idempotent: true })) as { sealed: string }).sealed;
   }
@@ -173,7 +179,8 @@ export class NodeApiClient {
   }
 
   #send(url: URL, method: string, body: string | undefined, timeoutMs: number): Promise<{ status: number; text: string }> {
-    const headers: Record<string, string> = { authorization: this.#authorization, 'x-sandglass-node': this.nodeId, accept: 'application/json' };
+    const headers: Record<string, string> = { 'x-sandglass-node': this.nodeId, accept: 'application/json' };
+    if (this.#authorization !== undefined) headers.authorization = this.#authorization;
     if (body !== undefined) {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(Buffer.byteLength(body));

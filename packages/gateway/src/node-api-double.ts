@@ -1,8 +1,9 @@
 // For unit tests: a control plane's node API (spec/node.yaml) on loopback, holding its state in memory, that tests can take down, fence and make lie.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { deriveNodeKeys, SandglassError } from '@sandglass/core';
-import { seal } from '@sandglass/kms';
+import { randomBytes } from 'node:crypto';
+import { SandglassError } from '@sandglass/core';
+import { newNodeTransportKeys, sealForNode, type NodeTransportKeys } from '@sandglass/kms';
 import type { HeartbeatReply, NodeEvent } from './node-api-client.js';
 
 export interface DoubleSecret {
@@ -12,6 +13,15 @@ export interface DoubleSecret {
 
 /** The associated data the double seals with, per call kind; a test overrides it to seal for another node or tenant. */
 export type AadFor = (nodeId: string, tenantId: string, what: string) => string;
+
+/** A node's credential as enrolment leaves it: its key, and its transport key pair. */
+export interface TestNodeCredential extends NodeTransportKeys {
+  nodeKey: string;
+}
+
+export function testNodeCredential(): TestNodeCredential {
+  return { nodeKey: `sgnk_${randomBytes(32).toString('base64url')}`, ...newNodeTransportKeys() };
+}
 
 export class NodeApiDouble {
   url = '';
@@ -26,6 +36,8 @@ export class NodeApiDouble {
   /** Calls per route kind, to see what a client cached. */
   readonly calls = { heartbeat: 0, events: 0, dataKey: 0, tenantKey: 0, verify: 0, secretInfo: 0, secretValue: 0, templates: 0 };
   readonly heartbeats: Array<{ epoch: number | null; sandboxes: string[]; freeMemoryMib: number }> = [];
+  /** The node's key revoked: every request answers unauthenticated. */
+  keyRevoked = false;
   /** Epoch of the node's current registration; a heartbeat with another is fenced. */
   epoch = 0;
   heartbeatIntervalS = 0.02;
@@ -45,15 +57,14 @@ export class NodeApiDouble {
   aad: AadFor = (nodeId, tenantId, what) => `${nodeId}/${tenantId}/${what}`;
   private server?: Server;
   private readonly bearer: string;
-  private readonly transport: Buffer;
+  private readonly publicKey: string;
 
   constructor(
-    nodeSecret: Buffer,
+    credential: TestNodeCredential,
     private readonly nodeId: string,
   ) {
-    const keys = deriveNodeKeys(nodeSecret);
-    this.bearer = `Bearer ${keys.nodeApiBearer.toString('hex')}`;
-    this.transport = keys.transport;
+    this.bearer = `Bearer ${credential.nodeKey}`;
+    this.publicKey = credential.publicKey;
   }
 
   async start(): Promise<this> {
@@ -87,7 +98,8 @@ export class NodeApiDouble {
         this.failNext--;
         throw new SandglassError('internal', 'failing as the test asked');
       }
-      if (req.headers.authorization !== this.bearer || req.headers['x-sandglass-node'] !== this.nodeId) throw new SandglassError('unauthenticated');
+      if (this.keyRevoked || req.headers.authorization !== this.bearer || req.headers['x-sandglass-node'] !== this.nodeId)
+        throw new SandglassError('unauthenticated');
       send(res, 200, this.route(req.method ?? '', req.url ?? '', body));
     } catch (err) {
       const e = err instanceof SandglassError ? err : new SandglassError('internal', String(err));
@@ -139,7 +151,7 @@ export class NodeApiDouble {
       const version = m[2] === 'chunk-id' ? 1 : Number(m[3] ?? this.keyVersion);
       const key = this.dataKeys.get(`${m[1]}/${m[2]}${version === 1 ? '' : `/v${version}`}`);
       if (!key) throw new SandglassError('key_unavailable');
-      return { sealed: seal(this.transport, key, Buffer.from(this.aad(this.nodeId, m[1]!, `${m[2]}/v${version}`))).toString('base64'), version };
+      return { sealed: sealForNode(this.publicKey, key, Buffer.from(this.aad(this.nodeId, m[1]!, `${m[2]}/v${version}`))).toString('base64'), version };
     }
     if (method === 'GET' && (m = /^\/node\/v1\/tenants\/([^/]+)\/key\?verify=(true|false)$/.exec(url))) {
       this.calls.tenantKey++;
@@ -152,7 +164,7 @@ export class NodeApiDouble {
       if (!s) throw new SandglassError('secret_not_found');
       if (m[3] && method === 'POST') {
         this.calls.secretValue++;
-        return { sealed: seal(this.transport, Buffer.from(s.value), Buffer.from(this.aad(this.nodeId, m[1]!, m[2]!))).toString('base64') };
+        return { sealed: sealForNode(this.publicKey, Buffer.from(s.value), Buffer.from(this.aad(this.nodeId, m[1]!, m[2]!))).toString('base64') };
       }
       this.calls.secretInfo++;
       return {

@@ -5,10 +5,10 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createLogger, ManualClock } from '@sandglass/core';
 import { NodeApiClient } from './node-api-client.js';
-import { NodeApiDouble } from './node-api-double.js';
+import { NodeApiDouble, testNodeCredential } from './node-api-double.js';
 import { Outbox, type OutboxOptions } from './outbox.js';
 
-const secret = Buffer.alloc(32, 3);
+const secret = testNodeCredential();
 const NODE = 'node-a';
 const SBX = 'sbx_aaaaaaaaaaaaaaaaaaaa';
 const logger = createLogger('test', 'silent');
@@ -21,7 +21,7 @@ const open: Outbox[] = [];
 beforeEach(async () => {
   dir = join(mkdtempSync(join(tmpdir(), 'outbox-')), 'outbox');
   cp = await new NodeApiDouble(secret, NODE).start();
-  client = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeSecret: secret, retries: 0, timeoutMs: 5000 });
+  client = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeKey: secret.nodeKey, retries: 0, timeoutMs: 5000 });
 });
 
 afterEach(async () => {

@@ -2,10 +2,10 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock, Redacted } from '@sandglass/core';
 import { NodeApiClient } from './node-api-client.js';
-import { NodeApiDouble } from './node-api-double.js';
+import { NodeApiDouble, testNodeCredential } from './node-api-double.js';
 import { RemoteKeys, RemoteSecrets, RemoteTemplateRegistry } from './remote.js';
 
-const secret = Buffer.alloc(32, 5);
+const secret = testNodeCredential();
 const NODE = 'node-a';
 const KEY = Buffer.alloc(32, 9);
 
@@ -15,7 +15,7 @@ let clock: ManualClock;
 
 beforeEach(async () => {
   cp = await new NodeApiDouble(secret, NODE).start();
-  client = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeSecret: secret, retries: 0 });
+  client = new NodeApiClient({ baseUrl: cp.url, nodeId: NODE, nodeKey: secret.nodeKey, retries: 0 });
   clock = new ManualClock(1000);
   cp.dataKeys.set('ten_a/chunk-data', KEY);
   cp.dataKeys.set('ten_b/chunk-data', Buffer.alloc(32, 10));
@@ -29,7 +29,7 @@ afterEach(async () => {
 
 describe('RemoteKeys', () => {
   it('opens the key sealed for this node and tenant, and keeps it only for cacheMs', async () => {
-    const keys = new RemoteKeys({ client, nodeSecret: secret, clock, cacheMs: 60_000 });
+    const keys = new RemoteKeys({ client, transportPrivateKey: secret.privateKey, clock, cacheMs: 60_000 });
     expect(await keys.dataKey('ten_a', 'chunk-data')).toEqual(KEY);
     expect(await keys.dataKey('ten_a', 'chunk-data')).toEqual(KEY);
     expect(cp.calls.dataKey).toBe(1);
@@ -39,7 +39,7 @@ describe('RemoteKeys', () => {
   });
 
   it('refuses a key sealed for another node, another tenant or another purpose (key_unavailable), and caches no failure', async () => {
-    const keys = new RemoteKeys({ client, nodeSecret: secret, clock });
+    const keys = new RemoteKeys({ client, transportPrivateKey: secret.privateKey, clock });
     cp.aad = (_node, tenant, purpose) => `node-b/${tenant}/${purpose}`;
     await expect(keys.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
     // A reply for tenant b's request replayed to a's: the associated data names b.
@@ -55,7 +55,7 @@ describe('RemoteKeys', () => {
   });
 
   it('is key_unavailable when the control plane cannot be reached or has no key, and cannot revoke', async () => {
-    const keys = new RemoteKeys({ client, nodeSecret: secret, clock });
+    const keys = new RemoteKeys({ client, transportPrivateKey: secret.privateKey, clock });
     await expect(keys.dataKey('ten_c', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
     cp.down = true;
     await expect(keys.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
@@ -67,7 +67,7 @@ describe('RemoteKeys', () => {
     cp.dataKeys.set('ten_a/chunk-data/v2', v2);
     cp.dataKeys.set('ten_a/chunk-id', Buffer.alloc(32, 12));
     cp.keyVersion = 2;
-    const keys = new RemoteKeys({ client, nodeSecret: secret, clock, versionCacheMs: 5_000 });
+    const keys = new RemoteKeys({ client, transportPrivateKey: secret.privateKey, clock, versionCacheMs: 5_000 });
     expect(await keys.keyVersion('ten_a')).toBe(2);
     expect(await keys.dataKey('ten_a', 'chunk-data', 2)).toEqual(v2);
     expect(await keys.dataKey('ten_a', 'chunk-data', 1)).toEqual(KEY);
@@ -84,7 +84,7 @@ describe('RemoteKeys', () => {
   });
 
   it('passes the control plane’s key_revoked through, drops what it holds of the tenant, and fails closed otherwise', async () => {
-    const keys = new RemoteKeys({ client, nodeSecret: secret, clock, cacheMs: 60_000 });
+    const keys = new RemoteKeys({ client, transportPrivateKey: secret.privateKey, clock, cacheMs: 60_000 });
     expect(await keys.dataKey('ten_a', 'chunk-data', 1)).toEqual(KEY);
     cp.keyRefusal = 'key_revoked';
     await expect(keys.verify('ten_a')).rejects.toMatchObject({ code: 'key_revoked' });
@@ -96,15 +96,15 @@ describe('RemoteKeys', () => {
     await expect(keys.keyVersion('ten_a')).rejects.toMatchObject({ code: 'key_unavailable' });
   });
 
-  it('does not open with another cluster’s node secret', async () => {
-    const other = new RemoteKeys({ client, nodeSecret: Buffer.alloc(32, 6), clock });
+  it('does not open with another node’s transport key', async () => {
+    const other = new RemoteKeys({ client, transportPrivateKey: testNodeCredential().privateKey, clock });
     await expect(other.dataKey('ten_a', 'chunk-data')).rejects.toMatchObject({ code: 'key_unavailable' });
   });
 });
 
 describe('RemoteSecrets', () => {
   it('resolves the rules, and the value only inside value(), redacted, asked for on every use', async () => {
-    const secrets = new RemoteSecrets({ client, nodeSecret: secret });
+    const secrets = new RemoteSecrets({ client, transportPrivateKey: secret.privateKey });
     const s = await secrets.resolve('ten_a', 'API_TOKEN');
     expect(s).toMatchObject({ name: 'API_TOKEN', hosts: ['api.example.com'], approval: 'none' });
     expect(cp.calls.secretValue).toBe(0);
@@ -118,7 +118,7 @@ describe('RemoteSecrets', () => {
 
   it('refuses a value sealed for another node or another tenant', async () => {
     cp.secrets.set('ten_b/API_TOKEN', { hosts: ['api.example.com'], value: 'b-secret' });
-    const s = await new RemoteSecrets({ client, nodeSecret: secret }).resolve('ten_a', 'API_TOKEN');
+    const s = await new RemoteSecrets({ client, transportPrivateKey: secret.privateKey }).resolve('ten_a', 'API_TOKEN');
     cp.aad = (_node, tenant, name) => `node-b/${tenant}/${name}`;
     await expect(s.value()).rejects.toThrow(/not sealed for this node/);
     cp.aad = (node, _tenant, name) => `${node}/ten_b/${name}`;
@@ -126,7 +126,9 @@ describe('RemoteSecrets', () => {
   });
 
   it('passes secret_not_found through', async () => {
-    await expect(new RemoteSecrets({ client, nodeSecret: secret }).resolve('ten_a', 'NOPE')).rejects.toMatchObject({ code: 'secret_not_found' });
+    await expect(new RemoteSecrets({ client, transportPrivateKey: secret.privateKey }).resolve('ten_a', 'NOPE')).rejects.toMatchObject({
+      code: 'secret_not_found',
+    });
   });
 });
 

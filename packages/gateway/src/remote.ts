@@ -1,18 +1,19 @@
 // What a gateway in a cluster obtains from the control plane at the moment of use: tenant keys and secret values (sealed for this node), and templates.
-import { Redacted, SandglassError, deriveNodeKeys, type Clock } from '@sandglass/core';
-import { KEY_PURPOSES, unseal, type KeyProvider, type KeyPurpose } from '@sandglass/kms';
+import { Redacted, SandglassError, type Clock } from '@sandglass/core';
+import { KEY_PURPOSES, openForNode, type KeyProvider, type KeyPurpose } from '@sandglass/kms';
 import type { NodeApiClient } from './node-api-client.js';
 import type { ResolvedSecret, SecretResolver } from './network.js';
 import type { TemplateRef, TemplateRegistry } from './templates.js';
 
-/** Base64 of a seal under the node-transport key, opened only with exactly the associated data it was sealed with. */
-function openSealed(transport: Buffer, sealedB64: string, aad: string): Buffer {
-  return unseal(transport, Buffer.from(sealedB64, 'base64'), Buffer.from(aad, 'utf8'));
+/** Base64 of a seal to this node's public key, opened only with its private key and exactly the associated data. */
+function openSealed(privateKey: string, sealedB64: string, aad: string): Buffer {
+  return openForNode(privateKey, Buffer.from(sealedB64, 'base64'), Buffer.from(aad, 'utf8'));
 }
 
 export interface RemoteKeysOptions {
   client: NodeApiClient;
-  nodeSecret: Buffer;
+  /** Base64 PKCS#8 of this node's X25519 transport key (its key file), never sent anywhere. */
+  transportPrivateKey: string;
   clock: Clock;
   /** How long a key obtained stays in memory; default 60 s. */
   cacheMs?: number;
@@ -32,7 +33,7 @@ export interface RemoteKeysOptions {
 export class RemoteKeys implements KeyProvider {
   readonly name = 'node-api';
   readonly #client: NodeApiClient;
-  readonly #transport: Buffer;
+  readonly #transport: string;
   readonly #clock: Clock;
   readonly #cacheMs: number;
   readonly #versionCacheMs: number;
@@ -41,7 +42,7 @@ export class RemoteKeys implements KeyProvider {
 
   constructor(opts: RemoteKeysOptions) {
     this.#client = opts.client;
-    this.#transport = deriveNodeKeys(opts.nodeSecret).transport;
+    this.#transport = opts.transportPrivateKey;
     this.#clock = opts.clock;
     this.#cacheMs = opts.cacheMs ?? 60_000;
     this.#versionCacheMs = opts.versionCacheMs ?? 5_000;
@@ -143,11 +144,11 @@ function asKeyError(err: unknown, what: string): SandglassError {
  */
 export class RemoteSecrets implements SecretResolver {
   readonly #client: NodeApiClient;
-  readonly #transport: Buffer;
+  readonly #transport: string;
 
-  constructor(opts: { client: NodeApiClient; nodeSecret: Buffer }) {
+  constructor(opts: { client: NodeApiClient; transportPrivateKey: string }) {
     this.#client = opts.client;
-    this.#transport = deriveNodeKeys(opts.nodeSecret).transport;
+    this.#transport = opts.transportPrivateKey;
   }
 
   async resolve(tenantId: string, name: string): Promise<ResolvedSecret> {

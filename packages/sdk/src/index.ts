@@ -45,6 +45,7 @@ export {
   type AuditExportCheck,
   type AuditExportVerdict,
 } from './audit-export.js';
+export { Nodes, type NodeEnrolment, type NodeInfo } from './nodes.js';
 export { ApiKeys, type ApiKeyCreateOptions, type ApiKeyInfo, type ApiKeyListOptions, type ApiKeyRole, type CreatedApiKey } from './apikeys.js';
 export { TenantKeys, type KeyProviderChoice, type TenantKeyStatus } from './tenant-keys.js';
 export { Ports, DEFAULT_PORT_DOMAIN, type ListeningPort, type PortUrl, type PortUrlOptions } from './ports.js';

@@ -18,6 +18,7 @@ import {
   type MemberNode,
 } from '@sandglass/gateway';
 import { ChunkStore, openChunkBackend } from '@sandglass/chunkstore';
+import { newNodeTransportKeys } from '@sandglass/kms';
 import { DEFAULT_RETENTION } from '@sandglass/snapshots';
 import { progressPrinter } from './progress.js';
 import { prepareNode } from './accel.js';
@@ -30,8 +31,15 @@ export interface GatewayNodeOptions {
   controlPlaneUrl: string;
   /** Stable across restarts of this host: the control plane knows the node by it. */
   nodeId: string;
-  /** The cluster's node secret (64 hex digits), the one the control plane has; never created here. */
+  /**
+   * The cluster's node secret (64 hex digits), the one the control plane has; never created here. Still what the
+   * gateway's internal API bearer and data-plane access tokens derive from; the node API takes the node's own key.
+   */
   nodeSecretFile: string;
+  /** This node's own credential (JSON, mode 0600): written at enrolment, read at every later start; default <home>/node-key. */
+  nodeKeyFile?: string;
+  /** The one-time token the operator issued for this node id (`sandglass nodes enroll`); needed only to enrol. */
+  enrolToken?: string;
   /** The chunk store every node and the control plane share: s3://bucket/prefix, file:/abs/path or /abs/path. */
   store: string;
   /** host:port of the data plane (SDKs connect to it). */
@@ -84,6 +92,58 @@ function clusterNodeSecret(file: string): Buffer {
   return loadNodeSecret(file);
 }
 
+/** What a node keeps of its enrolment: the key it speaks with and the private half of its transport key pair. */
+interface NodeKeyFile {
+  nodeId: string;
+  nodeKey: string;
+  transportPrivateKey: string;
+}
+
+/**
+ * This node's credential: the key file when it exists (it must be this node id's, and private), else an enrolment
+ * with the operator's one-time token, whose answer is written there before anything else uses it.
+ */
+async function nodeCredential(opts: GatewayNodeOptions, file: string, ca: string[] | undefined): Promise<NodeKeyFile> {
+  if (existsSync(file)) {
+    if ((statSync(file).mode & 0o077) !== 0) throw invalidArgument('--node-key-file', `${file} is open to other users: chmod 600 it`);
+    let parsed: Partial<NodeKeyFile>;
+    try {
+      parsed = JSON.parse(readFileSync(file, 'utf8')) as Partial<NodeKeyFile>;
+    } catch {
+      parsed = {};
+    }
+    if (typeof parsed.nodeKey !== 'string' || typeof parsed.transportPrivateKey !== 'string') {
+      throw invalidArgument(
+        '--node-key-file',
+        `${file} is not a node key file: remove it and enrol again with a new token (sandglass nodes enroll ${opts.nodeId})`,
+      );
+    }
+    if (parsed.nodeId !== opts.nodeId) {
+      throw invalidArgument(
+        '--node-key-file',
+        `${file} holds the key of node ${parsed.nodeId}, not ${opts.nodeId}: a key speaks only for the node it was issued to`,
+      );
+    }
+    return parsed as NodeKeyFile;
+  }
+  if (!opts.enrolToken) {
+    throw invalidArgument(
+      '--enrol-token',
+      `node ${opts.nodeId} has not enrolled (no ${file}): run \`sandglass nodes enroll ${opts.nodeId}\` with the operator key and pass the token it prints`,
+    );
+  }
+  const transport = newNodeTransportKeys();
+  const anonymous = new NodeApiClient({ baseUrl: opts.controlPlaneUrl, nodeId: opts.nodeId, ca, retries: 0 });
+  try {
+    const { nodeKey } = await anonymous.enrol(opts.enrolToken, transport.publicKey);
+    const cred: NodeKeyFile = { nodeId: opts.nodeId, nodeKey, transportPrivateKey: transport.privateKey };
+    writeFileSync(file, `${JSON.stringify(cred)}\n`, { mode: 0o600, flag: 'wx' });
+    return cred;
+  } finally {
+    anonymous.close();
+  }
+}
+
 /** Template keys cached on this node (`artifacts/template-<key>/`), for placement. */
 function cachedTemplateKeys(artifactsDir: string): string[] {
   try {
@@ -110,7 +170,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   const cpUrl = URL.canParse(opts.controlPlaneUrl) ? new URL(opts.controlPlaneUrl) : undefined;
   if (cpUrl?.protocol !== 'http:' && cpUrl?.protocol !== 'https:') throw invalidArgument('--control-plane', 'must be an http:// or https:// URL');
   if (cpUrl.protocol === 'http:' && !isLoopback(cpUrl.hostname)) {
-    log.warn({ controlPlaneUrl: opts.controlPlaneUrl }, 'the control plane is reached over plain http: the node-api bearer crosses the network in clear');
+    log.warn({ controlPlaneUrl: opts.controlPlaneUrl }, 'the control plane is reached over plain http: the node key crosses the network in clear');
   }
   if (!isLoopback(internalListen.host)) {
     log.warn(
@@ -125,12 +185,9 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   // Everything that can be wrong in the settings fails here, before minutes of image building.
   const secret = clusterNodeSecret(opts.nodeSecretFile);
   const backend = openChunkBackend(opts.store);
-  const client = new NodeApiClient({
-    baseUrl: opts.controlPlaneUrl,
-    nodeId: opts.nodeId,
-    nodeSecret: secret,
-    ca: opts.controlPlaneCaFiles?.map((f) => readFileSync(f, 'utf8')),
-  });
+  const ca = opts.controlPlaneCaFiles?.map((f) => readFileSync(f, 'utf8'));
+  const credential = await nodeCredential(opts, opts.nodeKeyFile ?? join(layout.root, 'node-key'), ca);
+  const client = new NodeApiClient({ baseUrl: opts.controlPlaneUrl, nodeId: opts.nodeId, nodeKey: credential.nodeKey, ca });
 
   const progress = progressPrinter();
   const { image, kernelArgs, accel } = await prepareNode(layout, log, progress);
@@ -139,7 +196,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   const outbox = new Outbox({ dir: join(layout.root, 'outbox'), sink: client, clock, logger: log });
   await outbox.start();
   // Asked before every boot and polled for each tenant running here, so a key revoked anywhere (any replica, the HSM) stops its sandboxes.
-  const keys = new RemoteKeys({ client, nodeSecret: secret, clock });
+  const keys = new RemoteKeys({ client, transportPrivateKey: credential.transportPrivateKey, clock });
   const store = new ChunkStore({ backend, keys, clock });
   // Leftover VMs of a dead predecessor are killed by the Gateway itself (its jailers' records); their sandboxes are
   // the control plane's to move: this node does not know which ones it still owns until the first heartbeat.
@@ -161,7 +218,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
     // Retention and GC run in the control plane (no snapshotIndex here); captures take its gate against the sweep.
     captureGate: new RemoteCaptureGate({ client, logger: log }),
     retention: DEFAULT_RETENTION,
-    secrets: new RemoteSecrets({ client, nodeSecret: secret }),
+    secrets: new RemoteSecrets({ client, transportPrivateKey: credential.transportPrivateKey }),
     egress: egressFromEnv(),
     recordingCapBytes: recordingCapFromEnv(),
     captureConcurrency: intFromEnv('SANDGLASS_CAPTURE_CONCURRENCY', 2, 1, 64),

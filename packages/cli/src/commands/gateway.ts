@@ -6,6 +6,8 @@ interface GatewayFlags {
   controlPlane: string;
   nodeId: string;
   nodeSecretFile: string;
+  nodeKeyFile?: string;
+  enrolToken?: string;
   store: string;
   listen: string;
   internalListen: string;
@@ -19,9 +21,14 @@ What each part needs:
   control plane   --control-plane: the API URL of \`sandglass control-plane\` (any replica, or a load balancer in
                   front of them); this node registers there, heartbeats, and sends its events, which a local
                   outbox in $SANDGLASS_HOME/outbox keeps until they are acknowledged (an outage delays, never loses them).
+  node key        --enrol-token, once: the one-time token \`sandglass nodes enroll <node id>\` prints for this node id.
+                  The node enrols with it and keeps the key it receives in --node-key-file (default
+                  $SANDGLASS_HOME/node-key, mode 0600); every later start reads that file and needs no token. The key
+                  speaks only for this node id; tenant keys and secret values reach the node sealed to its own key
+                  pair. \`sandglass nodes revoke <node id>\` refuses it from the next request.
   node secret     --node-secret-file: the cluster's node-secret file, the same bytes the control plane has (64 hex
-                  digits, mode 0600). It is never created here: a node with a secret of its own is refused by the
-                  control plane. Tenant keys and secret values reach the node sealed under a key derived from it.
+                  digits, mode 0600), from which the internal API's bearer and data-plane access tokens derive. It
+                  is never created here.
   chunk store     --store: where snapshots live, shared by every node and the control plane: s3://bucket/prefix
                   (SANDGLASS_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or file:/abs/path on shared storage.
   data plane      --listen host:port: SDKs connect here with access tokens; --advertise-url if they reach it by another name.
@@ -42,6 +49,10 @@ export function registerGatewayCommand(program: Command, act: Act): void {
         .env('SANDGLASS_NODE_SECRET_FILE')
         .makeOptionMandatory(),
     )
+    .addOption(
+      new Option('--node-key-file <path>', "this node's own key, written at enrolment (default $SANDGLASS_HOME/node-key)").env('SANDGLASS_NODE_KEY_FILE'),
+    )
+    .addOption(new Option('--enrol-token <token>', 'one-time token from `sandglass nodes enroll` (first start only)').env('SANDGLASS_ENROL_TOKEN'))
     .addOption(new Option('--store <url>', 'shared chunk store: s3://bucket/prefix or file:/abs/path').env('SANDGLASS_STORE').makeOptionMandatory())
     .addOption(new Option('--listen <host:port>', 'data plane address').env('SANDGLASS_LISTEN').makeOptionMandatory())
     .addOption(
@@ -64,6 +75,8 @@ export function registerGatewayCommand(program: Command, act: Act): void {
           controlPlaneUrl: flags.controlPlane,
           nodeId: flags.nodeId,
           nodeSecretFile: flags.nodeSecretFile,
+          nodeKeyFile: flags.nodeKeyFile,
+          enrolToken: flags.enrolToken,
           store: flags.store,
           listen: flags.listen,
           internalListen: flags.internalListen,

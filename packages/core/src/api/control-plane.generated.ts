@@ -403,6 +403,59 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/nodes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The cluster's nodes (operator keys only): every node enrolled or heard from, its credential's state and its membership. Never a key or token. */
+        get: operations["listNodes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/nodes/enrolments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Issues a one-time enrolment token for one node id (operator keys only), shown in this response only. The node spends it once (`sandglass gateway --enrol-token`) for a key bound to that id; enrolling an id again replaces its key. */
+        post: operations["createNodeEnrolment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/nodes/{id}/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Revokes a node's key (operator keys only): refused from its next request, the node declared dead at once so its sandboxes fail over as a dead node's. Revoking a revoked node changes nothing. A new enrolment brings it back. */
+        post: operations["revokeNode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tenants": {
         parameters: {
             query?: never;
@@ -829,6 +882,22 @@ export interface components {
             /** @description The hash of the sandbox's previous event (64 zeros for its first): the sandbox's own chain, which an audit export verifies. Absent on events without a sandbox and on events written before it was introduced. */
             sandboxPrevHash?: string;
         };
+        NodeInfo: {
+            id: string;
+            /**
+             * @description enrolling: enrolled (or heard from) but not registered yet.
+             * @enum {string}
+             */
+            state: "enrolling" | "alive" | "dead" | "revoked";
+            /** @description Its data-plane URL as it last registered. */
+            url: string | null;
+            /** Format: date-time */
+            enrolledAt: string | null;
+            /** Format: date-time */
+            revokedAt: string | null;
+            /** Format: date-time */
+            lastSeenAt: string | null;
+        };
         Tenant: {
             id: string;
             name: string;
@@ -953,7 +1022,7 @@ export interface components {
                  * @description The codes of spec/errors.yaml (a contract test checks they match).
                  * @enum {string}
                  */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "size_unsupported" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "vm_reply_refused" | "port_not_listening" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "size_unsupported" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -1701,6 +1770,94 @@ export interface operations {
             502: components["responses"]["Error"];
             503: components["responses"]["Error"];
             504: components["responses"]["Error"];
+        };
+    };
+    listNodes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The nodes, by id. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        nodes: components["schemas"]["NodeInfo"][];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    createNodeEnrolment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    nodeId: string;
+                    /**
+                     * @description How long the token may be spent.
+                     * @default 3600
+                     */
+                    ttlS?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The token. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        nodeId: string;
+                        token: string;
+                        /** Format: date-time */
+                        expiresAt: string;
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    revokeNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The node as it is now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeInfo"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
         };
     };
     createTenant: {

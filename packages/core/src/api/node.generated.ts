@@ -1,6 +1,23 @@
 // GENERATED from spec/node.yaml by scripts/gen.ts (openapi-typescript). Do not edit by hand: run `npm run gen`.
 
 export interface paths {
+    "/node/v1/enrol": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Spends a one-time enrolment token the operator issued for this node id and binds a new key to the id, with the node's transport public key; an earlier key of the id stops working. The only node API call without a bearer. `unauthenticated` for a token that is unknown, used, expired or issued for another id. */
+        post: operations["nodeEnrol"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/node/v1/heartbeat": {
         parameters: {
             query?: never;
@@ -27,7 +44,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. */
+        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox. Anything else is dropped with code node_event_refused. */
         post: operations["nodeAppendEvents"];
         delete?: never;
         options?: never;
@@ -190,7 +207,7 @@ export interface components {
         };
         /** @description Chosen by the operator (`--node-id`); stable across restarts of the same host. */
         NodeId: string;
-        /** @description Base64 of a kms seal under the node-transport key. */
+        /** @description Base64 of a seal to the node's public key (ephemeral X25519 SPKI DER, then a kms seal). */
         Sealed: string;
         Heartbeat: {
             /** @description null to register (at start, and after being fenced); else the epoch the last reply gave. */
@@ -255,6 +272,40 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    nodeEnrol: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    token: string;
+                    /** @description Base64 of the node's X25519 public key (SPKI DER). */
+                    publicKey: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The node's key, shown this once */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        nodeId: string;
+                        nodeKey: string;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     nodeHeartbeat: {
         parameters: {
             query?: never;
@@ -310,6 +361,11 @@ export interface operations {
                         duplicates: number;
                         dropped: {
                             id: string;
+                            /**
+                             * @description Stable; the reason says which rule refused it.
+                             * @enum {string}
+                             */
+                            code: "node_event_refused";
                             reason: string;
                         }[];
                     };

@@ -45,6 +45,7 @@ export type ErrorCode =
   | 'api_key_revoked'
   | 'api_key_expired'
   | 'node_fenced'
+  | 'node_event_refused'
   | 'vm_reply_refused'
   | 'port_not_listening'
   | 'internal';
