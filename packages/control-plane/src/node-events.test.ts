@@ -13,6 +13,8 @@ describe('nodeEventKind', () => {
       'command.started',
       'file.written',
       'egress.replay_unrecorded',
+      'port.request',
+      'port.visibility',
       'secret.approval_requested',
       'recording.capped',
       'quota.events_dropped',

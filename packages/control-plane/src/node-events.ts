@@ -28,7 +28,7 @@ const SANDBOX_TYPES = new Set([
 ]);
 
 /** What a sandbox's node observes of it and no projection reads: the spec lets gateways add types in these families. */
-const SANDBOX_FAMILIES = ['command.', 'file.', 'egress.'];
+const SANDBOX_FAMILIES = ['command.', 'file.', 'egress.', 'port.'];
 const SANDBOX_RECORDS = new Set([
   'secret.approval_requested',
   'secret.approval_decided',
