@@ -1,5 +1,5 @@
 // The cluster's nodes, for the operator: issue a node's one-time enrolment token, list nodes, revoke one.
-import type { ControlPlaneApi } from '@sandglass/core';
+import type * as ControlPlaneApi from './api/control-plane.generated.js';
 import { ControlPlane } from './client.js';
 import type { ConnectionConfig } from './config.js';
 import type { ControlPlaneReply } from './replies.js';
