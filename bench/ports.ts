@@ -19,7 +19,7 @@ function pct(xs: number[], p: number): number {
 const fmt = (x: number) => `${x.toFixed(x < 10 ? 2 : 0)} ms`;
 
 // The in-guest baseline: the same GET made by a guest program to localhost, timed there (urllib; curl is not in the image).
-const IN_GUEST = String.raw`
+const IN_GUEST = `
 import sys, time, urllib.request
 n = int(sys.argv[1]); xs = []
 for _ in range(n):
