@@ -26,7 +26,8 @@ const eventsB: GatewayEvent[] = [];
 
 /** The base template `up` published: its registry record and the manifest that record names. */
 async function published(): Promise<{ key: string; snapshotId: string; m: ManifestBody }> {
-  const rows = await database.db.selectFrom('template_snapshots').selectAll().execute();
+  // Newest first: a reused test home also holds the base templates of earlier agent or image builds.
+  const rows = await database.db.selectFrom('template_snapshots').selectAll().orderBy('created_at', 'desc').execute();
   const base = rows.find((r) => JSON.parse(readFileSync(join(layoutA.artifacts, `template-${r.key}`, 'template.json'), 'utf8')).name === 'base');
   expect(base, 'the registry has the base template').toBeDefined();
   const store = new ChunkStore({ backend: new LocalDiskBackend(layoutA.store), keys: new LocalKeyring({ dir: layoutA.keys }) });
