@@ -10,7 +10,7 @@ import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { createLogger, homeLayout, newId, systemClock } from '@sandglass/core';
 import { openDatabase, type Database } from '@sandglass/db';
 import { dbTemplateRegistry, DEFAULT_TENANT } from '@sandglass/control-plane';
-import { Gateway, TEMPLATE_TENANT, type GatewayEvent } from '@sandglass/gateway';
+import { BASE_TEMPLATE, Gateway, TEMPLATE_TENANT, type GatewayEvent } from '@sandglass/gateway';
 import { defaultKernelArgs, ensureGuestImage } from '@sandglass/images';
 import { LocalKeyring } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseManifestBody, type ManifestBody } from '@sandglass/snapshots';
@@ -26,9 +26,13 @@ const eventsB: GatewayEvent[] = [];
 
 /** The base template `up` published: its registry record and the manifest that record names. */
 async function published(): Promise<{ key: string; snapshotId: string; m: ManifestBody }> {
-  // Newest first: a reused test home also holds the base templates of earlier agent or image builds.
+  // The base template's own shape, newest first: the sizes test publishes other shapes under the name base, and a
+  // reused test home keeps the templates of earlier agent or image builds.
   const rows = await database.db.selectFrom('template_snapshots').selectAll().orderBy('created_at', 'desc').execute();
-  const base = rows.find((r) => JSON.parse(readFileSync(join(layoutA.artifacts, `template-${r.key}`, 'template.json'), 'utf8')).name === 'base');
+  const base = rows.find((r) => {
+    const built = JSON.parse(readFileSync(join(layoutA.artifacts, `template-${r.key}`, 'template.json'), 'utf8'));
+    return built.name === BASE_TEMPLATE.name && built.config?.memoryMib === BASE_TEMPLATE.memoryMib && built.config?.vcpus === BASE_TEMPLATE.vcpus;
+  });
   expect(base, 'the registry has the base template').toBeDefined();
   const store = new ChunkStore({ backend: new LocalDiskBackend(layoutA.store), keys: new LocalKeyring({ dir: layoutA.keys }) });
   const { body } = await (await store.tenant(base!.tenant_id)).getManifest(base!.snapshot_id);
