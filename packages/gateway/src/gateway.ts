@@ -269,17 +269,22 @@ export class Gateway {
     return [{ name: BASE_TEMPLATE.name, memoryMib: BASE_TEMPLATE.memoryMib, vcpus: BASE_TEMPLATE.vcpus, ...this.baseStatus }];
   }
 
+  /** Refuses, before anything is done, a template this node does not have, a base not ready, or a size it does not serve. */
+  private requireServed(name: string, memoryMib: number, vcpus: number): void {
+    if (name !== BASE_TEMPLATE.name) {
+      throw new SandglassError('template_not_found', `No template named ${JSON.stringify(name)} on this node.`, { details: { field: 'template' } });
+    }
+    if (this.baseStatus.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${name} is ${this.baseStatus.status}.`);
+    checkSize(this.sizes, memoryMib, vcpus);
+  }
+
   /**
    * The template `name` in a VM shape, within a bounded wait: a size this node does not serve is refused at once, a
    * size not built yet starts (or joins) its build, which runs on without the caller; one not done within
    * `templateWaitMs` answers `template_not_ready` with its phase and elapsed time, for the caller to retry.
    */
   async templateFor(name: string, memoryMib: number, vcpus: number): Promise<TemplateSnapshot> {
-    if (name !== BASE_TEMPLATE.name) {
-      throw new SandglassError('template_not_found', `No template named ${JSON.stringify(name)} on this node.`, { details: { field: 'template' } });
-    }
-    if (this.baseStatus.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${name} is ${this.baseStatus.status}.`);
-    checkSize(this.sizes, memoryMib, vcpus);
+    this.requireServed(name, memoryMib, vcpus);
     const config = vmConfig(memoryMib, vcpus, this.accel, this.cpu);
     const key = templateKey(this.opts.image, config, this.opts.kernelArgs);
     const failed = this.buildFailures.get(key);
@@ -314,13 +319,7 @@ export class Gateway {
   }
 
   async createSandbox(req: CreateSandboxRequest): Promise<Sandbox> {
-    if (req.template !== BASE_TEMPLATE.name) {
-      throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.template)} on this node.`, { details: { field: 'template' } });
-    }
-    if (this.baseStatus.status !== 'ready') {
-      throw new SandglassError('template_not_ready', `Template ${req.template} is ${this.baseStatus.status}.`);
-    }
-    checkSize(this.sizes, req.memoryMib, req.vcpus);
+    this.requireServed(req.template, req.memoryMib, req.vcpus);
     if (this.sandboxes.has(req.id)) throw new SandglassError('conflict', `Sandbox ${req.id} already exists on this node.`);
     // A warm-pool VM needs no key, but a tenant whose key is revoked or unreachable gets no sandbox.
     await this.revocation.requireKey(req.tenantId);
