@@ -133,7 +133,11 @@ describe('bring your own key in a cluster', () => {
           (r) => ({ sandboxId: r.sandbox_id, data: JSON.parse(r.data) as { trigger: string; stoppedSandboxes: string[] } }),
         );
       await waitFor(async () => (await wipes()).length > 0, 30_000, "the gateway's wipe report did not reach the log");
-      expect((await wipes())[0]).toMatchObject({ sandboxId: null, data: { trigger: 'api', stoppedSandboxes: [sbx.id] } });
+      // The gateway's key poll may see the revocation (the node API answers key_revoked) before the replica's call
+      // arrives: then that one run is recorded as the provider's. Either way it is one wipe that stopped this sandbox.
+      const [wipe] = await wipes();
+      expect(wipe).toMatchObject({ sandboxId: null, data: { stoppedSandboxes: [sbx.id] } });
+      expect(['api', 'provider']).toContain(wipe!.data.trigger);
     } finally {
       await close();
     }
