@@ -129,7 +129,7 @@ describe('bring your own key in a cluster', () => {
     const { db, close } = await openDatabase({ url: cluster.dbUrl });
     try {
       const wipes = async () =>
-        (await db.selectFrom('events').select(['sandbox_id', 'data']).where('tenant_id', '=', t.id).where('type', '=', 'tenant.plaintext_wiped').execute()).map(
+        (await db.selectFrom('events').select(['sandbox_id', 'data']).where('tenant_id', '=', t.id).where('type', '=', 'tenant.plaintext_wiped').orderBy('seq').execute()).map(
           (r) => ({ sandboxId: r.sandbox_id, data: JSON.parse(r.data) as { trigger: string; stoppedSandboxes: string[] } }),
         );
       await waitFor(async () => (await wipes()).length > 0, 30_000, "the gateway's wipe report did not reach the log");

@@ -180,4 +180,18 @@ describe('the wipe', () => {
     expect(settled).toBe(true);
     expect(existsSync(late)).toBe(false);
   });
+  it("the control plane's call after the poll already wiped still names the sandboxes the revocation stopped", async () => {
+    const { rev, sandboxes, events } = setup(async () => {
+      throw new SandglassError('key_revoked', 'the node API answers revoked');
+    });
+    const a = sandbox('sbx_a', 'ten_a');
+    sandboxes.set(a.id, a);
+    await rev.poll();
+    expect(a.state).toBe('ended');
+    sandboxes.delete(a.id);
+    const r = await rev.revoke('ten_a', 'api');
+    expect(r.stoppedSandboxes).toEqual(['sbx_a']);
+    expect(events.filter((e) => e.type === 'tenant.plaintext_wiped').map((e) => e.data.trigger)).toEqual(['provider', 'api']);
+    await expect(rev.requireKey('ten_a')).rejects.toMatchObject({ code: 'key_revoked' });
+  });
 });

@@ -55,6 +55,11 @@ export class TenantRevocation {
   readonly #revoked = new Set<string>();
   readonly #running = new Map<string, Promise<{ stoppedSandboxes: string[]; wipedFiles: number }>>();
   readonly #listeners: Array<(tenantId: string) => void> = [];
+  /**
+   * Every sandbox a wipe of the tenant stopped on this node. The poll can see a revocation (the provider already
+   * refuses) before the control plane's call arrives; that call's answer still names the sandboxes it cost.
+   */
+  readonly #stopped = new Map<string, Set<string>>();
   #timer: Timer | undefined;
   #polling = false;
 
@@ -79,7 +84,7 @@ export class TenantRevocation {
       run = this.#wipe(tenantId, trigger, reason).finally(() => this.#running.delete(tenantId));
       this.#running.set(tenantId, run);
     }
-    return run;
+    return run.then((r) => ({ ...r, stoppedSandboxes: [...(this.#stopped.get(tenantId) ?? r.stoppedSandboxes)] }));
   }
 
   /** Called as each wipe starts: whoever holds the tenant's keys in memory on this node drops them. */
@@ -156,6 +161,9 @@ export class TenantRevocation {
     for (const s of sandboxes) paths.push(s.dir, ...(s.vm ? [s.vm.memPath] : []));
     let wipedFiles = 0;
     for (const p of new Set(paths)) if (wipePath(p)) wipedFiles++;
+    const stopped = this.#stopped.get(tenantId) ?? new Set<string>();
+    for (const s of sandboxes) stopped.add(s.id);
+    this.#stopped.set(tenantId, stopped);
     await this.#o.events.append({
       type: 'tenant.plaintext_wiped',
       tenantId,
