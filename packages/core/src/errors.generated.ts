@@ -20,6 +20,8 @@ export const ERROR_CATALOGUE = {
   capacity_exhausted: { status: 503, retryable: true, message: "The node has no room for another sandbox right now; retry later or ask for less memory." },
   rate_limited: { status: 429, retryable: true, message: "Too many of these are open at once for this session or tenant; close one or retry later." },
   template_not_ready: { status: 503, retryable: true, message: "The template, or this size of it, is still being built; details say which and how far; retry shortly." },
+  template_build_in_progress: { status: 409, retryable: true, message: "A build of this template name is running; details.buildId names it. Wait for it or follow its log." },
+  template_build_failed: { status: 422, retryable: false, message: "A template build step failed; details.step and details.stepName name it and the message carries its output's tail." },
   size_unsupported: { status: 400, retryable: false, message: "The node does not serve this memory size or vCPU count; details.field names it and details.allowed lists what it serves." },
   vm_failed: { status: 500, retryable: false, message: "The sandbox's VM crashed or stopped answering; see the sandbox's failure reason." },
   agent_timeout: { status: 504, retryable: true, message: "The guest agent did not answer in time." },

@@ -28,7 +28,129 @@ export interface paths {
         /** Templates a sandbox can be created from. */
         get: operations["listTemplates"];
         put?: never;
+        /**
+         * Makes a snapshot of the tenant's the newest version of a custom template (the name is created on first use).
+         * @description The snapshot becomes immutable template data: it is pinned, cannot be renamed or deleted through /v1/snapshots while a version holds it, and every sandbox created from the template forks it (on any node; it stays sealed under the tenant's key). With `buildId` the build must be the one running for this name, and it ends `ready` with this version; without it, a build running for the name refuses the call (template_build_in_progress).
+         */
+        post: operations["createTemplateVersion"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        /** A template with its versions, newest first (custom templates of the caller's tenant, or a platform template). */
+        get: operations["getTemplate"];
+        put?: never;
         post?: never;
+        /** Deletes a custom template's versions (one with `version`); sandboxes and snapshots made from them keep working. */
+        delete: operations["deleteTemplate"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/template-cache/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        /** The snapshot a build step with this key produced before, while that snapshot exists (builds reuse it). */
+        get: operations["getTemplateCacheEntry"];
+        /** Records the snapshot of the tenant's a build step with this key produced; the snapshot is pinned. */
+        put: operations["putTemplateCacheEntry"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/template-builds": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's template builds, newest first (of one template with `name`). */
+        get: operations["listTemplateBuilds"];
+        put?: never;
+        /**
+         * Opens a build of a template name; one runs per name at a time (a second answers template_build_in_progress).
+         * @description The builder (the SDK's Template.build, the CLI's `template build`) reports its steps and output to the build and publishes the result with POST /v1/templates and the build's id. A build not reported to for 60 s is stale: it ends failed and the name is free again.
+         */
+        post: operations["startTemplateBuild"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/template-builds/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get: operations["getTemplateBuild"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/template-builds/{id}/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** The build's log lines from `fromLine` on (at most 1000 per answer). */
+        get: operations["readTemplateBuildLog"];
+        put?: never;
+        /** Appends output lines and step progress to a running build (and keeps it from going stale). */
+        post: operations["reportTemplateBuild"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/template-builds/{id}/fail": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Ends a running build as failed, naming the step; nothing is published. */
+        post: operations["failTemplateBuild"];
         delete?: never;
         options?: never;
         head?: never;
@@ -605,6 +727,7 @@ export interface components {
             publicKeyPem: string;
         };
         Template: {
+            /** @description A platform template's id, or a custom template's newest version (`tpl_…`). */
             id: string;
             name: string;
             /** @enum {string} */
@@ -613,6 +736,98 @@ export interface components {
             memoryMib: number;
             /** Format: date-time */
             createdAt: string;
+            /** @description A template of the tenant (built or promoted from a snapshot), not a platform one. */
+            custom?: boolean;
+            vcpus?: number;
+            diskMib?: number | null;
+            /** @description The newest version's number (custom templates). */
+            version?: number;
+        };
+        /** @description Lower-case letters, digits, '.', '_' and '-'; a platform template's name (base) cannot be taken. */
+        TemplateName: string;
+        TemplateStart: {
+            /** @description Started before the final snapshot: every sandbox wakes with it running. */
+            cmd: string;
+        };
+        CreateTemplateVersionRequest: {
+            name: components["schemas"]["TemplateName"];
+            /** @description A snapshot of the caller's tenant. */
+            snapshotId: string;
+            envs?: components["schemas"]["Envs"];
+            user?: string | null;
+            workdir?: string | null;
+            start?: components["schemas"]["TemplateStart"] | null;
+            buildId?: string;
+        };
+        TemplateVersion: {
+            /** @description `tpl_…`: creating from it takes this version, not the newest. */
+            id: string;
+            name: string;
+            version: number;
+            snapshotId: string;
+            memoryMib: number;
+            vcpus: number;
+            diskMib: number | null;
+            envs: components["schemas"]["Envs"];
+            user: string | null;
+            workdir: string | null;
+            start: components["schemas"]["TemplateStart"] | null;
+            buildId: string | null;
+            /** Format: date-time */
+            createdAt: string;
+        };
+        TemplateDetail: {
+            template: components["schemas"]["Template"];
+            versions: components["schemas"]["TemplateVersion"][];
+        };
+        TemplateCacheEntry: {
+            key: string;
+            snapshotId: string;
+            /** Format: date-time */
+            createdAt: string;
+        };
+        /** @enum {string} */
+        TemplateBuildStatus: "running" | "ready" | "failed";
+        TemplateBuildStep: {
+            index: number;
+            name: string;
+            /** @enum {string} */
+            status: "running" | "cached" | "done" | "failed";
+            durationMs?: number;
+        };
+        TemplateBuildError: {
+            message: string;
+            /** @description The index of the step that failed. */
+            step?: number;
+        };
+        TemplateBuild: {
+            /** @description `bld_…` */
+            id: string;
+            name: string;
+            status: components["schemas"]["TemplateBuildStatus"];
+            /** Format: date-time */
+            startedAt: string;
+            /** Format: date-time */
+            finishedAt: string | null;
+            steps: components["schemas"]["TemplateBuildStep"][];
+            versionId: string | null;
+            error: components["schemas"]["TemplateBuildError"] | null;
+        };
+        TemplateBuildLine: {
+            n: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            stream: "stdout" | "stderr" | "info";
+            text: string;
+        };
+        TemplateBuildReport: {
+            lines?: {
+                /** @enum {string} */
+                stream: "stdout" | "stderr" | "info";
+                text: string;
+            }[];
+            step?: components["schemas"]["TemplateBuildStep"];
         };
         /** @enum {string} */
         SandboxState: "starting" | "running" | "paused" | "ended" | "failed";
@@ -1088,6 +1303,308 @@ export interface operations {
                 };
             };
             401: components["responses"]["Error"];
+        };
+    };
+    createTemplateVersion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateTemplateVersionRequest"];
+            };
+        };
+        responses: {
+            /** @description The new version. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateVersion"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    getTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateDetail"];
+                };
+            };
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    deleteTemplate: {
+        parameters: {
+            query?: {
+                version?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    getTemplateCacheEntry: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cached step. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateCacheEntry"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    putTemplateCacheEntry: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    snapshotId: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Recorded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateCacheEntry"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    listTemplateBuilds: {
+        parameters: {
+            query?: {
+                name?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The builds. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        builds: components["schemas"]["TemplateBuild"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+        };
+    };
+    startTemplateBuild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: components["schemas"]["TemplateName"];
+                };
+            };
+        };
+        responses: {
+            /** @description The build, running. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateBuild"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    getTemplateBuild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The build. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateBuild"];
+                };
+            };
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    readTemplateBuildLog: {
+        parameters: {
+            query?: {
+                fromLine?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Log lines. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        lines: components["schemas"]["TemplateBuildLine"][];
+                        nextLine: number;
+                        status: components["schemas"]["TemplateBuildStatus"];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    reportTemplateBuild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateBuildReport"];
+            };
+        };
+        responses: {
+            /** @description Recorded. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    failTemplateBuild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateBuildError"];
+            };
+        };
+        responses: {
+            /** @description The build, failed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateBuild"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
         };
     };
     listSandboxes: {

@@ -20,6 +20,8 @@ export type ErrorCode =
   | 'capacity_exhausted'
   | 'rate_limited'
   | 'template_not_ready'
+  | 'template_build_in_progress'
+  | 'template_build_failed'
   | 'size_unsupported'
   | 'vm_failed'
   | 'agent_timeout'
