@@ -31,6 +31,8 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   sandbox_not_running: { family: 'conflict', status: 409, retryable: false },
   command_exited: { family: 'conflict', status: 409, retryable: false },
   conflict: { family: 'conflict', status: 409, retryable: false },
+  template_build_in_progress: { family: 'conflict', status: 409, retryable: true },
+  template_build_failed: { family: 'invalid_argument', status: 422, retryable: false },
   capacity_exhausted: { family: 'unavailable', status: 503, retryable: true },
   rate_limited: { family: 'unavailable', status: 429, retryable: true },
   port_not_listening: { family: 'unavailable', status: 502, retryable: true },
