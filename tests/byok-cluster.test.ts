@@ -129,9 +129,15 @@ describe('bring your own key in a cluster', () => {
     const { db, close } = await openDatabase({ url: cluster.dbUrl });
     try {
       const wipes = async () =>
-        (await db.selectFrom('events').select(['sandbox_id', 'data']).where('tenant_id', '=', t.id).where('type', '=', 'tenant.plaintext_wiped').orderBy('seq').execute()).map(
-          (r) => ({ sandboxId: r.sandbox_id, data: JSON.parse(r.data) as { trigger: string; stoppedSandboxes: string[] } }),
-        );
+        (
+          await db
+            .selectFrom('events')
+            .select(['sandbox_id', 'data'])
+            .where('tenant_id', '=', t.id)
+            .where('type', '=', 'tenant.plaintext_wiped')
+            .orderBy('seq')
+            .execute()
+        ).map((r) => ({ sandboxId: r.sandbox_id, data: JSON.parse(r.data) as { trigger: string; stoppedSandboxes: string[] } }));
       await waitFor(async () => (await wipes()).length > 0, 30_000, "the gateway's wipe report did not reach the log");
       // The gateway's key poll may see the revocation (the node API answers key_revoked) before the replica's call
       // arrives: then that one run is recorded as the provider's. Either way it is one wipe that stopped this sandbox.
