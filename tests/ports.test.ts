@@ -343,6 +343,33 @@ describe('guest ports from the SDK and the CLI', () => {
     expect((await send(byPath(APP_PORT, '/x'))).status).toBe(401);
   });
 
+  it('a public port is public again after a pause and resume; a fork of it starts private', async () => {
+    const s = await Sandbox.create({ ...config(), timeoutS: 600, snapshotIntervalS: 3600 });
+    try {
+      await s.files.write('/tmp/www/hi.txt', 'still public');
+      await s.commands.run(`cd /tmp/www && exec python3 -m http.server ${HTTP_PORT} --bind 127.0.0.1`, { background: true, timeoutMs: 0 });
+      while (!(await s.ports.list()).some((p) => p.port === HTTP_PORT)) await new Promise((r) => setTimeout(r, 200));
+      await s.ports.setPublic(HTTP_PORT, true);
+      const open = (id: string) => send(`/v1/sandboxes/${id}/ports/${HTTP_PORT}/hi.txt`);
+      expect((await open(s.id)).status).toBe(200);
+      const paused = await s.pause();
+      await Sandbox.resume(s.id, config());
+      const after = await open(s.id);
+      expect([after.status, after.body.toString('utf8')]).toEqual([200, 'still public']);
+      expect((await s.ports.list()).find((p) => p.port === HTTP_PORT)).toMatchObject({ public: true });
+      const [fork] = await Sandbox.fork(paused.id, { ...config(), timeoutS: 300 });
+      try {
+        expect((await open(fork!.id)).status).toBe(401);
+      } finally {
+        await fork!.kill();
+      }
+      await s.ports.setPublic(HTTP_PORT, false);
+      expect((await open(s.id)).status).toBe(401);
+    } finally {
+      await s.kill();
+    }
+  });
+
   it('tunnels raw TCP (ports.connect), and refuses a closed port with its code', async () => {
     const sock = await sbx.ports.connect(COUNT_PORT);
     const got = await new Promise<string>((resolve, reject) => {

@@ -55,3 +55,28 @@ describe('restart after kill -9', () => {
     expect(existsSync(shmDir)).toBe(false);
   });
 });
+
+describe('restart with a paused sandbox', () => {
+  it('opens its public guest port again when it is resumed after the restart', async () => {
+    if (server.running) await server.down();
+    const first = await server.up();
+    const sbx = await Sandbox.create({ ...first.config, snapshotIntervalS: 86400 });
+    await sbx.files.write('/tmp/www/hi.txt', 'public across a restart');
+    await sbx.commands.run('cd /tmp/www && exec python3 -m http.server 8088 --bind 127.0.0.1', { background: true, timeoutMs: 0 });
+    while (!(await sbx.ports.list()).some((p) => p.port === 8088)) await new Promise((r) => setTimeout(r, 200));
+    await sbx.ports.setPublic(8088, true);
+    const open = async (gatewayUrl: string) => {
+      const res = await fetch(`${gatewayUrl}/v1/sandboxes/${sbx.id}/ports/8088/hi.txt`);
+      return [res.status, await res.text()];
+    };
+    expect(await open(first.gatewayUrl)).toEqual([200, 'public across a restart']);
+    await sbx.pause();
+    await server.down();
+    const second = await server.up();
+    await Sandbox.resume(sbx.id, second.config);
+    // The gateway that runs it now never saw the port opened: the control plane told it with the resume.
+    expect(await open(second.gatewayUrl)).toEqual([200, 'public across a restart']);
+    await Sandbox.kill(sbx.id, second.config);
+    await server.down();
+  });
+});

@@ -540,6 +540,7 @@ export class SandboxService {
   async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow): Promise<void> {
     const secrets = JSON.parse(row.secrets) as string[];
     const envs = await this.#envsOf(row.id);
+    const publicPorts = await this.#publicPortsOf(row.id);
     await this.deps.gatewayClient.resumeSandbox(gateway, row.id, {
       snapshotId: snap.id,
       tenantId: row.tenant_id,
@@ -548,7 +549,27 @@ export class SandboxService {
       ...(row.network === null ? {} : { network: JSON.parse(row.network) as NetworkPolicy }),
       ...(secrets.length === 0 ? {} : { secrets }),
       ...(envs === undefined ? {} : { envs }),
+      ...(publicPorts.length === 0 ? {} : { publicPorts }),
     });
+  }
+
+  /** The sandbox's public guest ports, folded from its port.visibility events: what a resume (any node) opens again. */
+  async #publicPortsOf(sandboxId: string): Promise<number[]> {
+    const rows = await this.deps.db
+      .selectFrom('events')
+      .select('data')
+      .where('sandbox_id', '=', sandboxId)
+      .where('type', '=', 'port.visibility')
+      .orderBy('seq')
+      .execute();
+    const open = new Set<number>();
+    for (const r of rows) {
+      const d = JSON.parse(r.data) as { port?: unknown; public?: unknown };
+      if (typeof d.port !== 'number' || !Number.isInteger(d.port) || d.port < 1 || d.port > 65535) continue;
+      if (d.public === true) open.add(d.port);
+      else open.delete(d.port);
+    }
+    return [...open].sort((a, b) => a - b);
   }
 
   /**

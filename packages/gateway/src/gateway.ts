@@ -116,6 +116,8 @@ export interface RestoreRequest {
   secrets?: string[];
   /** The sandbox's own environment variables (a fork: its source's); given at every start, never kept in snapshots. */
   envs?: Record<string, string>;
+  /** A resume: the guest ports that were public when it stopped (a fork starts with every port private). */
+  publicPorts?: number[];
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
   replay?: ReplayPlan;
 }
@@ -527,6 +529,7 @@ export class Gateway {
     const replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
     const source = replay?.source;
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
+    if (kind === 'resume') for (const port of req.publicPorts ?? []) sbx.publicPorts.add(port);
     this.sandboxes.set(req.id, sbx);
     if (source) this.replays.set(req.id, source);
     const t0 = performance.now();

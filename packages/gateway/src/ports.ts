@@ -72,8 +72,6 @@ export class GuestPorts {
   readonly domain: string;
   readonly #hostForm: RegExp;
   readonly #urlKey: Buffer;
-  /** Ports opened to anyone, per sandbox. Held by this node: a resume on another node starts private again. */
-  readonly #public = new Map<string, Set<number>>();
   readonly #open = new Map<string, number>();
   /** The bytes Node's parser read past an upgrade request's head, handed over with the socket. */
   readonly #upgradeHeads = new WeakMap<http.IncomingMessage, Buffer>();
@@ -123,21 +121,18 @@ export class GuestPorts {
   }
 
   isPublic(sandboxId: string, port: number): boolean {
-    return this.#public.get(sandboxId)?.has(port) === true;
+    return this.gw.sandboxes.get(sandboxId)?.publicPorts.has(port) === true;
   }
 
   publicPorts(sandboxId: string): number[] {
-    return [...(this.#public.get(sandboxId) ?? [])].sort((a, b) => a - b);
+    return [...(this.gw.sandboxes.get(sandboxId)?.publicPorts ?? [])].sort((a, b) => a - b);
   }
 
   /** Opens or closes a port to requests without a credential; each change is an event of the sandbox. */
   async setPublic(sbx: Sandbox, port: number, open: boolean): Promise<void> {
-    const set = this.#public.get(sbx.id) ?? new Set<number>();
-    if (set.has(port) === open) return;
-    if (open) set.add(port);
-    else set.delete(port);
-    if (set.size > 0) this.#public.set(sbx.id, set);
-    else this.#public.delete(sbx.id);
+    if (sbx.publicPorts.has(port) === open) return;
+    if (open) sbx.publicPorts.add(port);
+    else sbx.publicPorts.delete(port);
     await sbx.record('port.visibility', { port, public: open });
   }
 

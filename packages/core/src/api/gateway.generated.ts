@@ -1826,6 +1826,8 @@ export interface operations {
                     network?: components["schemas"]["NodePolicy"];
                     secrets?: components["schemas"]["NodeSecretNames"];
                     envs?: components["schemas"]["NodeEnvs"];
+                    /** @description The guest ports that were public when it stopped (from its port.visibility events); they are public again once it runs. */
+                    publicPorts?: number[];
                 };
             };
         };
