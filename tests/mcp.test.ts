@@ -79,7 +79,7 @@ describe('sandglass mcp over stdio', () => {
     expect(Object.keys(run.inputSchema.properties ?? {})).toEqual(expect.arrayContaining(['sandboxId', 'cmd', 'cwd', 'envs', 'timeoutMs', 'background']));
   });
 
-  it('creates, runs with output as progress, files, snapshot, fork, port URL, kill', async () => {
+  it('creates, runs with output as progress, files, snapshot, fork, port URL, pause, resume, kill', async () => {
     const created = await ok('create_sandbox', { timeoutS: 600 });
     const id = created.id as string;
     sandboxes.push(id);
@@ -144,6 +144,14 @@ describe('sandglass mcp over stdio', () => {
     const url = await ok('port_url', { sandboxId: id, port: 8000 });
     expect(url.host).toContain(`8000-${id}.`);
     expect(new URL(url.url as string).hostname).toBe(url.host.split(':')[0]);
+
+    expect((await ok('list_ports', { sandboxId: id })).ports).toEqual(expect.any(Array));
+
+    const paused = await ok('pause', { sandboxId: id });
+    expect(paused.id).toMatch(/^snap_/);
+    expect((await ok('list_sandboxes', { state: 'paused' })).sandboxes.map((s: { id: string }) => s.id)).toContain(id);
+    expect(await ok('resume', { sandboxId: id })).toMatchObject({ id, state: 'running' });
+    expect(await ok('read_file', { sandboxId: id, path: '/tmp/mcp/hello.txt' })).toMatchObject({ content: 'hello from mcp\n' });
 
     expect(await ok('kill_sandbox', { sandboxId: forkId })).toEqual({ killed: forkId });
     expect((await ok('list_sandboxes', { state: 'running' })).sandboxes.map((s: { id: string }) => s.id)).not.toContain(forkId);
