@@ -4,6 +4,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -231,6 +232,20 @@ describe('sandglass mcp --http', () => {
     expect((await post({ authorization: 'Bearer sk_wrong' })).status).toBe(401);
     // A page of another origin, as a DNS-rebinding attack makes one, is refused even with the key.
     expect((await post({ authorization: `Bearer ${adminKey}`, origin: 'http://attacker.example' })).status).toBe(403);
+    // So is a request naming another host, as a rebound name's same-origin GET does (it carries no Origin).
+    const rebound = await new Promise<number>((resolve, reject) => {
+      const u = new URL(url);
+      http
+        .get(
+          { host: u.hostname, port: u.port, path: u.pathname, headers: { host: `attacker.example:${u.port}`, authorization: `Bearer ${adminKey}` } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        )
+        .on('error', reject);
+    });
+    expect(rebound).toBe(403);
 
     const client = new Client({ name: 'sandglass-http-test', version: '0' });
     await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${adminKey}` } } }));

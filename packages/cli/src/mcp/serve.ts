@@ -59,10 +59,15 @@ export interface HttpOptions {
 
 const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '[::1]']);
 
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
 /**
  * Serves streamable HTTP at `/mcp` until interrupted. A request needs `Authorization: Bearer <the API key this server
  * uses>`: the endpoint drives sandboxes with that key, so holding it is what lets a client in. A browser's request
- * from a page not on loopback is refused by its Origin, the DNS-rebinding defence the MCP spec asks for.
+ * from a page not on loopback is refused by its Origin, or (bound to loopback) by its Host: the DNS-rebinding
+ * defence the MCP spec asks for.
  */
 export async function serveHttp(version: string, opts: HttpOptions, config: ConnectionConfig = {}): Promise<void> {
   const resolved = await resolveConfig(config);
@@ -76,6 +81,17 @@ export async function serveHttp(version: string, opts: HttpOptions, config: Conn
   const authorized = (req: http.IncomingMessage) => {
     const got = Buffer.from(req.headers.authorization ?? '');
     return got.length === expected.length && timingSafeEqual(got, expected);
+  };
+  // Bound to loopback, a request naming another host reached it through a name rebound to 127.0.0.1 (a browser's
+  // same-origin GET carries no Origin, so the Host is what shows it).
+  const onLoopback = isLoopback(opts.host);
+  const hostAllowed = (req: http.IncomingMessage) => {
+    if (!onLoopback) return true;
+    try {
+      return LOOPBACK_NAMES.has(new URL(`http://${req.headers.host ?? ''}`).hostname);
+    } catch {
+      return false;
+    }
   };
   const fromLoopbackPage = (req: http.IncomingMessage) => {
     const origin = req.headers.origin;
@@ -95,6 +111,7 @@ export async function serveHttp(version: string, opts: HttpOptions, config: Conn
 
   const httpServer = http.createServer((req, res) => {
     if (new URL(req.url ?? '/', 'http://x').pathname !== '/mcp') return refuse(res, 404, 'not found: the MCP endpoint is /mcp');
+    if (!hostAllowed(req)) return refuse(res, 403, 'forbidden: this server answers only to a loopback host name');
     if (!fromLoopbackPage(req)) return refuse(res, 403, 'forbidden: requests from a web page off loopback are refused');
     if (!authorized(req)) return refuse(res, 401, 'unauthenticated: send Authorization: Bearer <the Sandglass API key of this server>');
     const sessionId = req.headers['mcp-session-id'];
