@@ -1,8 +1,8 @@
-// The compiled CLI (packages/cli/dist/sandglass.js, one esbuild bundle of the CLI and the SDK): where it is, whether it
-// is older than any source it was built from, and how to build it. bin/sandglass asks the first two at every start
-// (a few dozen stat calls), scripts/setup.mjs the last.
+// The compiled CLI (packages/cli/dist/sandglass.js, an esbuild bundle of the CLI and the SDK, with what only some
+// commands load in dist/chunks/): where it is, whether it is older than any source it was built from, and how to build
+// it. bin/sandglass asks the first two at every start (a few dozen stat calls), scripts/setup.mjs the last.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -40,15 +40,18 @@ export function cliBundleFresh() {
 /**
  * Bundles the CLI with esbuild: the SDK from its TypeScript sources (the "@sandglass/source" condition), npm packages
  * inlined (ws and cli-table3 are CommonJS: the banner gives their require() one), @sandglass/server left out; the
- * commands that run a server load it from its sources through tsx (bin/sandglass). Returns esbuild's exit status.
+ * commands that run a server load it from its sources through tsx (bin/sandglass). A dynamic import becomes a chunk of
+ * its own (`mcp` loads the MCP SDK that way), so no command parses code only another needs. Returns esbuild's status.
  */
 export function buildCliBundle() {
   // Beside dist/, at its depth, so the source map's relative paths hold once the files move into dist/.
   const staging = `${repo}packages/cli/.dist-${process.pid}`;
   const esbuild = `${repo}node_modules/.bin/esbuild`;
   const args = [
-    `${repo}packages/cli/src/main.ts`,
+    `sandglass=${repo}packages/cli/src/main.ts`,
     '--bundle',
+    '--splitting',
+    '--chunk-names=chunks/[name]-[hash]',
     '--platform=node',
     '--format=esm',
     '--target=node20',
@@ -57,17 +60,22 @@ export function buildCliBundle() {
     '--sourcemap',
     '--log-level=warning',
     "--banner:js=import { createRequire as __sandglassRequire } from 'node:module'; const require = __sandglassRequire(import.meta.url);",
-    `--outfile=${staging}/sandglass.js`,
+    `--outdir=${staging}`,
   ];
   try {
     const status = spawnSync(esbuild, args, { stdio: 'inherit' }).status;
     if (status !== 0) return status;
-    // Renamed into place, map first: a CLI starting meanwhile reads the old bundle or the new one, never half of one.
-    mkdirSync(dirname(CLI_BUNDLE), { recursive: true });
+    // Chunks first (their names carry a content hash, so they sit beside the old ones), then the entry, map first: a
+    // CLI starting meanwhile reads the old bundle or the new one, never half of one. Then the old chunks go.
+    const chunks = `${dirname(CLI_BUNDLE)}/chunks`;
+    mkdirSync(chunks, { recursive: true });
+    const fresh = new Set(readdirSync(`${staging}/chunks`));
+    for (const name of fresh) renameSync(`${staging}/chunks/${name}`, `${chunks}/${name}`);
     renameSync(`${staging}/sandglass.js.map`, `${CLI_BUNDLE}.map`);
     renameSync(`${staging}/sandglass.js`, CLI_BUNDLE);
+    for (const name of readdirSync(chunks)) if (!fresh.has(name)) rmSync(`${chunks}/${name}`, { force: true });
     return 0;
   } finally {
-    rmSync(staging, { recursive: true, force: true });
+    if (existsSync(staging)) rmSync(staging, { recursive: true, force: true });
   }
 }

@@ -2,7 +2,7 @@
 import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { buildCliBundle, CLI_BUNDLE, cliBundleFresh, SERVER_COMMANDS } from '../../../bin/cli-bundle.mjs';
 
@@ -29,5 +29,13 @@ describe('the compiled CLI', () => {
     const bundle = readFileSync(CLI_BUNDLE, 'utf8');
     expect(bundle).toContain('import("@sandglass/server")');
     expect(bundle).not.toMatch(/from ["']@sandglass\/sdk["']/);
+    // The MCP SDK is a chunk that only `mcp` loads: the entry every command parses holds none of it.
+    expect(bundle).not.toContain('StdioServerTransport');
+    const chunks = readdirSync(new URL('chunks/', pathToFileURL(CLI_BUNDLE)));
+    expect(
+      chunks
+        .filter((f) => f.endsWith('.js'))
+        .some((f) => readFileSync(new URL(`chunks/${f}`, pathToFileURL(CLI_BUNDLE)), 'utf8').includes('StdioServerTransport')),
+    ).toBe(true);
   }, 120_000);
 });

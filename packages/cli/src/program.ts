@@ -11,6 +11,7 @@ import { registerApprovalCommands, registerNetworkCommands, registerSecretComman
 import { registerEventCommands } from './commands/events.js';
 import { registerGatewayCommand } from './commands/gateway.js';
 import { registerGuestCommands } from './commands/guest.js';
+import { registerMcpCommand } from './commands/mcp.js';
 import { registerPortCommands } from './commands/ports.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
@@ -51,6 +52,7 @@ export function buildProgram(state: RunState): Command {
   registerNodeCommands(program, act);
   registerKeyCommands(program, act);
   registerApprovalCommands(program, act);
+  registerMcpCommand(program, act);
   // Last: it joins the `keys` group wherever that was made.
   registerAuditKeyCommand(program, act);
   return program;
