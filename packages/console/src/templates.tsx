@@ -363,7 +363,7 @@ export function TemplatePage({ name, buildId }: { name: string; buildId?: string
   return (
     <section aria-label={`Template ${name}`}>
       <h1>
-        Template <code>{name}</code> <small>{template === null ? 'no published version' : template?.custom === false ? 'platform' : ''}</small>
+        Template <code>{name}</code> <small>{template === null ? 'no published version' : template && !template.custom ? 'platform' : ''}</small>
       </h1>
       <p>
         <a href="#/templates">All templates</a>
