@@ -1,12 +1,14 @@
 // The web console against the suite's real server and VMs: its session and CSRF boundary over plain HTTP, then Debian's
-// Chromium (through playwright-core) signing in, creating a sandbox and running a command in its terminal.
+// Chromium (through playwright-core) signing in, creating a sandbox and running a command in its terminal, and a custom
+// template's page, build log and picker.
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
 import { type Browser, chromium, type Page, type WebSocketRoute } from 'playwright-core';
 import { DEFAULT_CONSOLE_LIMITS } from '@sandglass/control-plane';
-import { adminKey, api, apiUrl, home } from './helpers.js';
+import { Sandbox } from '@sandglass/sdk';
+import { adminKey, api, apiUrl, config, home } from './helpers.js';
 
 const CSRF = { 'x-sandglass-console': '1' };
 const artifacts = join(home, 'console-artifacts');
@@ -660,4 +662,115 @@ describe('console in a browser', () => {
       await upstream.close();
     }
   }, 600_000);
+
+  it('lists a custom template with its versions and a followed build log, creates from it, and deletes it', async () => {
+    const name = `console-tpl-${Date.now().toString(36)}`;
+    // A template made by hand through the API, as a builder makes one: a build record, one step, a snapshot, a version.
+    const build = await api('POST', '/v1/template-builds', { body: { name } });
+    expect(build.status).toBe(201);
+    const buildId = build.body!.id as string;
+    const report = (body: unknown) => api('POST', `/v1/template-builds/${buildId}/log`, { body });
+    const builder = await Sandbox.create({ ...config(), timeoutS: 1200, snapshotIntervalS: 3600 });
+    killAtEnd.push(builder.id);
+    const step = 'echo from-the-template > /root/tpl-mark';
+    expect((await report({ lines: [{ stream: 'info', text: 'making the mark' }], step: { index: 0, name: step, status: 'running' } })).status).toBe(204);
+
+    const context = await browser.newContext({ viewport: { width: 1366, height: 768 } });
+    const page = await context.newPage();
+    const creates: string[] = [];
+    page.on('request', (req) => {
+      if (req.method() === 'POST' && new URL(req.url()).pathname === '/v1/sandboxes') creates.push(req.postData() ?? '');
+    });
+    await signInPage(page);
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Templates' }).click();
+    // The build runs before any version exists: the Templates page lists it, and its log is followed as it grows.
+    const buildRow = page.getByTestId('build-row').filter({ hasText: buildId });
+    await buildRow.getByTestId('build-status').filter({ hasText: 'running' }).waitFor({ timeout: 30_000 });
+    await buildRow.filter({ hasText: 'running step 0' }).waitFor();
+    await buildRow.getByRole('link', { name: `Log of build ${buildId}` }).click();
+    const log = page.getByTestId('build-log');
+    await log.filter({ hasText: 'making the mark' }).waitFor({ timeout: 30_000 });
+    await page.getByTestId('build-log-status').filter({ hasText: 'running, following' }).waitFor();
+    await page
+      .getByRole('heading', { name: `Template ${name}` })
+      .filter({ hasText: 'no published version' })
+      .waitFor();
+
+    expect((await builder.commands.run(step)).exitCode).toBe(0);
+    const done = { lines: [{ stream: 'stdout', text: 'mark made' }], step: { index: 0, name: step, status: 'done', durationMs: 1200 } };
+    expect((await report(done)).status).toBe(204);
+    await log.filter({ hasText: 'mark made' }).waitFor({ timeout: 30_000 });
+    // Read on from nextLine: the first line is there once.
+    expect(((await log.textContent()) ?? '').split('making the mark')).toHaveLength(2);
+    const snap = await builder.snapshot();
+    const published = await api('POST', '/v1/templates', { body: { name, snapshotId: snap.id, buildId } });
+    expect(published.status).toBe(201);
+    const first = published.body as { id: string; memoryMib: number; vcpus: number };
+    // The page sees the build end by its log, and the version through the tenant's event stream.
+    await page.getByTestId('build-log-status').filter({ hasText: 'ready' }).waitFor({ timeout: 30_000 });
+    await page.getByTestId('build-row').filter({ hasText: buildId }).getByTestId('build-status').filter({ hasText: 'ready' }).waitFor({ timeout: 30_000 });
+    const versionRow = page.getByTestId('version-row').filter({ hasText: first.id });
+    await versionRow
+      .filter({ hasText: 'v1' })
+      .filter({ hasText: snap.id })
+      .filter({ hasText: `${first.memoryMib} MiB` })
+      .waitFor({ timeout: 30_000 });
+    await page.screenshot({ path: join(artifacts, '13-template.png'), fullPage: true });
+    // A second version, of the same snapshot, so one version can be deleted and the template stay.
+    const second = await api('POST', '/v1/templates', { body: { name, snapshotId: snap.id } });
+    expect(second.status).toBe(201);
+    await page.getByTestId('version-row').filter({ hasText: second.body!.id }).filter({ hasText: 'v2' }).waitFor({ timeout: 30_000 });
+    await builder.kill();
+
+    await page.getByRole('link', { name: 'All templates' }).click();
+    const row = page.getByTestId('template-row').filter({ hasText: name });
+    await row.filter({ hasText: 'custom' }).filter({ hasText: 'v2' }).waitFor({ timeout: 30_000 });
+    await page.getByTestId('template-row').filter({ hasText: 'base' }).filter({ hasText: 'platform' }).first().waitFor();
+
+    // The New sandbox picker offers it, says its size is fixed, and sends none of its own.
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Sandboxes' }).click();
+    const form = page.getByRole('form', { name: 'New sandbox' });
+    // A size typed for a platform template is not carried over to a custom one.
+    await form.getByLabel('Memory (MiB)').fill('512');
+    await expect.poll(() => form.getByLabel('Template').locator('option').allTextContents()).toContainEqual(expect.stringContaining(`${name} v2 (custom,`));
+    await form.getByLabel('Template').selectOption(name);
+    await form
+      .getByTestId('template-size')
+      .filter({ hasText: 'fixed by the template' })
+      .filter({ hasText: `${first.memoryMib} MiB` })
+      .waitFor();
+    expect(await form.getByLabel('Memory (MiB)').count()).toBe(0);
+    await form.getByRole('button', { name: 'New sandbox' }).click();
+    const createdLink = form.getByTestId('created').getByRole('link');
+    await createdLink.waitFor({ timeout: 120_000 });
+    const createdId = (await createdLink.textContent())!;
+    killAtEnd.push(createdId);
+    expect(creates.map((b) => JSON.parse(b))).toEqual([{ template: name }]);
+    expect((await api('GET', `/v1/sandboxes/${createdId}`)).body).toMatchObject({ template: name, memoryMib: first.memoryMib, vcpus: first.vcpus });
+    await createdLink.click();
+    await page.getByRole('heading', { name: `Sandbox ${createdId}` }).waitFor();
+    await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
+    await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+    await typeAndSee(page, 'cat /root/tpl-mark', 'from-the-template');
+
+    // Deleting one version, then the template, each after a confirmation.
+    await page.goto(`${apiUrl}/console/#/templates/${name}`);
+    await page.getByRole('button', { name: 'Delete version 1' }).click();
+    await page.getByRole('button', { name: 'Keep it' }).click();
+    await page.getByRole('button', { name: 'Delete version 1' }).click();
+    expect((await api('GET', `/v1/templates/${name}`)).body!.versions).toHaveLength(2);
+    await page.getByRole('button', { name: 'Confirm delete version 1' }).click();
+    await page.getByTestId('version-row').filter({ hasText: first.id }).waitFor({ state: 'detached', timeout: 30_000 });
+    await page.getByTestId('version-row').filter({ hasText: second.body!.id }).waitFor();
+    expect((await api('GET', `/v1/templates/${name}`)).body!.versions.map((v: { version: number }) => v.version)).toEqual([2]);
+    await page.getByRole('button', { name: 'Delete template' }).click();
+    await page.getByRole('button', { name: `Confirm delete template ${name}` }).click();
+    await page.waitForURL((url) => url.hash === '#/templates');
+    await page.getByTestId('template-row').filter({ hasText: 'base' }).first().waitFor();
+    expect(await page.getByTestId('template-row').filter({ hasText: name }).count()).toBe(0);
+    expect((await api('GET', `/v1/templates/${name}`)).body!.error.code).toBe('template_not_found');
+    // The sandbox made from it runs on.
+    expect((await api('GET', `/v1/sandboxes/${createdId}`)).body!.state).toBe('running');
+    await context.close();
+  }, 900_000);
 });

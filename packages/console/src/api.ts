@@ -116,3 +116,46 @@ export interface Approval {
   requestedAt: string;
   expiresAt: string;
 }
+
+export interface Template {
+  id: string;
+  name: string;
+  status: string;
+  memoryMib: number;
+  createdAt: string;
+  /** The tenant's own template: its size is the one it was built with, and it has versions. */
+  custom?: boolean;
+  vcpus?: number;
+  diskMib?: number | null;
+  version?: number;
+}
+
+export interface TemplateVersion {
+  id: string;
+  name: string;
+  version: number;
+  snapshotId: string;
+  memoryMib: number;
+  vcpus: number;
+  diskMib: number | null;
+  buildId: string | null;
+  createdAt: string;
+}
+
+export interface TemplateBuild {
+  id: string;
+  name: string;
+  status: 'running' | 'ready' | 'failed';
+  startedAt: string;
+  finishedAt: string | null;
+  steps: Array<{ index: number; name: string; status: string; durationMs?: number }>;
+  versionId: string | null;
+  error: { message: string; step?: number } | null;
+}
+
+export interface TemplateBuildLine {
+  n: number;
+  at: string;
+  stream: 'stdout' | 'stderr' | 'info';
+  text: string;
+}

@@ -1,5 +1,6 @@
-// The console's pages: sign-in, the live sandbox list, and a sandbox's terminal, files, background commands, snapshot
-// timeline; its network policy, egress and the tenant's secrets; its event log with the chain verified.
+// The console's pages: sign-in, the live sandbox list with the New sandbox form, and a sandbox's terminal, files,
+// background commands, snapshot timeline; its network policy, egress and the tenant's secrets; its event log with the
+// chain verified; the tenant's templates with their versions and builds.
 import { StrictMode, useCallback, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot } from './api.js';
@@ -8,6 +9,7 @@ import { EventsPage } from './events.tsx';
 import { FileBrowser } from './files.tsx';
 import { forgetAccess } from './gateway.tsx';
 import { NetworkPage, Secrets } from './network.tsx';
+import { NewSandbox, TemplatePage, TemplatesPage } from './templates.tsx';
 import { Terminal } from './terminal.tsx';
 import { Timeline } from './timeline.tsx';
 import './styles.css';
@@ -41,12 +43,13 @@ function App() {
     setSession(null);
   };
   const m = /^\/sandboxes\/([\w-]+)(?:\/(network|events))?$/.exec(route);
+  const t = /^\/templates\/([a-z0-9][a-z0-9._-]*)(?:\/builds\/([\w-]+))?$/.exec(route);
   return (
     <>
       <header>
         <a href="#/">Sandglass</a>
         <nav aria-label="Console">
-          <a href="#/">Sandboxes</a> <a href="#/secrets">Secrets</a>
+          <a href="#/">Sandboxes</a> <a href="#/templates">Templates</a> <a href="#/secrets">Secrets</a>
         </nav>
         <span>
           tenant <code>{session.tenantId}</code> ({session.role})
@@ -55,7 +58,19 @@ function App() {
           Sign out
         </button>
       </header>
-      <main>{m ? <SandboxPage id={m[1]!} tab={(m[2] as Tab | undefined) ?? 'overview'} /> : route === '/secrets' ? <Secrets /> : <SandboxList />}</main>
+      <main>
+        {m ? (
+          <SandboxPage id={m[1]!} tab={(m[2] as Tab | undefined) ?? 'overview'} />
+        ) : t ? (
+          <TemplatePage key={t[1]} name={t[1]!} {...(t[2] ? { buildId: t[2] } : {})} />
+        ) : route === '/templates' ? (
+          <TemplatesPage />
+        ) : route === '/secrets' ? (
+          <Secrets />
+        ) : (
+          <SandboxList />
+        )}
+      </main>
     </>
   );
 }
@@ -118,15 +133,14 @@ function SandboxList() {
       },
     );
   }, [load]);
-  const act = (fn: () => Promise<unknown>) => fn().then(load, (e: Error) => setError(e.message));
+  const fail = useCallback((e: Error) => setError(e.message), []);
+  const act = (fn: () => Promise<unknown>) => fn().then(load, fail);
   const shown = sandboxes.filter((s) => filter === '' || s.state === filter);
   return (
     <section aria-label="Sandboxes">
       <h1>Sandboxes</h1>
+      <NewSandbox onCreated={load} fail={fail} />
       <div className="toolbar">
-        <button type="button" onClick={() => act(() => call('POST', '/v1/sandboxes', {}))}>
-          New sandbox
-        </button>
         <label>
           State{' '}
           <select value={filter} onChange={(e) => setFilter(e.target.value)}>
