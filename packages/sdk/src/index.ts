@@ -25,6 +25,8 @@ export {
   type OutputRead,
   type RunOptions,
 } from './commands.js';
+export { Template, type TemplateFromSnapshotOptions, type TemplateLogsOptions } from './template.js';
+export { baseKey, stepKey, startKey, type BuildLogLine, type BuiltStep, type TemplateBuildOptions, type TemplateBuildResult } from './template-build.js';
 export {
   parseDockerfile,
   parseTemplateFile,
