@@ -1,6 +1,6 @@
 // The build context: copy sources stay inside it (symlinks included), their digest follows contents only, and the archive is one GNU tar reads back exactly.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -159,5 +159,22 @@ describe('tarStream', () => {
     expect(statSync(join(out, 'run.sh')).mode & 0o777).toBe(0o755);
     // The fixed mtime: nothing of when the context was written gets in.
     expect(statSync(join(out, 'index.html')).mtimeMs).toBe(0);
+  });
+});
+
+describe('tarStream and a context that changes under it', () => {
+  it('refuses a file swapped for a symlink out of the context after it was checked', async () => {
+    const { entries } = await collectCopy(ctx, { src: ['app'] }, 'f');
+    rmSync(join(ctx, 'app/index.html'));
+    symlinkSync(join(dir, 'outside.txt'), join(ctx, 'app/index.html'));
+    await expect(archive(entries)).rejects.toMatchObject({ code: 'invalid_argument', message: /cannot be read any more \(ELOOP\)/ });
+  });
+
+  it('refuses a file replaced by another one', async () => {
+    const { entries } = await collectCopy(ctx, { src: ['app'] }, 'f');
+    // Written beside it and renamed over it, so the new file cannot reuse the old one's inode number.
+    writeFileSync(join(ctx, 'app/new'), '<h1>hi</h1>\n');
+    renameSync(join(ctx, 'app/new'), join(ctx, 'app/index.html'));
+    await expect(archive(entries)).rejects.toMatchObject({ code: 'invalid_argument', message: /was replaced/ });
   });
 });

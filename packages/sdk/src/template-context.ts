@@ -1,7 +1,7 @@
 // A template build's context: a copy step's sources read from under the context directory (never outside it), their digest, and the deterministic tar that uploads them.
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { lstat, readdir, readlink, realpath, stat } from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import { lstat, open, readdir, readlink, realpath, stat } from 'node:fs/promises';
 import { basename, isAbsolute, join, posix, relative, resolve, sep } from 'node:path';
 import { invalidField } from './envs.js';
 import type { CopyStep } from './template-spec.js';
@@ -13,8 +13,9 @@ export interface TarEntry {
   /** Permission bits (and setuid/setgid/sticky), as the context has them. */
   mode: number;
   sizeBytes: number;
-  /** The file to read (files only). */
+  /** The file to read (files only), and its identity when it was checked: what is read later must be that same file. */
   source?: string;
+  inode?: { dev: number; ino: number };
   /** The link's target as written (symlinks only). */
   linkTarget?: string;
 }
@@ -71,7 +72,8 @@ export async function collectCopy(context: string, step: Pick<CopyStep, 'src'>, 
     if (st.isDirectory()) {
       singleFile = false;
       await walk(root, real, '', add, where);
-    } else if (st.isFile()) add({ path: basename(lexical), type: 'file', mode: st.mode & 0o7777, sizeBytes: st.size, source: real });
+    } else if (st.isFile())
+      add({ path: basename(lexical), type: 'file', mode: st.mode & 0o7777, sizeBytes: st.size, source: real, inode: { dev: st.dev, ino: st.ino } });
     else throw invalidField(where, `'${src}' is not a file or directory`);
   }
   const entries = [...byPath.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
@@ -95,7 +97,7 @@ async function walk(root: string, dir: string, prefix: string, add: (e: TarEntry
     } else if (st.isDirectory()) {
       add({ path, type: 'dir', mode: st.mode & 0o7777, sizeBytes: 0 });
       await walk(root, abs, path, add, field);
-    } else if (st.isFile()) add({ path, type: 'file', mode: st.mode & 0o7777, sizeBytes: st.size, source: abs });
+    } else if (st.isFile()) add({ path, type: 'file', mode: st.mode & 0o7777, sizeBytes: st.size, source: abs, inode: { dev: st.dev, ino: st.ino } });
     else throw invalidField(field, `'${relative(root, abs)}' is not a file, directory or symlink`);
   }
 }
@@ -182,17 +184,31 @@ export async function* tarStream(entries: TarEntry[]): AsyncGenerator<Buffer> {
       yield padding(body.length);
     }
     const type = e.type === 'file' ? '0' : e.type === 'dir' ? '5' : '2';
-    yield header(name, type, e.mode, e.type === 'file' ? e.sizeBytes : 0, link);
-    if (e.type !== 'file') continue;
-    let sent = 0;
-    for await (const chunk of createReadStream(e.source!)) {
-      const buf = chunk as Buffer;
-      sent += buf.length;
-      if (sent > e.sizeBytes) break;
-      yield buf;
+    if (e.type !== 'file') {
+      yield header(name, type, e.mode, 0, link);
+      continue;
     }
-    // The header promised this size: a file that changed since it was read would corrupt the archive.
-    if (sent !== e.sizeBytes) throw invalidField('context', `${e.source} changed while the build read it (${e.sizeBytes} bytes, now ${sent})`);
+    // Not followed if it became a symlink, and refused if another file took its place since it was checked.
+    const handle = await open(e.source!, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW).catch((err: NodeJS.ErrnoException) => {
+      throw invalidField('context', `${e.source} cannot be read any more (${err.code})`);
+    });
+    try {
+      const now = await handle.stat();
+      if (e.inode && (now.dev !== e.inode.dev || now.ino !== e.inode.ino))
+        throw invalidField('context', `${e.source} was replaced while the build read the context`);
+      yield header(name, type, e.mode, e.sizeBytes, link);
+      let sent = 0;
+      for await (const chunk of handle.createReadStream({ autoClose: false })) {
+        const buf = chunk as Buffer;
+        sent += buf.length;
+        if (sent > e.sizeBytes) break;
+        yield buf;
+      }
+      // The header promised this size: a file that changed since it was read would corrupt the archive.
+      if (sent !== e.sizeBytes) throw invalidField('context', `${e.source} changed while the build read it (${e.sizeBytes} bytes, now ${sent})`);
+    } finally {
+      await handle.close();
+    }
     yield padding(e.sizeBytes);
   }
   yield Buffer.alloc(BLOCK * 2);
