@@ -117,6 +117,15 @@ describe('Template.build with every step cached', () => {
     expect(server.requests.some((r) => r.path === '/v1/template-builds')).toBe(false);
   });
 
+  it('refuses an unknown step kind in a spec given as an object before asking the server anything', async () => {
+    const bad = spec({ steps: [{ kind: 'apt', name: 'x' } as unknown as RunStep] });
+    await expect(Template.build({ name: 'web', spec: bad, context: '.', apiUrl: server.url, apiKey: 'k' })).rejects.toMatchObject({
+      code: 'invalid_argument',
+      details: { field: 'steps[0].kind' },
+    });
+    expect(server.requests).toEqual([]);
+  });
+
   it('passes template_build_in_progress through', async () => {
     server.on('POST /v1/template-builds', (_req, res) => wireError(res, 409, 'template_build_in_progress'));
     await expect(Template.build({ name: 'web', spec: spec(), context: '.', apiUrl: server.url, apiKey: 'k' })).rejects.toMatchObject({

@@ -7,6 +7,7 @@ import { CommandExitError, InvalidArgumentError, NotFoundError, SandglassError, 
 import type { ControlPlaneReply } from './replies.js';
 import { Sandbox } from './sandbox.js';
 import type { ConnectionConfig } from './config.js';
+import { invalidField } from './envs.js';
 import { collectCopy, planCopy, tarStream, type CollectedCopy } from './template-context.js';
 import { checkName, parseTemplateFile, type CopyStep, type RunStep, type TemplateSpec, type TemplateStartSpec } from './template-spec.js';
 import type { TemplateBuildStepInfo, TemplateVersionInfo } from './types.js';
@@ -216,7 +217,11 @@ export async function buildTemplate(cp: ControlPlane, opts: TemplateBuildOptions
 
   // Everything that can be refused is checked before the server is asked for anything: bad input changes nothing.
   const copies: Array<CollectedCopy | undefined> = [];
-  for (const [i, step] of spec.steps.entries()) copies.push(step.kind === 'copy' ? await collectCopy(opts.context, step, `steps[${i}].copy.src`) : undefined);
+  for (const [i, step] of spec.steps.entries()) {
+    if (step.kind !== 'run' && step.kind !== 'copy')
+      throw invalidField(`steps[${i}].kind`, `unknown step kind '${String((step as { kind: unknown }).kind)}'; a step is run or copy`);
+    copies.push(step.kind === 'copy' ? await collectCopy(opts.context, step, `steps[${i}].copy.src`) : undefined);
+  }
   let fromId: string;
   try {
     fromId = (await cp.json<ControlPlaneReply<'getTemplate'>>('GET', `/v1/templates/${encodeURIComponent(spec.from)}`)).template.id;
@@ -336,23 +341,15 @@ export async function buildTemplate(cp: ControlPlane, opts: TemplateBuildOptions
     return { buildId: build.id, version, steps, durationMs: Date.now() - began, notes };
   } catch (err) {
     failed = true;
-    const stepName = current === undefined ? undefined : current === spec.steps.length ? 'start' : spec.steps[current]!.name;
+    // A step's failure names the build too; anything else (size_unsupported, policy_invalid from the build sandbox's
+    // create, a lost connection) keeps its own code, and the build is failed with its message.
     const failure =
-      err instanceof SandglassError && err.code === 'template_build_failed'
-        ? err
-        : buildFailed(
-            `${current === undefined ? 'the build' : `step ${current} (${stepName})`} failed: ${err instanceof Error ? err.message : String(err)}`,
-            {
-              buildId: build.id,
-              ...(current === undefined ? {} : { step: current, stepName }),
-              ...(err instanceof SandglassError ? { cause: err.code } : {}),
-            },
-            err,
-          );
+      err instanceof SandglassError && err.code === 'template_build_failed' ? buildFailed(err.message, { ...err.details, buildId: build.id }, err.cause) : err;
+    const message = err instanceof Error ? err.message : String(err);
     await reporter.close().catch(() => undefined);
     await cp
       .json<ControlPlaneReply<'failTemplateBuild'>>('POST', `/v1/template-builds/${encodeURIComponent(build.id)}/fail`, {
-        json: { message: failure.message.slice(0, 16_384), ...(current === undefined ? {} : { step: current }) },
+        json: { message: (message || 'the build failed').slice(0, 16_384), ...(current === undefined ? {} : { step: current }) },
       })
       .catch(() => undefined);
     throw failure;
