@@ -161,6 +161,10 @@ describe('a tenant on PKCS#11', () => {
     const otherPlain = plaintextOf([otherSbx.id], [otherSnap]);
     expect(otherPlain.length).toBeGreaterThan(0);
 
+    // A template of the tenant's is its snapshot, sealed under its key like any other.
+    const tpl = await api('POST', '/v1/templates', { key: t.key, body: { name: 'byok-tools', snapshotId: s1 } });
+    expect(tpl.status, JSON.stringify(tpl.body)).toBe(201);
+
     const res = await api('POST', `/v1/tenants/${t.id}/keys/revoke`);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect([...res.body!.stoppedSandboxes].sort()).toEqual([...running].sort());
@@ -177,6 +181,7 @@ describe('a tenant on PKCS#11', () => {
       await api('POST', '/v1/sandboxes', { key: t.key, body: {} }),
       await api('POST', `/v1/sandboxes/${paused.id}/resume`, { key: t.key, body: {} }),
       await api('POST', '/v1/forks', { key: t.key, body: { snapshotId: s1 } }),
+      await api('POST', '/v1/sandboxes', { key: t.key, body: { template: 'byok-tools' } }),
     ];
     for (const r of refused) expect([r.status, r.body?.error?.code]).toEqual([403, 'key_revoked']);
     expect(await stateOf(paused.id, t.key)).toBe('paused');

@@ -1,7 +1,17 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
 import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock, type ControlPlaneApi } from '@sandglass/core';
-import { fromIso, isPostgres, preparedQuery, toIso, type SandboxRow, type SandboxState, type Schema, type SnapshotRow } from '@sandglass/db';
+import {
+  fromIso,
+  isPostgres,
+  preparedQuery,
+  toIso,
+  type SandboxRow,
+  type SandboxState,
+  type Schema,
+  type SnapshotRow,
+  type TemplateVersionRow,
+} from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
@@ -23,7 +33,7 @@ import {
 import type { GatewayClient, GatewayCreateRequest, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
 import type { Principal } from './keys.js';
 import { renameRuleField, type SecretStore } from './secrets.js';
-import { findTemplate } from './templates.js';
+import { findTemplate, findTemplateVersion, versionHolding } from './templates.js';
 
 /** How long a data-plane token lives: short, because it cannot be revoked. */
 export const ACCESS_TOKEN_TTL_MS = 15 * 60_000;
@@ -91,6 +101,17 @@ interface SnapshotChoice {
   at?: string;
 }
 
+/** A snapshot a template version holds is the template's: it changes only through /v1/templates. */
+async function refuseTemplateData(db: Kysely<Schema>, who: Principal, snapshotId: string, what: 'renamed' | 'deleted'): Promise<void> {
+  const version = await versionHolding(db, who.tenantId, snapshotId);
+  if (!version) return;
+  throw new SandglassError(
+    'conflict',
+    `Snapshot ${snapshotId} is version ${version.version} of template ${version.name}; it cannot be ${what} while the template holds it (DELETE /v1/templates/${version.name}?version=${version.version} first).`,
+    { details: { field: 'id', template: version.name, version: version.version } },
+  );
+}
+
 /** A tenant's sandbox by id: the lookup behind most routes (`Sandbox.connect` among them), compiled once. */
 const ownRow = preparedQuery(2, (db: Kysely<Schema>, id: string, tenantId: string) =>
   db.selectFrom('sandboxes').selectAll().where('id', '=', id).where('tenant_id', '=', tenantId),
@@ -120,10 +141,13 @@ export class SandboxService {
   async create(who: Principal, req: CreateSandboxRequest): Promise<Sandbox> {
     const { db, events, gateways, gatewayClient, clock } = this.deps;
     const template = await findTemplate(db, req.template);
-    if (!template)
+    if (!template) {
+      const version = await findTemplateVersion(db, who.tenantId, req.template);
+      if (version) return this.#createFromVersion(who, req, version);
       throw new SandglassError('template_not_found', `No template ${JSON.stringify(req.template)}; GET /v1/templates lists them.`, {
         details: { field: 'template' },
       });
+    }
     if (template.status === 'failed')
       throw new SandglassError('template_not_ready', `Template ${template.name} failed to build; rebuild it before creating sandboxes from it.`);
     if (template.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${template.name} is still being built; retry shortly.`);
@@ -179,6 +203,77 @@ export class SandboxService {
       await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec, ...egress, ...(envNames.length === 0 ? {} : { envs }) });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
+    }
+    const row = await this.#row(id);
+    return { ...toSandbox(row), access: this.#access(who, row, gateway) };
+  }
+
+  /**
+   * A sandbox from a version of the tenant's own template: a fork of the version's snapshot, so it wakes with what the
+   * build left running. It gets the network and secrets this request names (none: deny all), never the build's, and
+   * the template's variables under its own. Its size is the template's: the snapshot's memory and disk.
+   */
+  async #createFromVersion(who: Principal, req: CreateSandboxRequest, version: TemplateVersionRow): Promise<Sandbox> {
+    const { events, gateways, gatewayClient, clock } = this.deps;
+    if (req.diskMib !== undefined && req.diskMib !== version.disk_mib) {
+      throw invalidArgument(
+        'diskMib',
+        `template ${version.name} has the disk it was built with (${version.disk_mib ?? 'the base size'} MiB); build it with another`,
+      );
+    }
+    const network = checkNetwork(req.network ?? {}, 'network');
+    const secrets = req.secrets ?? [];
+    const dup = secrets.findIndex((name, i) => secrets.indexOf(name) !== i);
+    if (dup >= 0) throw invalidArgument(`secrets[${dup}]`, `names ${secrets[dup]} twice`);
+    await this.deps.secrets.checkExist(who.tenantId, secrets);
+    const envs = checkEnvs({ ...(JSON.parse(version.envs) as Record<string, string>), ...(req.envs ?? {}) }, 'envs');
+    const envNames = Object.keys(envs);
+    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: version.memory_mib, vcpus: version.vcpus });
+    const id = newId('sbx');
+    if (envNames.length > 0) await this.#saveEnvs(id, who.tenantId, envs);
+    await events.append(
+      {
+        type: 'sandbox.created',
+        tenantId: who.tenantId,
+        sandboxId: id,
+        data: {
+          template: version.name,
+          templateVersionId: version.id,
+          memoryMib: version.memory_mib,
+          vcpus: version.vcpus,
+          timeoutS: req.timeoutS,
+          snapshotIntervalS: req.snapshotIntervalS,
+          ...(version.disk_mib === null ? {} : { diskMib: version.disk_mib }),
+          sourceSnapshotId: version.snapshot_id,
+          metadata: req.metadata ?? {},
+          gatewayId: gateway.id,
+          gatewayUrl: gateway.url,
+          network,
+          secrets,
+          ...(envNames.length === 0 ? {} : { envNames }),
+        },
+      },
+      { clock },
+    );
+    let reply: GatewayForkReply;
+    try {
+      reply = await gatewayClient.forkSandboxes(gateway, {
+        snapshotId: version.snapshot_id,
+        tenantId: who.tenantId,
+        network,
+        secrets,
+        ...(envNames.length === 0 ? {} : { envs }),
+        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS }],
+      });
+    } catch (err) {
+      throw await this.#failUnlessFinal(who, [id], err);
+    }
+    const result = reply.sandboxes.find((r) => r.id === id);
+    if (!result || 'error' in result) {
+      const error = result
+        ? errorFromBody(500, { error: result.error })
+        : new SandglassError('internal', undefined, { cause: new Error(`gateway ${gateway.id} did not report sandbox ${id}`) });
+      throw await this.#failUnlessFinal(who, [id], error);
     }
     const row = await this.#row(id);
     return { ...toSandbox(row), access: this.#access(who, row, gateway) };
@@ -309,12 +404,14 @@ export class SandboxService {
    * unnamed one, which is all retention reads. Read and appended in one transaction, the row locked on PostgreSQL, so a
    * deletion cannot slip between them and previousName is the name this rename replaced.
    */
-  async nameSnapshot(who: Principal, snapshotId: string, name: string | null): Promise<Snapshot> {
+  /** `pinForTemplate`: the template service pinning a version's snapshot, which the guard below would refuse. */
+  async nameSnapshot(who: Principal, snapshotId: string, name: string | null, opts: { pinForTemplate?: boolean } = {}): Promise<Snapshot> {
     const { db, events, clock } = this.deps;
     return db.transaction().execute(async (trx) => {
       const q = trx.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).where('tenant_id', '=', who.tenantId);
       const snap = await (isPostgres(trx) ? q.forUpdate() : q).executeTakeFirst();
       if (!snap) throw noSuchSnapshot(snapshotId);
+      if (name !== snap.name && opts.pinForTemplate !== true) await refuseTemplateData(trx, who, snapshotId, 'renamed');
       await events.append(
         { type: 'snapshot.named', tenantId: who.tenantId, sandboxId: snap.sandbox_id, data: { snapshotId, name, previousName: snap.name } },
         { clock, trx },
@@ -326,6 +423,7 @@ export class SandboxService {
   /** The gateway deletes the manifest and records snapshot.deleted; forks already started from it keep running. */
   async deleteSnapshot(who: Principal, snapshotId: string): Promise<void> {
     const snap = await this.#ownSnapshot(who, snapshotId);
+    await refuseTemplateData(this.deps.db, who, snapshotId, 'deleted');
     const sandbox = await this.#row(snap.sandbox_id);
     await this.deps.gatewayClient.deleteSnapshot(await this.#gatewayFor(sandbox), snapshotId, who.tenantId);
   }

@@ -353,6 +353,108 @@ describe('templates', () => {
   });
 });
 
+describe('custom templates', () => {
+  /** A sandbox of the caller's with one snapshot: what a build leaves to publish. */
+  async function builtSnapshot(key = adminKey) {
+    const sbx = await createSandbox(key, { network: { allow: ['example.com'] } });
+    return { sbx, snap: await recordSnapshot(sbx.id, 'manual') };
+  }
+
+  it('runs one build per name: a second is refused naming the first, a stale one ends failed and frees the name', async () => {
+    const first = await call('POST', '/v1/template-builds', { json: { name: 'tools' } });
+    expect(first.statusCode, first.body).toBe(201);
+    const second = await call('POST', '/v1/template-builds', { json: { name: 'tools' } });
+    expect(second.statusCode).toBe(409);
+    expect(second.json().error).toMatchObject({ code: 'template_build_in_progress', details: { field: 'name', buildId: first.json().id } });
+    // Another name builds meanwhile.
+    expect((await call('POST', '/v1/template-builds', { json: { name: 'other' } })).statusCode).toBe(201);
+    // Reports keep it alive; silence past the stale limit ends it.
+    clock.advance(50_000);
+    const report = await call('POST', `/v1/template-builds/${first.json().id}/log`, {
+      json: { lines: [{ stream: 'stdout', text: 'step one' }], step: { index: 0, name: 'run: one', status: 'done', durationMs: 5 } },
+    });
+    expect(report.statusCode, report.body).toBe(204);
+    clock.advance(50_000);
+    expect((await call('POST', '/v1/template-builds', { json: { name: 'tools' } })).statusCode).toBe(409);
+    clock.advance(61_000);
+    const third = await call('POST', '/v1/template-builds', { json: { name: 'tools' } });
+    expect(third.statusCode, third.body).toBe(201);
+    const stale = (await call('GET', `/v1/template-builds/${first.json().id}`)).json();
+    expect(stale).toMatchObject({ status: 'failed', steps: [{ index: 0, status: 'done' }] });
+    expect(stale.error.message).toMatch(/stopped reporting/);
+    const late = await call('POST', `/v1/template-builds/${first.json().id}/log`, { json: { lines: [{ stream: 'stdout', text: 'late' }] } });
+    expect(late.json().error.code).toBe('conflict');
+    const log = (await call('GET', `/v1/template-builds/${first.json().id}/log`)).json();
+    expect(log).toEqual({ lines: [expect.objectContaining({ n: 0, stream: 'stdout', text: 'step one' })], nextLine: 1, status: 'failed' });
+  });
+
+  it('publishes a build as a version, numbers versions, pins the snapshot and guards it', async () => {
+    const { snap } = await builtSnapshot();
+    const build = (await call('POST', '/v1/template-builds', { json: { name: 'tools' } })).json();
+    // While the build runs, a publication without it is refused; a wrong build id too.
+    const without = await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap.id } });
+    expect(without.json().error.code).toBe('template_build_in_progress');
+    const v1 = await call('POST', '/v1/templates', {
+      json: { name: 'tools', snapshotId: snap.id, buildId: build.id, envs: { A: '1' }, start: { cmd: 'srv' } },
+    });
+    expect(v1.statusCode, v1.body).toBe(201);
+    expect(v1.json()).toMatchObject({ name: 'tools', version: 1, snapshotId: snap.id, envs: { A: '1' }, start: { cmd: 'srv' }, buildId: build.id });
+    expect((await call('GET', `/v1/template-builds/${build.id}`)).json()).toMatchObject({ status: 'ready', versionId: v1.json().id });
+    const again = await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap.id, buildId: build.id } });
+    expect(again.json().error).toMatchObject({ code: 'conflict', details: { field: 'buildId' } });
+    expect((await call('GET', `/v1/snapshots/${snap.id}`)).json()).toMatchObject({ pinned: true, name: 'tpl-tools-v1' });
+    expect((await call('PATCH', `/v1/snapshots/${snap.id}`, { json: { name: null } })).json().error.code).toBe('conflict');
+    expect((await call('DELETE', `/v1/snapshots/${snap.id}`)).json().error.code).toBe('conflict');
+    const { snap: snap2 } = await builtSnapshot();
+    const v2 = await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap2.id } });
+    expect(v2.json()).toMatchObject({ version: 2, buildId: null });
+    const detail = (await call('GET', '/v1/templates/tools')).json();
+    expect(detail.template).toMatchObject({ name: 'tools', custom: true, version: 2, id: v2.json().id });
+    expect(detail.versions.map((v: { version: number }) => v.version)).toEqual([2, 1]);
+    expect((await call('POST', '/v1/templates', { json: { name: 'base', snapshotId: snap.id } })).json().error.details.field).toBe('name');
+    // Deleting version 1 unpins its snapshot; version 2 remains the template.
+    expect((await call('DELETE', '/v1/templates/tools?version=1')).statusCode).toBe(204);
+    expect((await call('GET', `/v1/snapshots/${snap.id}`)).json()).toMatchObject({ pinned: false, name: null });
+    expect((await call('DELETE', '/v1/templates/tools?version=1')).json().error).toMatchObject({ code: 'template_not_found', details: { field: 'version' } });
+    expect((await call('DELETE', '/v1/templates/base')).json().error.code).toBe('permission_denied');
+  });
+
+  it('creates a sandbox from a version as a fork with its own network, no secrets and the template variables', async () => {
+    const { snap } = await builtSnapshot();
+    const v = (await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap.id, envs: { A: '1', B: 'template' } } })).json();
+    seen = [];
+    const created = await createSandbox(adminKey, { template: 'tools', envs: { B: 'mine' }, timeoutS: 60 });
+    expect(created).toMatchObject({ template: 'tools' });
+    const fork = seen.find((r) => r.url === '/internal/v1/forks');
+    expect(fork?.body).toEqual({
+      snapshotId: snap.id,
+      tenantId: created.tenantId,
+      network: { allow: [], deny: [] },
+      secrets: [],
+      envs: { A: '1', B: 'mine' },
+      sandboxes: [{ id: created.id, timeoutS: 60, snapshotIntervalS: expect.any(Number) }],
+    });
+    // By version id too; another tenant knows neither.
+    expect(await createSandbox(adminKey, { template: v.id })).toMatchObject({ template: 'tools' });
+    const b = await tenantB();
+    for (const template of ['tools', v.id]) {
+      expect((await call('POST', '/v1/sandboxes', { key: b.key, json: { template } })).json().error.code).toBe('template_not_found');
+    }
+    expect((await call('GET', '/v1/templates/tools', { key: b.key })).json().error.code).toBe('template_not_found');
+    expect((await call('POST', '/v1/templates', { key: b.key, json: { name: 'mine', snapshotId: snap.id } })).json().error.code).toBe('snapshot_not_found');
+  });
+
+  it('forgets a cached step whose snapshot is gone', async () => {
+    const { snap } = await builtSnapshot();
+    const key = 'ab'.repeat(32);
+    expect((await call('GET', `/v1/template-cache/${key}`)).json().error.code).toBe('not_found');
+    expect((await call('PUT', `/v1/template-cache/${key}`, { json: { snapshotId: snap.id } })).json()).toMatchObject({ key, snapshotId: snap.id });
+    expect((await call('GET', `/v1/template-cache/${key}`)).json()).toMatchObject({ snapshotId: snap.id });
+    expect((await call('DELETE', `/v1/snapshots/${snap.id}`)).statusCode).toBe(204);
+    expect((await call('GET', `/v1/template-cache/${key}`)).json().error.code).toBe('not_found');
+  });
+});
+
 describe('POST /v1/sandboxes', () => {
   it('creates through the gateway and answers 201 with access', async () => {
     const res = await call('POST', '/v1/sandboxes', { json: { memoryMib: 512, vcpus: 2, timeoutS: 60, metadata: { job: '7' } } });

@@ -23,7 +23,7 @@ import {
 import type { Schema } from '@sandglass/db';
 import { auditKeyId, type EventLog } from '@sandglass/events';
 import type { AuditSigner, KeyProvider } from '@sandglass/kms';
-import { toTemplate, toTenant } from './api.js';
+import { toTenant } from './api.js';
 import { Failover } from './failover.js';
 import { GatewayClient, type GatewayDirectory } from './gateways.js';
 import { nodeApi } from './node-api.js';
@@ -35,7 +35,7 @@ import { ConsoleSessions, consoleApi, cookiePrincipal, DEFAULT_CONSOLE_LIMITS, t
 import { LONGEST_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
 import { SecretStore } from './secrets.js';
 import { TenantKeyService, type TenantKeyAdmin } from './tenant-keys.js';
-import { listTemplates } from './templates.js';
+import { CustomTemplates } from './custom-templates.js';
 
 export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -199,7 +199,25 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   route('GET', '/v1/health', async () => ({ status: 'ok' as const, version: VERSION }));
 
-  route('GET', '/v1/templates', async () => ({ templates: (await listTemplates(db)).map(toTemplate) }));
+  const templates = new CustomTemplates({ db, events, clock, sandboxes });
+  route('GET', '/v1/templates', async (req) => ({ templates: await templates.list(who(req)) }));
+  route('POST', '/v1/templates', async (req, reply) => reply.code(201).send(await templates.createVersion(who(req), req.body)));
+  route('GET', '/v1/templates/{name}', async (req) => templates.get(who(req), req.params.name));
+  route('DELETE', '/v1/templates/{name}', async (req, reply) => {
+    await templates.delete(who(req), req.params.name, req.query.version);
+    return reply.code(204).send();
+  });
+  route('GET', '/v1/template-cache/{key}', async (req) => templates.cacheGet(who(req), req.params.key));
+  route('PUT', '/v1/template-cache/{key}', async (req) => templates.cachePut(who(req), req.params.key, req.body.snapshotId));
+  route('GET', '/v1/template-builds', async (req) => ({ builds: await templates.listBuilds(who(req), req.query.name) }));
+  route('POST', '/v1/template-builds', async (req, reply) => reply.code(201).send(await templates.startBuild(who(req), req.body.name)));
+  route('GET', '/v1/template-builds/{id}', async (req) => templates.getBuild(who(req), idOf(req)));
+  route('GET', '/v1/template-builds/{id}/log', async (req) => templates.readLog(who(req), idOf(req), req.query.fromLine));
+  route('POST', '/v1/template-builds/{id}/log', async (req, reply) => {
+    await templates.report(who(req), idOf(req), req.body);
+    return reply.code(204).send();
+  });
+  route('POST', '/v1/template-builds/{id}/fail', async (req) => templates.fail(who(req), idOf(req), req.body));
 
   route('POST', '/v1/sandboxes', async (req, reply) => reply.code(201).send(await sandboxes.create(who(req), req.body)));
   route('GET', '/v1/sandboxes', async (req) => ({ sandboxes: await sandboxes.list(who(req), req.query.state) }));

@@ -1,8 +1,8 @@
-// The templates table (the gateway's boot code registers each template's status; the API lists them), and the
-// registry of which stored snapshot is each template key's.
-import type { Kysely } from 'kysely';
+// The templates table (the gateway's boot code registers each template's status; the API lists them), the lookups
+// of tenants' template versions, and the registry of which stored snapshot is each template key's.
+import type { Kysely, Transaction } from 'kysely';
 import { newId, systemClock, type Clock } from '@sandglass/core';
-import { toIso, type Schema, type TemplateRow, type TemplateStatus } from '@sandglass/db';
+import { toIso, type Schema, type TemplateRow, type TemplateStatus, type TemplateVersionRow } from '@sandglass/db';
 
 export interface TemplateUpsert {
   name: string;
@@ -29,6 +29,21 @@ export async function findTemplate(db: Kysely<Schema>, nameOrId: string): Promis
     .selectAll()
     .where((eb) => eb.or([eb('name', '=', nameOrId), eb('id', '=', nameOrId)]))
     .executeTakeFirst();
+}
+
+/** The version a create names: a tenant template's newest version by name, or one version by its `tpl_…` id. */
+export async function findTemplateVersion(db: Kysely<Schema>, tenantId: string, nameOrId: string): Promise<TemplateVersionRow | undefined> {
+  const q = db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId);
+  if (nameOrId.startsWith('tpl_')) {
+    const byId = await q.where('id', '=', nameOrId).executeTakeFirst();
+    if (byId) return byId;
+  }
+  return q.where('name', '=', nameOrId).orderBy('version', 'desc').limit(1).executeTakeFirst();
+}
+
+/** The version that holds this snapshot, if any: such a snapshot is template data, not the sandbox's history. */
+export async function versionHolding(db: Kysely<Schema> | Transaction<Schema>, tenantId: string, snapshotId: string): Promise<TemplateVersionRow | undefined> {
+  return db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId).where('snapshot_id', '=', snapshotId).limit(1).executeTakeFirst();
 }
 
 export async function listTemplates(db: Kysely<Schema>): Promise<TemplateRow[]> {

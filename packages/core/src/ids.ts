@@ -1,7 +1,7 @@
 // Resource ids: a short type prefix and 20 random base32 characters (100 bits), e.g. sbx_k3jz….
 import { randomFillSync } from 'node:crypto';
 
-export const ID_PREFIXES = ['sbx', 'tpl', 'cmd', 'ten', 'key', 'evt', 'req', 'snap', 'node'] as const;
+export const ID_PREFIXES = ['sbx', 'tpl', 'cmd', 'ten', 'key', 'evt', 'req', 'snap', 'node', 'bld'] as const;
 export type IdPrefix = (typeof ID_PREFIXES)[number];
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz234567';

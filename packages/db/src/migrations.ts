@@ -343,6 +343,70 @@ const nodeCredentials: Migration = {
   },
 };
 
+const customTemplates: Migration = {
+  async up(db: Kysely<any>) {
+    // A tenant's own templates (issue 24): each version names a snapshot of the tenant's, which sandboxes fork.
+    await db.schema
+      .createTable('template_versions')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('version', 'integer', (c) => c.notNull())
+      .addColumn('snapshot_id', 'text', (c) => c.notNull())
+      .addColumn('memory_mib', 'integer', (c) => c.notNull())
+      .addColumn('vcpus', 'integer', (c) => c.notNull())
+      .addColumn('disk_mib', 'integer')
+      .addColumn('envs', 'text', (c) => c.notNull())
+      .addColumn('user', 'text')
+      .addColumn('workdir', 'text')
+      .addColumn('start', 'text')
+      .addColumn('build_id', 'text')
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addUniqueConstraint('template_versions_name_version', ['tenant_id', 'name', 'version'])
+      .execute();
+    await db.schema.createIndex('template_versions_snapshot').on('template_versions').columns(['snapshot_id']).execute();
+    await db.schema
+      .createTable('template_cache')
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('key', 'text', (c) => c.notNull())
+      .addColumn('snapshot_id', 'text', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('template_cache_pk', ['tenant_id', 'key'])
+      .execute();
+    await db.schema
+      .createTable('template_builds')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('started_at', 'text', (c) => c.notNull())
+      .addColumn('finished_at', 'text')
+      .addColumn('reported_at', 'text', (c) => c.notNull())
+      .addColumn('steps', 'text', (c) => c.notNull())
+      .addColumn('lines', 'integer', (c) => c.notNull())
+      .addColumn('version_id', 'text')
+      .addColumn('error', 'text')
+      .execute();
+    // One running build per name, held by the database itself: two replicas racing both see who won.
+    await db.schema
+      .createIndex('template_builds_one_running')
+      .on('template_builds')
+      .columns(['tenant_id', 'name'])
+      .unique()
+      .where(sql<boolean>`status = 'running'`)
+      .execute();
+    await db.schema
+      .createTable('template_build_lines')
+      .addColumn('build_id', 'text', (c) => c.notNull())
+      .addColumn('n', 'integer', (c) => c.notNull())
+      .addColumn('at', 'text', (c) => c.notNull())
+      .addColumn('stream', 'text', (c) => c.notNull())
+      .addColumn('text', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('template_build_lines_pk', ['build_id', 'n'])
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -361,5 +425,6 @@ export const migrationProvider: MigrationProvider = {
     '0009_sandbox_sub_chain': sandboxSubChain,
     '0010_sandbox_disk': sandboxDisk,
     '0011_node_credentials': nodeCredentials,
+    '0012_custom_templates': customTemplates,
   }),
 };

@@ -193,6 +193,62 @@ export interface NodeEnrolmentsTable {
   used_at: IsoTime | null;
 }
 
+/** A version of a tenant's custom template: a snapshot of the tenant's that sandboxes created from it fork. */
+export interface TemplateVersionsTable {
+  id: string;
+  tenant_id: string;
+  name: string;
+  version: number;
+  snapshot_id: string;
+  memory_mib: number;
+  vcpus: number;
+  disk_mib: number | null;
+  /** JSON object of the variables every sandbox from it gets. */
+  envs: string;
+  user: string | null;
+  workdir: string | null;
+  /** JSON `{cmd}` or null: what runs in it from before its snapshot. */
+  start: string | null;
+  build_id: string | null;
+  created_at: IsoTime;
+}
+
+/** A build step's result, keyed by the step and everything before it: a rebuild forks it instead of running it again. */
+export interface TemplateCacheTable {
+  tenant_id: string;
+  key: string;
+  snapshot_id: string;
+  created_at: IsoTime;
+}
+
+export type TemplateBuildState = 'running' | 'ready' | 'failed';
+
+export interface TemplateBuildsTable {
+  id: string;
+  tenant_id: string;
+  name: string;
+  status: TemplateBuildState;
+  started_at: IsoTime;
+  finished_at: IsoTime | null;
+  /** The builder's last report: a running build not reported to for a while is stale and ends failed. */
+  reported_at: IsoTime;
+  /** JSON array of the steps' progress. */
+  steps: string;
+  /** How many log lines it holds (the next line's number). */
+  lines: number;
+  version_id: string | null;
+  /** JSON `{message, step?}` or null. */
+  error: string | null;
+}
+
+export interface TemplateBuildLinesTable {
+  build_id: string;
+  n: number;
+  at: IsoTime;
+  stream: string;
+  text: string;
+}
+
 /** A named claim with an expiry: node death, a sandbox move, a GC run, a template build. */
 export interface LeasesTable {
   name: string;
@@ -235,6 +291,10 @@ export interface Schema {
   sandbox_envs: SandboxEnvsTable;
   node_credentials: NodeCredentialsTable;
   node_enrolments: NodeEnrolmentsTable;
+  template_versions: TemplateVersionsTable;
+  template_cache: TemplateCacheTable;
+  template_builds: TemplateBuildsTable;
+  template_build_lines: TemplateBuildLinesTable;
 }
 
 export type TenantRow = Selectable<TenantsTable>;
@@ -248,4 +308,6 @@ export type NodeCredentialRow = Selectable<NodeCredentialsTable>;
 export type LeaseRow = Selectable<LeasesTable>;
 export type TemplateSnapshotRow = Selectable<TemplateSnapshotsTable>;
 export type SnapshotRow = Selectable<SnapshotsTable>;
+export type TemplateVersionRow = Selectable<TemplateVersionsTable>;
+export type TemplateBuildRow = Selectable<TemplateBuildsTable>;
 export type SecretRow = Selectable<SecretsTable>;

@@ -120,6 +120,10 @@ export interface EventDataMap {
   'key.revoked': Open<{ provider: string; versions: number[]; byKeyId: string }>;
   /** A gateway stopped the tenant's sandboxes and wiped its plaintext: the control plane told it, or its provider refused. */
   'tenant.plaintext_wiped': Open<{ trigger: 'api' | 'provider'; stoppedSandboxes: string[]; wipedFiles: number }>;
+  /** A snapshot of the tenant's became a version of its template `name` (by a build, or promoted directly). */
+  'template.published': Open<{ name: string; version: number; versionId: string; snapshotId: string; buildId: string | null }>;
+  /** Versions of a tenant template were deleted; the snapshots they held went back to their sandbox's retention. */
+  'template.deleted': Open<{ name: string; versions: number[] }>;
   /** A revoked tenant's chunks and manifests, unreadable since the revocation, were deleted after the retention period. */
   'tenant.data_purged': Open<{ manifests: number; chunks: number; freedBytes: number; revokedAt: string }>;
 }

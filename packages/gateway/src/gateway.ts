@@ -612,6 +612,8 @@ export class Gateway {
     forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
     envs?: Record<string, string>,
     replay?: ReplayPlan,
+    /** A create from a tenant template: the new sandbox's own network, not the snapshot's. */
+    egress?: { network: PolicyInput; secrets: string[] },
   ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
     const m = await this.snapshots.manifest(tenantId, snapshotId);
     const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
@@ -630,6 +632,7 @@ export class Gateway {
               snapshotIntervalS: f.snapshotIntervalS,
               ...(envs === undefined ? {} : { envs }),
               ...(replay === undefined ? {} : { replay }),
+              ...(egress === undefined ? {} : egress),
             },
             'fork',
             m.sandboxId,

@@ -66,8 +66,15 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
-      const { snapshotId, tenantId, sandboxes, envs, replay } = req.body;
-      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes, envs, replay);
+      const { snapshotId, tenantId, sandboxes, envs, replay, network, secrets } = req.body;
+      const forks = await gw.forkSandboxes(
+        snapshotId,
+        tenantId,
+        sandboxes,
+        envs,
+        replay,
+        network === undefined ? undefined : { network, secrets: secrets ?? [] },
+      );
       return { sandboxes: forks.map((f) => ('error' in f ? f : sandboxView(f))) };
     });
     route('DELETE', '/internal/v1/snapshots/{id}', async (req, reply) => {

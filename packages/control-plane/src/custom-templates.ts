@@ -1,0 +1,418 @@
+// A tenant's own templates: versions that name its snapshots, the cache of build steps, and the records of builds.
+import type { Kysely, Transaction } from 'kysely';
+import { invalidArgument, newId, SandglassError, type Clock, type ControlPlaneApi } from '@sandglass/core';
+import { isUniqueViolation, toIso, type Schema, type TemplateBuildRow, type TemplateVersionRow } from '@sandglass/db';
+import type { EventLog } from '@sandglass/events';
+import { toTemplate, type Template } from './api.js';
+import type { Principal } from './keys.js';
+import { checkEnvs, type SandboxService } from './sandboxes.js';
+import { findTemplate, findTemplateVersion, listTemplates, versionHolding } from './templates.js';
+
+type Schemas = ControlPlaneApi.components['schemas'];
+export type TemplateVersion = Schemas['TemplateVersion'];
+export type TemplateBuild = Schemas['TemplateBuild'];
+export type TemplateBuildReport = Schemas['TemplateBuildReport'];
+type BuildStep = Schemas['TemplateBuildStep'];
+
+/** A running build its builder has not reported to for this long is stale: it ends failed and frees the name. */
+export const TEMPLATE_BUILD_STALE_MS = 60_000;
+/** A build's log keeps at most this many lines; later ones are counted, not kept (the tail of a step is in its error). */
+export const TEMPLATE_BUILD_MAX_LINES = 20_000;
+const LOG_PAGE = 1000;
+const MAX_STEPS = 1000;
+
+export interface CustomTemplatesDeps {
+  db: Kysely<Schema>;
+  events: EventLog;
+  clock: Clock;
+  sandboxes: SandboxService;
+}
+
+export function toTemplateVersion(row: TemplateVersionRow): TemplateVersion {
+  return {
+    id: row.id,
+    name: row.name,
+    version: row.version,
+    snapshotId: row.snapshot_id,
+    memoryMib: row.memory_mib,
+    vcpus: row.vcpus,
+    diskMib: row.disk_mib,
+    envs: JSON.parse(row.envs) as Record<string, string>,
+    user: row.user,
+    workdir: row.workdir,
+    start: row.start === null ? null : (JSON.parse(row.start) as { cmd: string }),
+    buildId: row.build_id,
+    createdAt: row.created_at,
+  };
+}
+
+function toCustomTemplate(row: TemplateVersionRow): Template {
+  return {
+    id: row.id,
+    name: row.name,
+    status: 'ready',
+    memoryMib: row.memory_mib,
+    createdAt: row.created_at,
+    custom: true,
+    vcpus: row.vcpus,
+    diskMib: row.disk_mib,
+    version: row.version,
+  };
+}
+
+function toBuild(row: TemplateBuildRow): TemplateBuild {
+  return {
+    id: row.id,
+    name: row.name,
+    status: row.status,
+    startedAt: row.started_at,
+    finishedAt: row.finished_at,
+    steps: JSON.parse(row.steps) as BuildStep[],
+    versionId: row.version_id,
+    error: row.error === null ? null : (JSON.parse(row.error) as TemplateBuild['error']),
+  };
+}
+
+const noSuchTemplate = (name: string) =>
+  new SandglassError('template_not_found', `No template ${JSON.stringify(name)}; GET /v1/templates lists them.`, { details: { field: 'name' } });
+const noSuchBuild = (id: string) => new SandglassError('not_found', `No template build ${id}.`, { details: { field: 'id' } });
+
+/** The snapshot name that pins a version's snapshot, within the snapshot name rules (64 characters). */
+const pinName = (name: string, version: number) => `tpl-${name}`.slice(0, 56) + `-v${version}`;
+
+export class CustomTemplates {
+  constructor(private readonly deps: CustomTemplatesDeps) {}
+
+  /** Platform templates, then the tenant's own (each as its newest version). */
+  async list(who: Principal): Promise<Template[]> {
+    const { db } = this.deps;
+    const rows = await db
+      .selectFrom('template_versions')
+      .selectAll()
+      .where('tenant_id', '=', who.tenantId)
+      .orderBy('name')
+      .orderBy('version', 'desc')
+      .execute();
+    const newest = new Map<string, TemplateVersionRow>();
+    for (const r of rows) if (!newest.has(r.name)) newest.set(r.name, r);
+    return [...(await listTemplates(db)).map(toTemplate), ...[...newest.values()].map(toCustomTemplate)];
+  }
+
+  async get(who: Principal, name: string): Promise<Schemas['TemplateDetail']> {
+    const { db } = this.deps;
+    const versions = await db
+      .selectFrom('template_versions')
+      .selectAll()
+      .where('tenant_id', '=', who.tenantId)
+      .where('name', '=', name)
+      .orderBy('version', 'desc')
+      .execute();
+    if (versions.length > 0) return { template: toCustomTemplate(versions[0]!), versions: versions.map(toTemplateVersion) };
+    const platform = await findTemplate(db, name);
+    if (platform) return { template: toTemplate(platform), versions: [] };
+    throw noSuchTemplate(name);
+  }
+
+  /**
+   * A new version of `name` from a snapshot of the tenant's. The version row is written first, so from then on the
+   * snapshot cannot be unnamed or deleted through /v1/snapshots; then the snapshot is pinned under a name of its own.
+   */
+  async createVersion(who: Principal, req: Schemas['CreateTemplateVersionRequest']): Promise<TemplateVersion> {
+    const { db, events, clock, sandboxes } = this.deps;
+    if (await findTemplate(db, req.name)) throw invalidArgument('name', `${req.name} is a platform template's name; choose another`);
+    const envs = checkEnvs(req.envs ?? {}, 'envs');
+    const snap = await sandboxes.getSnapshot(who, req.snapshotId);
+    const source = await db.selectFrom('sandboxes').select('disk_mib').where('id', '=', snap.sandboxId).executeTakeFirst();
+    const now = toIso(clock.nowMs());
+    let row: TemplateVersionRow | undefined;
+    for (let attempt = 0; row === undefined; attempt++) {
+      try {
+        row = await db.transaction().execute(async (trx) => {
+          const running = await this.#runningBuild(trx, who.tenantId, req.name);
+          if (req.buildId !== undefined) {
+            if (running?.id !== req.buildId) {
+              const build = await trx
+                .selectFrom('template_builds')
+                .select('status')
+                .where('id', '=', req.buildId)
+                .where('tenant_id', '=', who.tenantId)
+                .executeTakeFirst();
+              if (!build) throw invalidArgument('buildId', `no build ${req.buildId} of this tenant`);
+              throw new SandglassError(
+                'conflict',
+                `Build ${req.buildId} is not the running build of ${req.name} (it is ${build.status}); nothing was published.`,
+                {
+                  details: { field: 'buildId' },
+                },
+              );
+            }
+          } else if (running) {
+            throw buildInProgress(req.name, running.id);
+          }
+          const last = await trx
+            .selectFrom('template_versions')
+            .select('version')
+            .where('tenant_id', '=', who.tenantId)
+            .where('name', '=', req.name)
+            .orderBy('version', 'desc')
+            .limit(1)
+            .executeTakeFirst();
+          const version: TemplateVersionRow = {
+            id: newId('tpl'),
+            tenant_id: who.tenantId,
+            name: req.name,
+            version: (last?.version ?? 0) + 1,
+            snapshot_id: snap.id,
+            memory_mib: snap.memoryMib,
+            vcpus: snap.vcpus,
+            disk_mib: source?.disk_mib ?? null,
+            envs: JSON.stringify(envs),
+            user: req.user ?? null,
+            workdir: req.workdir ?? null,
+            start: req.start ? JSON.stringify({ cmd: req.start.cmd }) : null,
+            build_id: req.buildId ?? null,
+            created_at: now,
+          };
+          await trx.insertInto('template_versions').values(version).execute();
+          if (req.buildId !== undefined) {
+            await trx
+              .updateTable('template_builds')
+              .set({ status: 'ready', finished_at: now, reported_at: now, version_id: version.id })
+              .where('id', '=', req.buildId)
+              .execute();
+          }
+          await events.append(
+            {
+              type: 'template.published',
+              tenantId: who.tenantId,
+              data: { name: req.name, version: version.version, versionId: version.id, snapshotId: snap.id, buildId: req.buildId ?? null },
+            },
+            { clock, trx },
+          );
+          return version;
+        });
+      } catch (err) {
+        // Two publications of one name raced for the same version number: the loser takes the next one.
+        if (!isUniqueViolation(err) || attempt >= 3) throw err;
+      }
+    }
+    if (snap.name === null) await sandboxes.nameSnapshot(who, snap.id, pinName(row.name, row.version), { pinForTemplate: true });
+    return toTemplateVersion(row);
+  }
+
+  /**
+   * Deletes every version of `name` (or one). Their snapshots lose the pin the versions gave them and go back to the
+   * retention of their sandbox's history; sandboxes created from them, and those sandboxes' snapshots, are their own.
+   */
+  async delete(who: Principal, name: string, version?: number): Promise<void> {
+    const { db, events, clock, sandboxes } = this.deps;
+    let q = db.selectFrom('template_versions').selectAll().where('tenant_id', '=', who.tenantId).where('name', '=', name);
+    if (version !== undefined) q = q.where('version', '=', version);
+    const rows = await q.execute();
+    if (rows.length === 0) {
+      if (version !== undefined && (await findTemplateVersion(db, who.tenantId, name))) {
+        throw new SandglassError('template_not_found', `Template ${name} has no version ${version}.`, { details: { field: 'version' } });
+      }
+      if (await findTemplate(db, name)) throw new SandglassError('permission_denied', `${name} is a platform template; it cannot be deleted through the API.`);
+      throw noSuchTemplate(name);
+    }
+    await db.transaction().execute(async (trx) => {
+      await trx
+        .deleteFrom('template_versions')
+        .where(
+          'id',
+          'in',
+          rows.map((r) => r.id),
+        )
+        .execute();
+      await events.append({ type: 'template.deleted', tenantId: who.tenantId, data: { name, versions: rows.map((r) => r.version) } }, { clock, trx });
+    });
+    for (const r of rows) {
+      if (await versionHolding(db, who.tenantId, r.snapshot_id)) continue;
+      const snap = await sandboxes.getSnapshot(who, r.snapshot_id).catch(() => undefined);
+      if (snap?.name === pinName(r.name, r.version)) await sandboxes.nameSnapshot(who, r.snapshot_id, null);
+    }
+  }
+
+  /** A cached step while its snapshot exists; a deleted or thinned one is forgotten here too. */
+  async cacheGet(who: Principal, key: string): Promise<Schemas['TemplateCacheEntry']> {
+    const { db } = this.deps;
+    const row = await db.selectFrom('template_cache').selectAll().where('tenant_id', '=', who.tenantId).where('key', '=', key).executeTakeFirst();
+    const alive =
+      row && (await db.selectFrom('snapshots').select('id').where('id', '=', row.snapshot_id).where('tenant_id', '=', who.tenantId).executeTakeFirst());
+    if (!row || !alive) {
+      if (row) await db.deleteFrom('template_cache').where('tenant_id', '=', who.tenantId).where('key', '=', key).execute();
+      throw new SandglassError('not_found', `No cached build step ${key}.`, { details: { field: 'key' } });
+    }
+    return { key: row.key, snapshotId: row.snapshot_id, createdAt: row.created_at };
+  }
+
+  async cachePut(who: Principal, key: string, snapshotId: string): Promise<Schemas['TemplateCacheEntry']> {
+    const { db, clock, sandboxes } = this.deps;
+    await sandboxes.getSnapshot(who, snapshotId);
+    const createdAt = toIso(clock.nowMs());
+    await db
+      .insertInto('template_cache')
+      .values({ tenant_id: who.tenantId, key, snapshot_id: snapshotId, created_at: createdAt })
+      .onConflict((oc) => oc.columns(['tenant_id', 'key']).doUpdateSet({ snapshot_id: snapshotId, created_at: createdAt }))
+      .execute();
+    return { key, snapshotId, createdAt };
+  }
+
+  /** Opens a build of `name`: one runs per name (the database's unique index holds it across replicas). */
+  async startBuild(who: Principal, name: string): Promise<TemplateBuild> {
+    const { db, clock } = this.deps;
+    if (await findTemplate(db, name)) throw invalidArgument('name', `${name} is a platform template's name; choose another`);
+    const now = toIso(clock.nowMs());
+    const row: TemplateBuildRow = {
+      id: newId('bld'),
+      tenant_id: who.tenantId,
+      name,
+      status: 'running',
+      started_at: now,
+      finished_at: null,
+      reported_at: now,
+      steps: '[]',
+      lines: 0,
+      version_id: null,
+      error: null,
+    };
+    try {
+      await db.transaction().execute(async (trx) => {
+        const running = await this.#runningBuild(trx, who.tenantId, name);
+        if (running) throw buildInProgress(name, running.id);
+        await trx.insertInto('template_builds').values(row).execute();
+      });
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err;
+      const running = await this.#runningBuild(db, who.tenantId, name);
+      throw buildInProgress(name, running?.id ?? 'unknown');
+    }
+    return toBuild(row);
+  }
+
+  async getBuild(who: Principal, id: string): Promise<TemplateBuild> {
+    await this.#expireStale(this.deps.db, who.tenantId);
+    return toBuild(await this.#build(who, id));
+  }
+
+  async listBuilds(who: Principal, name?: string): Promise<TemplateBuild[]> {
+    const { db } = this.deps;
+    await this.#expireStale(db, who.tenantId);
+    let q = db.selectFrom('template_builds').selectAll().where('tenant_id', '=', who.tenantId);
+    if (name !== undefined) q = q.where('name', '=', name);
+    return (await q.orderBy('started_at', 'desc').orderBy('id', 'desc').limit(100).execute()).map(toBuild);
+  }
+
+  /** Appends the builder's lines and a step's progress; a build that has ended takes no more. */
+  async report(who: Principal, id: string, body: TemplateBuildReport): Promise<void> {
+    const { db, clock } = this.deps;
+    const now = toIso(clock.nowMs());
+    await db.transaction().execute(async (trx) => {
+      const build = await this.#build(who, id, trx);
+      if (build.status !== 'running') throw ended(build);
+      if (new Date(build.reported_at).getTime() < clock.nowMs() - TEMPLATE_BUILD_STALE_MS) {
+        await this.#expireStale(trx, who.tenantId);
+        throw ended({ ...build, status: 'failed' });
+      }
+      const lines = body.lines ?? [];
+      const keep = lines.slice(0, Math.max(0, TEMPLATE_BUILD_MAX_LINES - build.lines));
+      if (keep.length > 0) {
+        await trx
+          .insertInto('template_build_lines')
+          .values(keep.map((l, i) => ({ build_id: id, n: build.lines + i, at: now, stream: l.stream, text: l.text })))
+          .execute();
+      }
+      let steps = JSON.parse(build.steps) as BuildStep[];
+      if (body.step) {
+        const step = body.step;
+        if (step.index > steps.length) throw invalidArgument('step.index', `steps are reported in order: the next is ${steps.length}`);
+        if (steps.length >= MAX_STEPS && step.index === steps.length) throw invalidArgument('step.index', `a build has at most ${MAX_STEPS} steps`);
+        steps = [...steps.slice(0, step.index), step, ...steps.slice(step.index + 1)];
+      }
+      await trx
+        .updateTable('template_builds')
+        .set({ reported_at: now, lines: build.lines + keep.length, steps: JSON.stringify(steps) })
+        .where('id', '=', id)
+        .execute();
+    });
+  }
+
+  async fail(who: Principal, id: string, error: Schemas['TemplateBuildError']): Promise<TemplateBuild> {
+    const { db, clock } = this.deps;
+    const now = toIso(clock.nowMs());
+    const build = await this.#build(who, id);
+    if (build.status !== 'running') throw ended(build);
+    const updated = { ...build, status: 'failed' as const, finished_at: now, reported_at: now, error: JSON.stringify(error) };
+    await db.updateTable('template_builds').set(updated).where('id', '=', id).where('status', '=', 'running').execute();
+    return toBuild(updated);
+  }
+
+  async readLog(
+    who: Principal,
+    id: string,
+    fromLine = 0,
+  ): Promise<{ lines: Schemas['TemplateBuildLine'][]; nextLine: number; status: TemplateBuild['status'] }> {
+    const { db } = this.deps;
+    await this.#expireStale(db, who.tenantId);
+    const build = await this.#build(who, id);
+    const rows = await db
+      .selectFrom('template_build_lines')
+      .selectAll()
+      .where('build_id', '=', id)
+      .where('n', '>=', fromLine)
+      .orderBy('n')
+      .limit(LOG_PAGE)
+      .execute();
+    const lines = rows.map((r) => ({ n: r.n, at: r.at, stream: r.stream as 'stdout' | 'stderr' | 'info', text: r.text }));
+    return { lines, nextLine: lines.length > 0 ? lines[lines.length - 1]!.n + 1 : Math.max(fromLine, 0), status: build.status };
+  }
+
+  async #build(who: Principal, id: string, db: Kysely<Schema> | Transaction<Schema> = this.deps.db): Promise<TemplateBuildRow> {
+    const row = await db.selectFrom('template_builds').selectAll().where('id', '=', id).where('tenant_id', '=', who.tenantId).executeTakeFirst();
+    if (!row) throw noSuchBuild(id);
+    return row;
+  }
+
+  /** The running build of a name, once any stale one has been ended. */
+  async #runningBuild(db: Kysely<Schema> | Transaction<Schema>, tenantId: string, name: string): Promise<TemplateBuildRow | undefined> {
+    await this.#expireStale(db, tenantId, name);
+    return db
+      .selectFrom('template_builds')
+      .selectAll()
+      .where('tenant_id', '=', tenantId)
+      .where('name', '=', name)
+      .where('status', '=', 'running')
+      .executeTakeFirst();
+  }
+
+  async #expireStale(db: Kysely<Schema> | Transaction<Schema>, tenantId: string, name?: string): Promise<void> {
+    const { clock } = this.deps;
+    let q = db
+      .updateTable('template_builds')
+      .set({
+        status: 'failed',
+        finished_at: toIso(clock.nowMs()),
+        error: JSON.stringify({ message: `the builder stopped reporting for ${TEMPLATE_BUILD_STALE_MS / 1000} s; nothing was published` }),
+      })
+      .where('tenant_id', '=', tenantId)
+      .where('status', '=', 'running')
+      .where('reported_at', '<', toIso(clock.nowMs() - TEMPLATE_BUILD_STALE_MS));
+    if (name !== undefined) q = q.where('name', '=', name);
+    await q.execute();
+  }
+}
+
+function buildInProgress(name: string, buildId: string): SandglassError {
+  return new SandglassError(
+    'template_build_in_progress',
+    `A build of ${name} is running (${buildId}); wait for it or follow it with \`sandglass template logs ${buildId} -f\`.`,
+    {
+      details: { field: 'name', buildId },
+    },
+  );
+}
+
+function ended(build: Pick<TemplateBuildRow, 'id' | 'status'>): SandglassError {
+  return new SandglassError('conflict', `Build ${build.id} has ended (${build.status}); it takes no more reports.`, { details: { field: 'id' } });
+}

@@ -1,0 +1,226 @@
+// A tenant's own template against real VMs: a package installed through the build's egress from a repository served on
+// loopback, a server started before the snapshot, sandboxes (Sandglass's SDK and E2B's) that wake with both, and a
+// template no other tenant can see, use or delete.
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Sandbox as E2bSandbox } from 'e2b';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { Sandbox } from '@sandglass/sdk';
+import { api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl } from './helpers.js';
+
+checkResponsesAgainstSpec();
+
+const REPO_PORT = inject('egressUpstreamPorts')[5]!;
+const REPO_HOST = `api.example.test:${REPO_PORT}`;
+const SERVER_PORT = 8321;
+const made: Array<{ kill(): Promise<unknown> }> = [];
+let repoDir: string;
+let repo: http.Server;
+const repoHits: string[] = [];
+
+/**
+ * A one-package Debian repository (flat, `deb [trusted=yes] http://host/ ./`) in a temporary directory: the package is
+ * made here with dpkg-deb (arch all, one script), so the test needs nothing from a mirror.
+ */
+function makeRepository(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sg-apt-'));
+  const pkg = join(dir, 'pkg');
+  mkdirSync(join(pkg, 'DEBIAN'), { recursive: true });
+  mkdirSync(join(pkg, 'usr/bin'), { recursive: true });
+  writeFileSync(
+    join(pkg, 'DEBIAN/control'),
+    'Package: sandglass-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: Sandglass tests <tests@sandglass.invalid>\nDescription: says hello\n',
+  );
+  writeFileSync(join(pkg, 'usr/bin/sandglass-hello'), '#!/bin/sh\necho hello from a package\n');
+  chmodSync(join(pkg, 'usr/bin/sandglass-hello'), 0o755);
+  const deb = join(dir, 'sandglass-hello_1.0_all.deb');
+  execFileSync('dpkg-deb', ['--root-owner-group', '--build', pkg, deb], { stdio: 'ignore' });
+  rmSync(pkg, { recursive: true });
+  const control = execFileSync('dpkg-deb', ['-f', deb]).toString().trimEnd();
+  const bytes = readFileSync(deb);
+  const stanza = `${control}\nFilename: ./sandglass-hello_1.0_all.deb\nSize: ${statSync(deb).size}\nSHA256: ${createHash('sha256').update(bytes).digest('hex')}\n`;
+  writeFileSync(join(dir, 'Packages'), `${stanza}\n`);
+  return dir;
+}
+
+async function newTenant(label: string): Promise<string> {
+  const tenant = await api('POST', '/v1/tenants', { body: { name: `${label}-${Date.now()}` } });
+  expect(tenant.status).toBe(201);
+  const key = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: {} });
+  expect(key.status).toBe(201);
+  return key.body!.key as string;
+}
+
+async function sh(s: Sandbox, cmd: string, timeoutMs = 300_000): Promise<{ code: number; out: string }> {
+  try {
+    const r = await s.commands.run(cmd, { timeoutMs });
+    return { code: r.exitCode, out: r.stdout + r.stderr };
+  } catch (e) {
+    const r = e as { exitCode?: number; stdout?: string; stderr?: string; message?: string };
+    return { code: r.exitCode ?? -1, out: `${r.stdout ?? ''}${r.stderr ?? ''}${r.exitCode === undefined ? (r.message ?? '') : ''}` };
+  }
+}
+
+let owner: string;
+let stranger: string;
+let version: { id: string; name: string; version: number; snapshotId: string };
+const NAME = `tools-${Date.now().toString(36)}`;
+
+beforeAll(async () => {
+  repoDir = makeRepository();
+  repo = http.createServer((req, res) => {
+    repoHits.push(req.url ?? '');
+    const name = (req.url ?? '/').split('?')[0]!.replace(/^.*\//, '');
+    try {
+      const body = readFileSync(join(repoDir, name));
+      res.writeHead(200, { 'content-length': body.length }).end(body);
+    } catch {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise<void>((resolve) => repo.listen(REPO_PORT, '127.0.0.1', resolve));
+  owner = await newTenant('templates');
+  stranger = await newTenant('templates-other');
+
+  // The build, by hand through the API the SDK's builder uses: a build record, a sandbox, steps, a snapshot, a version.
+  const build = await api('POST', '/v1/template-builds', { key: owner, body: { name: NAME } });
+  expect(build.status, JSON.stringify(build.body)).toBe(201);
+  const again = await api('POST', '/v1/template-builds', { key: owner, body: { name: NAME } });
+  expect([again.status, again.body!.error.code, again.body!.error.details.buildId]).toEqual([409, 'template_build_in_progress', build.body!.id]);
+  const b = await Sandbox.create({ ...config(owner), timeoutS: 1800, snapshotIntervalS: 3600, network: { allow: [REPO_HOST] } });
+  made.push(b);
+  const steps = [
+    `echo 'deb [trusted=yes] http://${REPO_HOST}/ ./' > /etc/apt/sources.list.d/local.list`,
+    'apt-get -q -o Dir::Etc::sourcelist=/etc/apt/sources.list.d/local.list -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 update',
+    'DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends sandglass-hello',
+    'mkdir -p /srv/www && echo "served from the template" > /srv/www/index.html',
+  ];
+  for (const [i, cmd] of steps.entries()) {
+    const r = await sh(b, cmd);
+    expect(r.code, `step ${i}: ${r.out}`).toBe(0);
+    await api('POST', `/v1/template-builds/${build.body!.id}/log`, {
+      key: owner,
+      body: { lines: [{ stream: 'stdout', text: r.out.slice(-1000) }], step: { index: i, name: cmd.slice(0, 100), status: 'done' } },
+    });
+  }
+  await b.commands.run(`cd /srv/www && exec python3 -m http.server ${SERVER_PORT} --bind 127.0.0.1`, { background: true, timeoutMs: 0 });
+  let ready = -1;
+  for (let i = 0; i < 120 && ready !== 0; i++) ready = (await sh(b, `curl -sf http://127.0.0.1:${SERVER_PORT}/ >/dev/null`)).code;
+  expect(ready).toBe(0);
+  const snap = await b.snapshot();
+  const published = await api('POST', '/v1/templates', {
+    key: owner,
+    body: { name: NAME, snapshotId: snap.id, envs: { GREETING: 'from the template' }, buildId: build.body!.id, start: { cmd: 'python3 -m http.server' } },
+  });
+  expect(published.status, JSON.stringify(published.body)).toBe(201);
+  version = published.body as typeof version;
+  const done = await api('GET', `/v1/template-builds/${build.body!.id}`, { key: owner });
+  expect(done.body).toMatchObject({ status: 'ready', versionId: version.id, steps: steps.map((_, index) => ({ index, status: 'done' })) });
+  await b.kill();
+}, 1_200_000);
+
+afterAll(async () => {
+  await Promise.all(made.map((s) => s.kill().catch(() => {})));
+  await new Promise((r) => repo?.close(r));
+  rmSync(repoDir, { recursive: true, force: true });
+});
+
+describe('custom templates', () => {
+  it('a sandbox from it has the package and the files, its server answers unstarted, and it gets none of the build’s egress', async () => {
+    expect(repoHits.some((u) => u.endsWith('.deb'))).toBe(true);
+    const s = await Sandbox.create({ ...config(owner), template: NAME, timeoutS: 600 });
+    made.push(s);
+    expect((await sh(s, 'sandglass-hello')).out).toBe('hello from a package\n');
+    expect((await sh(s, `curl -sf http://127.0.0.1:${SERVER_PORT}/index.html`)).out).toBe('served from the template\n');
+    expect((await sh(s, 'echo "$GREETING"')).out).toBe('from the template\n');
+    // The build could reach the repository; a sandbox that names no network reaches nothing.
+    const hits = repoHits.length;
+    const denied = await sh(s, `curl -sS -m 20 http://${REPO_HOST}/Packages`);
+    expect(denied.out).toMatch(/403|egress_denied/);
+    expect(repoHits.length).toBe(hits);
+    const info = await api('GET', `/v1/sandboxes/${s.id}`, { key: owner });
+    expect(info.body).toMatchObject({ template: NAME });
+    const listed = await api('GET', '/v1/templates', { key: owner });
+    expect(listed.body!.templates).toContainEqual(expect.objectContaining({ name: NAME, custom: true, version: 1, id: version.id }));
+    expect(listed.body!.templates).toContainEqual(expect.objectContaining({ name: 'base' }));
+  });
+
+  it('the unmodified E2B SDK creates a sandbox from it by name', async () => {
+    process.env.E2B_API_URL = `${apiUrl}/e2b`;
+    process.env.E2B_SANDBOX_URL = `${gatewayUrl}/e2b`;
+    delete process.env.E2B_DOMAIN;
+    const s = await E2bSandbox.create(NAME, { apiKey: owner, timeoutMs: 600_000 });
+    made.push(s);
+    const r = await s.commands.run('sandglass-hello; echo "$GREETING"');
+    expect(r.stdout).toBe('hello from a package\nfrom the template\n');
+  });
+
+  it('its snapshot is template data: not renamed or deleted through /v1/snapshots while a version holds it', async () => {
+    const unpin = await api('PATCH', `/v1/snapshots/${version.snapshotId}`, { key: owner, body: { name: null } });
+    expect([unpin.status, unpin.body!.error.code]).toEqual([409, 'conflict']);
+    const del = await api('DELETE', `/v1/snapshots/${version.snapshotId}`, { key: owner });
+    expect([del.status, del.body!.error.code]).toEqual([409, 'conflict']);
+    const snap = await api('GET', `/v1/snapshots/${version.snapshotId}`, { key: owner });
+    expect(snap.body).toMatchObject({ pinned: true });
+  });
+
+  it('another tenant cannot see, create from, publish over or delete it', async () => {
+    const list = await api('GET', '/v1/templates', { key: stranger });
+    expect(list.body!.templates.map((t: { name: string }) => t.name)).not.toContain(NAME);
+    for (const [method, path, body] of [
+      ['GET', `/v1/templates/${NAME}`, undefined],
+      ['DELETE', `/v1/templates/${NAME}`, undefined],
+      ['POST', '/v1/sandboxes', { template: NAME }],
+      ['POST', '/v1/sandboxes', { template: version.id }],
+    ] as const) {
+      const res = await api(method, path, { key: stranger, body });
+      expect([res.status, res.body!.error.code], `${method} ${path}`).toEqual([404, 'template_not_found']);
+    }
+    const steal = await api('POST', '/v1/templates', { key: stranger, body: { name: NAME, snapshotId: version.snapshotId } });
+    expect([steal.status, steal.body!.error.code]).toEqual([404, 'snapshot_not_found']);
+    const cache = await api('PUT', `/v1/template-cache/${'a'.repeat(64)}`, { key: stranger, body: { snapshotId: version.snapshotId } });
+    expect([cache.status, cache.body!.error.code]).toEqual([404, 'snapshot_not_found']);
+    expect((await api('GET', `/v1/templates/${NAME}`, { key: owner })).body!.versions).toHaveLength(1);
+  });
+
+  it('refuses bad input naming the field, and changes nothing', async () => {
+    const before = (await api('GET', '/v1/templates', { key: owner })).body!.templates;
+    for (const [body, field, code] of [
+      [{ name: 'base', snapshotId: version.snapshotId }, 'name', 'invalid_argument'],
+      [{ name: 'Not A Name', snapshotId: version.snapshotId }, 'name', 'invalid_argument'],
+      [{ name: `${NAME}-x`, snapshotId: 'snap_aaaaaaaaaaaaaaaaaaaa' }, undefined, 'snapshot_not_found'],
+      [{ name: `${NAME}-x`, snapshotId: version.snapshotId, envs: { 'BAD=NAME': '1' } }, 'envs', 'invalid_argument'],
+      [{ name: `${NAME}-x`, snapshotId: version.snapshotId, buildId: 'bld_aaaaaaaaaaaaaaaaaaaa' }, 'buildId', 'invalid_argument'],
+    ] as const) {
+      const res = await api('POST', '/v1/templates', { key: owner, body });
+      expect(res.body!.error.code, JSON.stringify(body)).toBe(code);
+      if (field !== undefined) expect(res.body!.error.details.field, JSON.stringify(body)).toContain(field);
+    }
+    const disk = await api('POST', '/v1/sandboxes', { key: owner, body: { template: NAME, diskMib: 4096 } });
+    expect([disk.status, disk.body!.error.details.field]).toEqual([400, 'diskMib']);
+    const badKey = await api('GET', '/v1/template-cache/not-hex', { key: owner });
+    expect(badKey.status).toBe(400);
+    expect((await api('GET', '/v1/templates', { key: owner })).body!.templates).toEqual(before);
+  });
+
+  it('a deleted template leaves the sandboxes made from it, and their snapshots, working', async () => {
+    const s = await Sandbox.create({ ...config(owner), template: NAME, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(s);
+    await s.files.write('/root/mine.txt', 'after the template');
+    const own = await s.snapshot();
+    const del = await api('DELETE', `/v1/templates/${NAME}`, { key: owner });
+    expect(del.status).toBe(204);
+    expect((await api('GET', `/v1/templates/${NAME}`, { key: owner })).body!.error.code).toBe('template_not_found');
+    expect((await api('POST', '/v1/sandboxes', { key: owner, body: { template: NAME } })).body!.error.code).toBe('template_not_found');
+    // The version's pin is gone with it: its snapshot is the build sandbox's history again.
+    expect((await api('GET', `/v1/snapshots/${version.snapshotId}`, { key: owner })).body).toMatchObject({ pinned: false });
+    expect((await sh(s, 'sandglass-hello')).out).toBe('hello from a package\n');
+    const [fork] = await Sandbox.fork(own.id, { ...config(owner), timeoutS: 600 });
+    made.push(fork!);
+    expect((await sh(fork!, 'cat /root/mine.txt; echo; sandglass-hello')).out).toBe('after the template\nhello from a package\n');
+  });
+});
