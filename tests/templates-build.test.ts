@@ -91,6 +91,8 @@ async function inspect(template: string): Promise<string> {
       'stat -c "%n %U %a" index.html run.sh sub sub/data.txt',
       'readlink home',
       'cat /root/root-step.txt',
+      // The template's envs are every process's in its sandboxes.
+      'echo "$GREETING $RUN_ID"',
       'curl -sf http://127.0.0.1:8000/index.html',
       'curl -sf http://127.0.0.1:8000/sub/data.txt',
     ].join(' && '),
@@ -127,6 +129,7 @@ const expected = (version: string) =>
     'index.html',
     '0',
     'app',
+    `hello ${nonce}`,
     PAGE.trimEnd(),
     'data',
     '',
