@@ -40,20 +40,25 @@ describe('the packed SDK in a project of its own', () => {
     project = mkdtempSync(join(tmpdir(), 'sandglass-sdk-consumer-'));
     env.HOME = project;
     env.npm_config_cache = join(project, '.npm');
-    // ws comes from the workspace's own copy, packed too: the install fetches nothing.
+    // ws and yaml come from the workspace's own copies, packed too: the install fetches nothing.
     const packed = JSON.parse((await run(npm, ['pack', '--json', '--pack-destination', project], { cwd: join(root, 'packages/sdk'), env })).stdout) as Array<{
       filename: string;
       files: Array<{ path: string }>;
     }>;
-    const ws = JSON.parse(
-      (await run(npm, ['pack', '--json', '--pack-destination', project, join(root, 'node_modules/ws')], { cwd: project, env })).stdout,
-    ) as Array<{
-      filename: string;
-    }>;
+    const deps: string[] = [];
+    for (const dep of ['ws', 'yaml']) {
+      const [tarball] = JSON.parse(
+        (await run(npm, ['pack', '--json', '--pack-destination', project, join(root, 'node_modules', dep)], { cwd: project, env })).stdout,
+      ) as Array<{
+        filename: string;
+      }>;
+      if (!tarball) throw new Error(`npm pack gave no tarball of ${dep}`);
+      deps.push(join(project, tarball.filename));
+    }
     const sdk = packed[0];
-    if (!sdk || !ws[0]) throw new Error('npm pack gave no tarball');
+    if (!sdk) throw new Error('npm pack gave no tarball');
     writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
-    await run(npm, ['install', '--offline', '--no-audit', '--no-fund', join(project, ws[0].filename), join(project, sdk.filename)], { cwd: project, env });
+    await run(npm, ['install', '--offline', '--no-audit', '--no-fund', ...deps, join(project, sdk.filename)], { cwd: project, env });
     files = sdk.files.map((f) => f.path);
   }, 300_000);
 
@@ -67,8 +72,8 @@ describe('the packed SDK in a project of its own', () => {
     expect(files.filter((f) => f.endsWith('.test.ts') || f.includes('test-server'))).toEqual([]);
   });
 
-  it('installs ws and nothing of the server', () => {
-    expect(installed(join(project, 'node_modules'))).toEqual(['@sandglass/sdk', 'ws']);
+  it('installs ws, yaml and nothing of the server', () => {
+    expect(installed(join(project, 'node_modules'))).toEqual(['@sandglass/sdk', 'ws', 'yaml']);
     const types = readdirSync(join(project, 'node_modules/@sandglass/sdk/dist'), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.d.ts'));
     const core = types.filter((f) => readFileSync(join(project, 'node_modules/@sandglass/sdk/dist', f), 'utf8').includes('@sandglass/core'));
     expect(core).toEqual([]);

@@ -15,6 +15,7 @@ import { registerMcpCommand } from './commands/mcp.js';
 import { registerPortCommands } from './commands/ports.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
+import { registerTemplateCommands } from './commands/templates.js';
 import { actFor, type RunState } from './commands/shared.js';
 import { registerTimeTravelCommands } from './commands/time-travel.js';
 
@@ -40,6 +41,7 @@ export function buildProgram(state: RunState): Command {
   registerControlPlaneCommand(program, act);
   registerGatewayCommand(program, act);
   registerSandboxCommands(program, act);
+  registerTemplateCommands(program, act);
   registerGuestCommands(program, act);
   registerPortCommands(program, act);
   registerEventCommands(program, act);

@@ -25,6 +25,20 @@ export {
   type OutputRead,
   type RunOptions,
 } from './commands.js';
+export { Template, type TemplateFromSnapshotOptions, type TemplateLogsOptions } from './template.js';
+export { baseKey, stepKey, startKey, type BuildLogLine, type BuiltStep, type TemplateBuildOptions, type TemplateBuildResult } from './template-build.js';
+export {
+  parseDockerfile,
+  parseTemplateFile,
+  parseTemplateYaml,
+  type CopyStep,
+  type ParsedTemplateFile,
+  type ReadyCheck,
+  type RunStep,
+  type TemplateSpec,
+  type TemplateStartSpec,
+  type TemplateStep,
+} from './template-spec.js';
 export { Secrets, type SecretSetOptions } from './secrets.js';
 export type { ReplayRunOptions } from './replay.js';
 export {

@@ -31,6 +31,20 @@ export type SnapshotInfo = ControlPlaneSchemas['Snapshot'];
 
 export type TemplateInfo = ControlPlaneSchemas['Template'];
 
+/** One immutable version of a custom template (`tpl_…`): the snapshot its sandboxes fork, and what they start with. */
+export type TemplateVersionInfo = ControlPlaneSchemas['TemplateVersion'];
+
+/** A template with its versions, newest first. */
+export type TemplateDetail = ControlPlaneSchemas['TemplateDetail'];
+
+/** A build of a template name as the control plane records it: status, step progress, the version it published. */
+export type TemplateBuildInfo = ControlPlaneSchemas['TemplateBuild'];
+
+export type TemplateBuildStepInfo = ControlPlaneSchemas['TemplateBuildStep'];
+
+/** One line of a build's log. */
+export type TemplateBuildLine = ControlPlaneSchemas['TemplateBuildLine'];
+
 export type SandboxEvent = ControlPlaneSchemas['Event'];
 /** The deployment's public key for audit exports, as GET /v1/audit/public-key serves it. */
 export type AuditPublicKey = ControlPlaneSchemas['AuditPublicKey'];
