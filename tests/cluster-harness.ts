@@ -38,6 +38,69 @@ export interface ClusterOptions {
   controlPlaneStore?: boolean;
 }
 
+/** What one control-plane replica is started with (deploy/ renders the same flags: deploy/deploy.test.ts compares). */
+export interface ControlPlaneArgs {
+  dbUrl: string;
+  listen: string;
+  nodeSecretFile: string;
+  keysDir: string;
+  adminKeyFile: string;
+  deadAfterS: number;
+  heartbeatIntervalS: number;
+  store?: string;
+}
+
+export function controlPlaneArgs(a: ControlPlaneArgs): string[] {
+  return [
+    'control-plane',
+    '--db',
+    a.dbUrl,
+    '--listen',
+    a.listen,
+    '--node-secret-file',
+    a.nodeSecretFile,
+    '--keys-dir',
+    a.keysDir,
+    '--admin-key-file',
+    a.adminKeyFile,
+    '--dead-after-s',
+    String(a.deadAfterS),
+    '--heartbeat-interval-s',
+    String(a.heartbeatIntervalS),
+    ...(a.store ? ['--store', a.store] : []),
+  ];
+}
+
+/** What one gateway is started with; `enrolToken` on its first start only (docs/deploy.md, "Enrolling a node"). */
+export interface GatewayArgs {
+  controlPlaneUrl: string;
+  nodeId: string;
+  nodeSecretFile: string;
+  store: string;
+  listen: string;
+  internalListen: string;
+  enrolToken?: string;
+}
+
+export function gatewayArgs(a: GatewayArgs): string[] {
+  return [
+    'gateway',
+    '--control-plane',
+    a.controlPlaneUrl,
+    '--node-id',
+    a.nodeId,
+    '--node-secret-file',
+    a.nodeSecretFile,
+    '--store',
+    a.store,
+    '--listen',
+    a.listen,
+    '--internal-listen',
+    a.internalListen,
+    ...(a.enrolToken ? ['--enrol-token', a.enrolToken] : []),
+  ];
+}
+
 interface Proc {
   child: ChildProcess;
   exited: Promise<number | null>;
@@ -99,24 +162,16 @@ export class Cluster {
 
   async startControlPlane(i: number): Promise<void> {
     const port = this.cpPorts[i]!;
-    const args = [
-      'control-plane',
-      '--db',
-      this.dbUrl,
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--node-secret-file',
-      this.#secretFile,
-      '--keys-dir',
-      this.#keysDir,
-      '--admin-key-file',
-      this.#adminKeyFile,
-      '--dead-after-s',
-      String(this.opts.deadAfterS),
-      '--heartbeat-interval-s',
-      String(this.opts.heartbeatIntervalS),
-      ...(this.opts.controlPlaneStore ? ['--store', this.s3!.url] : []),
-    ];
+    const args = controlPlaneArgs({
+      dbUrl: this.dbUrl,
+      listen: `127.0.0.1:${port}`,
+      nodeSecretFile: this.#secretFile,
+      keysDir: this.#keysDir,
+      adminKeyFile: this.#adminKeyFile,
+      deadAfterS: this.opts.deadAfterS,
+      heartbeatIntervalS: this.opts.heartbeatIntervalS,
+      ...(this.opts.controlPlaneStore ? { store: this.s3!.url } : {}),
+    });
     const env: Record<string, string> = this.opts.controlPlaneStore
       ? { AWS_ACCESS_KEY_ID: this.s3!.accessKeyId, AWS_SECRET_ACCESS_KEY: this.s3!.secretAccessKey }
       : {};
@@ -142,24 +197,17 @@ export class Cluster {
     if (!existsSync(home)) this.#seedHome(home, n === 1);
     rmSync(join(home, 'server.json'), { force: true });
     // Enrolled the documented way on its first start: the operator issues a token, the node spends it for its key.
-    const enrol = existsSync(join(home, 'node-key')) ? [] : ['--enrol-token', this.operator('nodes', 'enroll', nodeId).trim()];
+    const enrolToken = existsSync(join(home, 'node-key')) ? undefined : this.operator('nodes', 'enroll', nodeId).trim();
     const port = this.opts.basePort + 10 + 2 * n;
-    const args = [
-      'gateway',
-      '--control-plane',
-      this.apiUrl,
-      '--node-id',
+    const args = gatewayArgs({
+      controlPlaneUrl: this.apiUrl,
       nodeId,
-      '--node-secret-file',
-      this.#secretFile,
-      '--store',
-      this.s3!.url,
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--internal-listen',
-      `127.0.0.1:${port + 1}`,
-      ...enrol,
-    ];
+      nodeSecretFile: this.#secretFile,
+      store: this.s3!.url,
+      listen: `127.0.0.1:${port}`,
+      internalListen: `127.0.0.1:${port + 1}`,
+      ...(enrolToken ? { enrolToken } : {}),
+    });
     const env = {
       SANDGLASS_HOME: home,
       AWS_ACCESS_KEY_ID: this.s3!.accessKeyId,
