@@ -36,6 +36,8 @@ export interface ClusterOptions {
   gatewayEnv?: Record<string, string>;
   /** Give the replicas the shared store too (`--store`), so their maintenance rounds run (retention, GC, revoked tenants). */
   controlPlaneStore?: boolean;
+  /** haproxy's connection limit (default 512): a fleet of simulated nodes keeps a connection each. */
+  frontMaxConn?: number;
 }
 
 /** What one control-plane replica is started with (deploy/ renders the same flags: deploy/deploy.test.ts compares). */
@@ -156,6 +158,7 @@ export class Cluster {
     this.#haproxy = this.#spawn('haproxy', 'haproxy', ['-f', this.#haproxyConfig(front), '-db'], {});
     await waitFor(async () => (await fetch(`${this.apiUrl}/v1/health`).catch(() => undefined))?.ok === true, 20_000, 'haproxy did not come up');
     // The first node publishes its template to the store; the others then restore it from there instead of booting.
+    if (this.opts.gateways === 0) return;
     await this.startGateway('n1');
     await Promise.all(Array.from({ length: this.opts.gateways - 1 }, (_, i) => this.startGateway(`n${i + 2}`)));
   }
@@ -301,7 +304,7 @@ export class Cluster {
     writeFileSync(
       file,
       `global
-  maxconn 512
+  maxconn ${this.opts.frontMaxConn ?? 512}
 defaults
   mode http
   timeout connect 1s
