@@ -43,8 +43,8 @@ export function pct(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
 }
 
-/** CPU seconds (user + system) of a process and of every process below it, from /proc. */
-function treeCpuS(rootPid: number): number {
+/** CPU seconds (user + system) of a process and of every process below it (or only those below it), from /proc. */
+function treeCpuS(rootPid: number, opts: { withRoot: boolean } = { withRoot: true }): number {
   const parent = new Map<number, number>();
   const ticks = new Map<number, number>();
   for (const e of readdirSync('/proc')) {
@@ -60,6 +60,7 @@ function treeCpuS(rootPid: number): number {
   }
   let total = 0;
   for (const [pid, t] of ticks) {
+    if (pid === rootPid && !opts.withRoot) continue;
     for (let p: number | undefined = pid; p !== undefined && p > 1; p = parent.get(p)) {
       if (p === rootPid) {
         total += t;
@@ -202,7 +203,9 @@ export async function fleetBench(opts: FleetOptions): Promise<FleetResult> {
     };
     const pick = () => sandboxes[Math.floor(Math.random() * sandboxes.length)]!;
     // One step: open-loop arrivals at each operation's rate for stepS seconds, every request timed on its own.
-    const step = async (rate: number): Promise<{ samples: Sample[]; wallS: number; pgS: number; busyS: number; stats: FleetStats }> => {
+    // The bench's children: the replicas, haproxy and the S3 server (PostgreSQL daemonizes; the simulated nodes are threads here).
+    const childrenCpuS = () => treeCpuS(process.pid, { withRoot: false });
+    const step = async (rate: number): Promise<{ samples: Sample[]; wallS: number; pgS: number; cpS: number; busyS: number; stats: FleetStats }> => {
       await workerStats();
       const samples: Sample[] = [];
       const inFlight: Promise<void>[] = [];
@@ -214,6 +217,7 @@ export async function fleetBench(opts: FleetOptions): Promise<FleetResult> {
         ['event read', rate, () => call('GET', `/v1/sandboxes/${pick()}/events`)],
       ];
       const pg0 = treeCpuS(pgRoot);
+      const cp0 = childrenCpuS();
       const busy0 = machineBusyS();
       const start = performance.now();
       const due = mix.map(() => 0);
@@ -237,7 +241,7 @@ export async function fleetBench(opts: FleetOptions): Promise<FleetResult> {
       });
       await Promise.all(inFlight);
       const wallS = (performance.now() - start) / 1000;
-      return { samples, wallS, pgS: treeCpuS(pgRoot) - pg0, busyS: machineBusyS() - busy0, stats: await workerStats() };
+      return { samples, wallS, pgS: treeCpuS(pgRoot) - pg0, cpS: childrenCpuS() - cp0, busyS: machineBusyS() - busy0, stats: await workerStats() };
     };
 
     const rows: FleetRow[] = [];
@@ -259,7 +263,7 @@ export async function fleetBench(opts: FleetOptions): Promise<FleetResult> {
       for (const x of r.samples) if (!x.ok) failures.set(`${x.what}: ${x.code}`, (failures.get(`${x.what}: ${x.code}`) ?? 0) + 1);
       const failed = [...failures.values()].reduce((a, b) => a + b, 0);
       stepLines.push(
-        `${rate} creates/s offered: worst p99 ${worst.toFixed(1)} ms, ${failed} failed of ${r.samples.length}${failed > 0 ? ` (${[...failures].map(([k, n]) => `${n} ${k}`).join(', ')})` : ''}, PostgreSQL ${((100 * r.pgS) / r.busyS).toFixed(0)} % of busy CPU`,
+        `${rate} creates/s offered: worst p99 ${worst.toFixed(1)} ms, ${failed} failed of ${r.samples.length}${failed > 0 ? ` (${[...failures].map(([k, n]) => `${n} ${k}`).join(', ')})` : ''}, PostgreSQL ${((100 * r.pgS) / r.busyS).toFixed(0)} % of busy CPU, the replicas and haproxy ${(r.cpS / r.wallS).toFixed(2)} cores`,
       );
       console.log(`[fleet] ${stepLines.at(-1)}`);
       last = r;
@@ -303,7 +307,7 @@ export async function fleetBench(opts: FleetOptions): Promise<FleetResult> {
       `Load in ${opts.stepS} s steps, creates doubling from ${opts.startRate}/s with access-token issues at ten times that and ` +
       `connect, list and event reads beside them, until a p99 passed ${P99_LIMIT_MS} ms or a request failed: ${stepLines.join('; ')}. ` +
       `The rows are the last step's. PostgreSQL's processes used ${dbShare.toFixed(0)} % of the machine's busy CPU time in it ` +
-      `(${(last.pgS / last.wallS).toFixed(2)} cores). Losing ${victims.length} nodes at once with ${lost.length} sandboxes on them ` +
+      `(${(last.pgS / last.wallS).toFixed(2)} cores), the two replicas with haproxy and the S3 server ${(last.cpS / last.wallS).toFixed(2)} cores. Losing ${victims.length} nodes at once with ${lost.length} sandboxes on them ` +
       `(dead after ${opts.deadAfterS} s): all placed elsewhere ${Number.isNaN(replaceS) ? 'n/a' : `${replaceS.toFixed(1)} s`} after the loss (${outcome}).`;
     return { rows, text };
   } finally {
