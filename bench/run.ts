@@ -22,6 +22,7 @@ import { densityBench, densitySection } from './density.js';
 import { reconnectsBench } from './reconnects.js';
 import { filesBench } from './files.js';
 import { consoleBench } from './console.js';
+import { fleetBench, fleetOptions, type FleetResult } from './fleet.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -250,6 +251,7 @@ async function egressPhase(): Promise<void> {
 /**
  * BENCH_ONLY=snapshots|sizes|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
  * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md;
+ * BENCH_ONLY=fleet (bench/fleet.ts) replaces its section too: simulated gateways on the node API, no VMs;
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  */
 const only = process.env.BENCH_ONLY;
@@ -694,6 +696,19 @@ function clusterSection(header: string, result: { tables: ClusterTable[]; text: 
   );
 }
 
+/** The fleet phase's section of docs/benchmarks.md, between markers, so a BENCH_ONLY=fleet run replaces it alone. */
+function fleetSection(header: string, result: FleetResult): string {
+  const head = '| fleet | n | per s | p50 | p99 | |\n|---|---|---|---|---|---|\n';
+  // A row with no successful request has no percentiles.
+  const at = (x: number) => (Number.isNaN(x) ? '–' : ms(x));
+  const body = result.rows.map((r) => `| ${r.what} | ${r.n} | ${r.perS.toFixed(0)} | ${at(r.p50Ms)} | ${at(r.p99Ms)} | ${r.note} |\n`).join('');
+  return (
+    `<!-- fleet phase -->\n## Fleet\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, with ` +
+    `\`BENCH_ONLY=fleet npm run bench\` (\`BENCH_FLEET_NODES\`, \`_WORKERS\`, \`_STEP_S\`, \`_START_RATE\`, \`_MAX_STEPS\`). ` +
+    `${result.text}\n\n${head}${body}<!-- /fleet phase -->\n`
+  );
+}
+
 /** Replaces one phase's section of docs/benchmarks.md (between its markers), or appends it. */
 function writeSection(phase: string, section: string): void {
   const file = join(root, 'docs/benchmarks.md');
@@ -914,6 +929,17 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Density and exec', d.rows);
     if (!quick) writeSection('density', densitySection(header, d.rows));
+    return;
+  }
+  if (only === 'fleet') {
+    const result = await fleetBench(fleetOptions(process.env, port + 20));
+    const header = hostLine('none: no VM boots');
+    console.log(header);
+    console.log(result.text);
+    const t = new Table({ head: ['fleet', 'n', 'per s', 'p50', 'p99', ''] });
+    for (const r of result.rows) t.push([r.what, r.n, r.perS.toFixed(0), ms(r.p50Ms), ms(r.p99Ms), r.note]);
+    console.log(t.toString());
+    if (!quick) writeSection('fleet', fleetSection(header, result));
     return;
   }
   if (only === 'cluster') {

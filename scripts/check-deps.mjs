@@ -13,7 +13,7 @@
 //   test runner lives); workspace packages (@sandglass/*) are not in the root, so tests declare them in the package.
 // - Nothing is declared that nothing imports: an unused "dependencies" entry, one that only tests use (it belongs in
 //   "devDependencies"), or an unused "devDependencies" entry (`@types/x` counts as used when `x` is).
-// - The root's own code (tests/, bench/, scripts/, bin/, *.config.ts) imports only what the root declares or a workspace package.
+// - The root's own code (tests/, bench/, scripts/, deploy/, bin/, *.config.ts) imports only what the root declares or a workspace package.
 // - One version of each external package across all package.json files.
 // node: builtins (and bare builtin names) are not dependencies. Imports are found by a lexical scan (comments removed,
 // string literals kept): `import … from`, `export … from`, side-effect `import '…'`, `import('…')` and `require('…')`.
@@ -104,6 +104,7 @@ const rootFiles = [
   ...walk(join(repo, 'tests')),
   ...walk(join(repo, 'bench')),
   ...walk(join(repo, 'scripts')),
+  ...walk(join(repo, 'deploy')),
   ...walk(join(repo, 'bin')).concat(readdirSync(join(repo, 'bin')).map((f) => join(repo, 'bin', f))),
   ...readdirSync(repo)
     .filter((f) => /\.config\.(ts|mts|js|mjs)$/.test(f))

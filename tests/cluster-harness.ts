@@ -36,6 +36,71 @@ export interface ClusterOptions {
   gatewayEnv?: Record<string, string>;
   /** Give the replicas the shared store too (`--store`), so their maintenance rounds run (retention, GC, revoked tenants). */
   controlPlaneStore?: boolean;
+  /** haproxy's connection limit (default 512): a fleet of simulated nodes keeps a connection each. */
+  frontMaxConn?: number;
+}
+
+/** What one control-plane replica is started with (deploy/ renders the same flags: deploy/deploy.test.ts compares). */
+export interface ControlPlaneArgs {
+  dbUrl: string;
+  listen: string;
+  nodeSecretFile: string;
+  keysDir: string;
+  adminKeyFile: string;
+  deadAfterS: number;
+  heartbeatIntervalS: number;
+  store?: string;
+}
+
+export function controlPlaneArgs(a: ControlPlaneArgs): string[] {
+  return [
+    'control-plane',
+    '--db',
+    a.dbUrl,
+    '--listen',
+    a.listen,
+    '--node-secret-file',
+    a.nodeSecretFile,
+    '--keys-dir',
+    a.keysDir,
+    '--admin-key-file',
+    a.adminKeyFile,
+    '--dead-after-s',
+    String(a.deadAfterS),
+    '--heartbeat-interval-s',
+    String(a.heartbeatIntervalS),
+    ...(a.store ? ['--store', a.store] : []),
+  ];
+}
+
+/** What one gateway is started with; `enrolToken` on its first start only (docs/deploy.md, "Enrolling a node"). */
+export interface GatewayArgs {
+  controlPlaneUrl: string;
+  nodeId: string;
+  nodeSecretFile: string;
+  store: string;
+  listen: string;
+  internalListen: string;
+  enrolToken?: string;
+}
+
+export function gatewayArgs(a: GatewayArgs): string[] {
+  return [
+    'gateway',
+    '--control-plane',
+    a.controlPlaneUrl,
+    '--node-id',
+    a.nodeId,
+    '--node-secret-file',
+    a.nodeSecretFile,
+    '--store',
+    a.store,
+    '--listen',
+    a.listen,
+    '--internal-listen',
+    a.internalListen,
+    ...(a.enrolToken ? ['--enrol-token', a.enrolToken] : []),
+  ];
 }
 
 interface Proc {
@@ -93,30 +158,23 @@ export class Cluster {
     this.#haproxy = this.#spawn('haproxy', 'haproxy', ['-f', this.#haproxyConfig(front), '-db'], {});
     await waitFor(async () => (await fetch(`${this.apiUrl}/v1/health`).catch(() => undefined))?.ok === true, 20_000, 'haproxy did not come up');
     // The first node publishes its template to the store; the others then restore it from there instead of booting.
+    if (this.opts.gateways === 0) return;
     await this.startGateway('n1');
     await Promise.all(Array.from({ length: this.opts.gateways - 1 }, (_, i) => this.startGateway(`n${i + 2}`)));
   }
 
   async startControlPlane(i: number): Promise<void> {
     const port = this.cpPorts[i]!;
-    const args = [
-      'control-plane',
-      '--db',
-      this.dbUrl,
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--node-secret-file',
-      this.#secretFile,
-      '--keys-dir',
-      this.#keysDir,
-      '--admin-key-file',
-      this.#adminKeyFile,
-      '--dead-after-s',
-      String(this.opts.deadAfterS),
-      '--heartbeat-interval-s',
-      String(this.opts.heartbeatIntervalS),
-      ...(this.opts.controlPlaneStore ? ['--store', this.s3!.url] : []),
-    ];
+    const args = controlPlaneArgs({
+      dbUrl: this.dbUrl,
+      listen: `127.0.0.1:${port}`,
+      nodeSecretFile: this.#secretFile,
+      keysDir: this.#keysDir,
+      adminKeyFile: this.#adminKeyFile,
+      deadAfterS: this.opts.deadAfterS,
+      heartbeatIntervalS: this.opts.heartbeatIntervalS,
+      ...(this.opts.controlPlaneStore ? { store: this.s3!.url } : {}),
+    });
     const env: Record<string, string> = this.opts.controlPlaneStore
       ? { AWS_ACCESS_KEY_ID: this.s3!.accessKeyId, AWS_SECRET_ACCESS_KEY: this.s3!.secretAccessKey }
       : {};
@@ -142,24 +200,17 @@ export class Cluster {
     if (!existsSync(home)) this.#seedHome(home, n === 1);
     rmSync(join(home, 'server.json'), { force: true });
     // Enrolled the documented way on its first start: the operator issues a token, the node spends it for its key.
-    const enrol = existsSync(join(home, 'node-key')) ? [] : ['--enrol-token', this.operator('nodes', 'enroll', nodeId).trim()];
+    const enrolToken = existsSync(join(home, 'node-key')) ? undefined : this.operator('nodes', 'enroll', nodeId).trim();
     const port = this.opts.basePort + 10 + 2 * n;
-    const args = [
-      'gateway',
-      '--control-plane',
-      this.apiUrl,
-      '--node-id',
+    const args = gatewayArgs({
+      controlPlaneUrl: this.apiUrl,
       nodeId,
-      '--node-secret-file',
-      this.#secretFile,
-      '--store',
-      this.s3!.url,
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--internal-listen',
-      `127.0.0.1:${port + 1}`,
-      ...enrol,
-    ];
+      nodeSecretFile: this.#secretFile,
+      store: this.s3!.url,
+      listen: `127.0.0.1:${port}`,
+      internalListen: `127.0.0.1:${port + 1}`,
+      ...(enrolToken ? { enrolToken } : {}),
+    });
     const env = {
       SANDGLASS_HOME: home,
       AWS_ACCESS_KEY_ID: this.s3!.accessKeyId,
@@ -253,7 +304,7 @@ export class Cluster {
     writeFileSync(
       file,
       `global
-  maxconn 512
+  maxconn ${this.opts.frontMaxConn ?? 512}
 defaults
   mode http
   timeout connect 1s

@@ -142,9 +142,13 @@ export class NodeDirectory implements GatewayDirectory {
     return endpoint(best.node);
   }
 
-  /** An alive node; a dead or unknown one is undefined, so nothing is sent to a node whose sandboxes may have moved. */
+  /**
+   * An alive node; a dead or unknown one is undefined, so nothing is sent to a node whose sandboxes may have moved.
+   * One row by its key: every access-token issue asks this, and reading the whole fleet for it cost a scan of every
+   * alive node per token (bench/fleet.ts).
+   */
   async get(id: string): Promise<GatewayEndpoint | undefined> {
-    const row = (await this.#alive()).find((n) => n.id === id);
+    const row = await this.#aliveQuery().where('id', '=', id).executeTakeFirst();
     return row && endpoint(row);
   }
 
@@ -158,8 +162,12 @@ export class NodeDirectory implements GatewayDirectory {
 
   /** Alive and heard from within deadAfterMs: a silent node gets no new work even before it is declared dead. */
   async #alive(): Promise<NodeRow[]> {
+    return this.#aliveQuery().orderBy('id').execute();
+  }
+
+  #aliveQuery() {
     const since = toIso(this.opts.clock.nowMs() - this.opts.deadAfterMs);
-    return this.opts.db.selectFrom('nodes').selectAll().where('state', '=', 'alive').where('last_seen_at', '>=', since).orderBy('id').execute();
+    return this.opts.db.selectFrom('nodes').selectAll().where('state', '=', 'alive').where('last_seen_at', '>=', since);
   }
 
   async #committedMemory(): Promise<Map<string, number>> {
