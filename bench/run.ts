@@ -23,6 +23,7 @@ import { reconnectsBench } from './reconnects.js';
 import { filesBench } from './files.js';
 import { consoleBench } from './console.js';
 import { fleetBench, fleetOptions, type FleetResult } from './fleet.js';
+import { customTemplatesBench } from './custom-templates.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -253,6 +254,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md;
  * BENCH_ONLY=fleet (bench/fleet.ts) replaces its section too: simulated gateways on the node API, no VMs;
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
+ * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
  */
 const only = process.env.BENCH_ONLY;
 
@@ -852,6 +854,19 @@ function filesSection(header: string, rs: Row[]): string {
   );
 }
 
+function customTemplatesSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- custom-templates phase -->\n## Custom templates\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ` +
+    `${loadavg()} at the end, in one run (\`BENCH_ONLY=custom-templates\`). A template of 512 MiB whose first step writes ` +
+    'random data to its disk (1 GiB; 128 MiB with BENCH_QUICK=1) is built through the SDK (`Template.build`), then built ' +
+    'again with only its last step changed: the rebuild forks the cached first step. "Stored" sums the bytes the snapshots ' +
+    "of each version's build added to the chunk store. Creates are interleaved with creates from base: a create from a " +
+    "custom template forks its version's snapshot (no warm pool per template yet), so its baseline is base at 512 MiB, " +
+    'which restores too; base at 256 MiB is served by the warm pool.\n\n' +
+    `${mdRows(rs)}<!-- /custom-templates phase -->\n`
+  );
+}
+
 /** BENCH_RECONNECTS=connect: only the phase's Sandbox.connect rows, printed and not written to docs/benchmarks.md. */
 const connectOnly = process.env.BENCH_RECONNECTS === 'connect';
 
@@ -897,6 +912,20 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Recording and replay', replayRows);
     if (!quick) writeSection('replay', replaySection(header, replayRows));
+    return;
+  }
+  if (only === 'custom-templates') {
+    const running = await start({ home, port });
+    let tplRows: Row[];
+    try {
+      tplRows = await customTemplatesBench({ apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() }, { quick });
+    } finally {
+      await running.stop();
+    }
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Custom templates', tplRows);
+    if (!quick) writeSection('custom-templates', customTemplatesSection(header, tplRows));
     return;
   }
   if (only === 'files') {
