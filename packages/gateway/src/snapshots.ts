@@ -15,6 +15,7 @@ import {
   parseManifestBody,
   planRetention,
   MEMORY_CHUNK_BYTES,
+  type Cadence,
   type ManifestBody,
   type RetentionPolicy,
   type SnapshotReason,
@@ -38,6 +39,28 @@ export interface PreparedRestore {
   base: CaptureBase;
   commands: CommandRecord[];
   network?: NetworkSpec;
+}
+
+/** A sandbox's snapshot cadence in seconds: asked for, and achieved over the last window (null: not measured yet). */
+export interface SnapshotCadence {
+  intervalS: number;
+  achievedIntervalS: number | null;
+  windowS: number;
+  takenInWindow: number;
+  behind: boolean;
+}
+
+function seconds(ms: number): number {
+  return Math.round(ms / 100) / 10;
+}
+
+function cadenceData(c: Cadence): Omit<SnapshotCadence, 'behind'> {
+  return {
+    intervalS: seconds(c.intervalMs),
+    achievedIntervalS: c.achievedIntervalMs === null ? null : seconds(c.achievedIntervalMs),
+    windowS: seconds(c.windowMs),
+    takenInWindow: c.takenInWindow,
+  };
 }
 
 /** A committed snapshot as the APIs show it. */
@@ -137,7 +160,24 @@ export class SnapshotManager {
         const e = err instanceof SandglassError ? err : new SandglassError('snapshot_failed', String((err as Error)?.message ?? err));
         this.opts.logger.warn({ sandboxId: sbx.id, code: e.code, err: e.message, attempt, willRetry }, 'snapshot failed');
       },
+      // A user who asked for a snapshot every N seconds must learn when they are not getting one: once when the
+      // sandbox falls behind, once when it catches up (the scheduler's hysteresis keeps it from flapping).
+      onBehind: (r) => this.cadenceEvent(sbx, 'snapshot.behind', { ...cadenceData(r), lateS: seconds(r.lateMs), why: r.why }),
+      onCaughtUp: (r) => this.cadenceEvent(sbx, 'snapshot.caught_up', { ...cadenceData(r), behindForS: seconds(r.behindForMs) }),
     });
+  }
+
+  private cadenceEvent(sbx: Sandbox, type: 'snapshot.behind' | 'snapshot.caught_up', data: Record<string, unknown>): void {
+    this.opts.logger.warn({ sandboxId: sbx.id, ...data }, type);
+    void Promise.resolve(this.opts.events.append({ type, tenantId: sbx.tenantId, sandboxId: sbx.id, data })).catch((err: unknown) =>
+      this.opts.logger.warn({ sandboxId: sbx.id, err: (err as Error).message }, `recording ${type} failed`),
+    );
+  }
+
+  /** A running sandbox's asked and achieved snapshot cadence on this node; undefined when it is not scheduled here. */
+  cadence(sandboxId: string): SnapshotCadence | undefined {
+    const c = this.scheduler.cadence(sandboxId);
+    return c && { ...cadenceData(c), behind: c.behind };
   }
 
   async untrack(id: string): Promise<void> {

@@ -44,7 +44,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox. Anything else is dropped with code node_event_refused. */
+        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox (snapshot.behind and snapshot.caught_up, about no snapshot, only with their data in the scheduler's shape). Anything else is dropped with code node_event_refused. */
         post: operations["nodeAppendEvents"];
         delete?: never;
         options?: never;
