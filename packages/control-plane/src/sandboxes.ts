@@ -5,6 +5,7 @@ import { fromIso, isPostgres, preparedQuery, toIso, type SandboxRow, type Sandbo
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
+import { achievedCadence } from '@sandglass/snapshots';
 import {
   toSandbox,
   toSnapshot,
@@ -19,6 +20,7 @@ import {
   type ResumeSandboxRequest,
   type Sandbox,
   type Snapshot,
+  type SnapshotCadence,
 } from './api.js';
 import type { GatewayClient, GatewayCreateRequest, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
 import type { Principal } from './keys.js';
@@ -288,10 +290,46 @@ export class SandboxService {
     return toSandbox(await this.#row(id));
   }
 
-  /** The sandbox's retained snapshots, oldest first; an ended sandbox keeps its timeline until retention thins it. */
-  async snapshots(who: Principal, id: string): Promise<Snapshot[]> {
-    await this.#own(who, id);
-    return (await this.#snapshotsOf(who, id).orderBy('taken_at').orderBy('id').execute()).map(toSnapshot);
+  /**
+   * The sandbox's retained snapshots, oldest first (an ended sandbox keeps its timeline until retention thins it), and
+   * its cadence: the interval asked for against the one its snapshots achieved, by the scheduler's own measure.
+   */
+  async timeline(who: Principal, id: string): Promise<{ snapshots: Snapshot[]; cadence: SnapshotCadence }> {
+    const row = await this.#own(who, id);
+    const snapshots = (await this.#snapshotsOf(who, id).orderBy('taken_at').orderBy('id').execute()).map(toSnapshot);
+    const intervalMs = row.snapshot_interval_s * 1000;
+    if (row.state !== 'running') {
+      return { snapshots, cadence: { intervalS: row.snapshot_interval_s, achievedIntervalS: null, windowS: 0, takenInWindow: 0, behind: false } };
+    }
+    // The window starts no earlier than the sandbox last started running or had its interval changed.
+    const last = (types: string[]) =>
+      this.deps.db
+        .selectFrom('events')
+        .select(['type', 'at'])
+        .where('sandbox_id', '=', id)
+        .where('tenant_id', '=', who.tenantId)
+        .where('type', 'in', types)
+        .orderBy('seq', 'desc')
+        .limit(1)
+        .executeTakeFirst();
+    const since = await last(['sandbox.started', 'sandbox.resumed', 'sandbox.configured']);
+    const lastReport = await last(['snapshot.behind', 'snapshot.caught_up']);
+    const c = achievedCadence(
+      snapshots.map((s) => Date.parse(s.takenAt)),
+      this.deps.clock.nowMs(),
+      intervalMs,
+      since ? Date.parse(since.at) : Date.parse(row.created_at),
+    );
+    return {
+      snapshots,
+      cadence: {
+        intervalS: row.snapshot_interval_s,
+        achievedIntervalS: c.achievedIntervalMs === null ? null : Math.round(c.achievedIntervalMs / 100) / 10,
+        windowS: Math.round(c.windowMs / 100) / 10,
+        takenInWindow: c.takenInWindow,
+        behind: lastReport?.type === 'snapshot.behind',
+      },
+    };
   }
 
   async takeSnapshot(who: Principal, id: string, name?: string): Promise<Snapshot> {

@@ -878,6 +878,30 @@ describe('snapshots', () => {
     expect((await call('GET', `/v1/snapshots/${snapshots[1]!.id}`)).json()).toEqual(snapshots[1]);
   });
 
+  it('shows the cadence asked for against the one the timeline achieved, and whether the sandbox is behind', async () => {
+    const sbx = await createSandbox(adminKey, { snapshotIntervalS: 5 });
+    const cadence = async () => (await call('GET', `/v1/sandboxes/${sbx.id}/snapshots`)).json().cadence;
+    // Less than one interval since it started: nothing to say yet.
+    expect(await cadence()).toEqual({ intervalS: 5, achievedIntervalS: null, windowS: 0, takenInWindow: 0, behind: false });
+    // A snapshot every 10 s for two minutes, against 5 s asked: the last 50 s hold 5.
+    for (let i = 0; i < 12; i++) {
+      clock.advance(10_000);
+      await recordSnapshot(sbx.id, 'rolling');
+    }
+    clock.advance(5_000);
+    expect(await cadence()).toEqual({ intervalS: 5, achievedIntervalS: 10, windowS: 50, takenInWindow: 5, behind: false });
+    const report = { intervalS: 5, achievedIntervalS: 10, windowS: 50, takenInWindow: 5 };
+    await events.append({ type: 'snapshot.behind', tenantId: sbx.tenantId, sandboxId: sbx.id, data: { ...report, lateS: 5, why: 'slots_full' } }, { clock });
+    expect((await cadence()).behind).toBe(true);
+    await events.append({ type: 'snapshot.caught_up', tenantId: sbx.tenantId, sandboxId: sbx.id, data: { ...report, behindForS: 60 } }, { clock });
+    expect((await cadence()).behind).toBe(false);
+    // A new interval starts a new window.
+    await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 60 } });
+    expect(await cadence()).toMatchObject({ intervalS: 60, achievedIntervalS: null, windowS: 0 });
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    expect(await cadence()).toEqual({ intervalS: 60, achievedIntervalS: null, windowS: 0, takenInWindow: 0, behind: false });
+  });
+
   it('takes a named (pinned) snapshot through the gateway', async () => {
     const { sbx, snapshots } = await sandboxWithTimeline();
     const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`, { json: { name: 'before-migration_2.1' } });

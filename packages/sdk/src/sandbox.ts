@@ -10,7 +10,17 @@ import { Pty } from './pty.js';
 import type { ControlPlaneReply } from './replies.js';
 import { runReplay, type ReplayRunOptions } from './replay.js';
 import type { ReplayReport } from './replay-report.js';
-import type { ApprovalRequest, AuditPublicKey, NetworkPolicy, SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
+import type {
+  ApprovalRequest,
+  AuditPublicKey,
+  NetworkPolicy,
+  SandboxEvent,
+  SandboxInfo,
+  SandboxState,
+  SnapshotCadence,
+  SnapshotInfo,
+  TemplateInfo,
+} from './types.js';
 
 export interface SandboxCreateOptions extends ConnectionConfig {
   /** Template name or id; default "base". */
@@ -340,7 +350,15 @@ export class Sandbox {
 
   /** The retained snapshots of this sandbox, oldest first. */
   async timeline(): Promise<SnapshotInfo[]> {
-    return (await this.controlPlane.json<ControlPlaneReply<'listSnapshots'>>('GET', `${sandboxPath(this.id)}/snapshots`)).snapshots;
+    return (await this.timelineWithCadence()).snapshots;
+  }
+
+  /**
+   * The timeline and the snapshot cadence in one answer: the interval asked for against the one achieved, and whether
+   * the sandbox is behind (its node cannot keep the interval: see the snapshot.behind event for why).
+   */
+  timelineWithCadence(): Promise<{ snapshots: SnapshotInfo[]; cadence: SnapshotCadence }> {
+    return this.controlPlane.json<ControlPlaneReply<'listSnapshots'>>('GET', `${sandboxPath(this.id)}/snapshots`);
   }
 
   /** Sets the seconds between rolling snapshots (5…86400). */

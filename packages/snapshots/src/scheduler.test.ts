@@ -469,14 +469,17 @@ describe('CaptureScheduler', () => {
   it('achievedCadence divides the window by the runs in it, and says nothing before one interval has passed', () => {
     expect(achievedCadence([], 0, 5 * SECOND, 0)).toEqual({ intervalMs: 5 * SECOND, achievedIntervalMs: null, windowMs: 0, takenInWindow: 0 });
     expect(achievedCadence([1000], 4 * SECOND, 5 * SECOND, 0).achievedIntervalMs).toBeNull();
-    // A minute's window (ten 5 s intervals are less) holding 6 runs: one every 10 s.
+    // Ten 5 s intervals holding 5 runs: one every 10 s.
     const starts = Array.from({ length: 8 }, (_, i) => i * 10 * SECOND);
     expect(achievedCadence(starts, 75 * SECOND, 5 * SECOND, 0)).toEqual({
       intervalMs: 5 * SECOND,
       achievedIntervalMs: 10 * SECOND,
-      windowMs: MINUTE,
-      takenInWindow: 6,
+      windowMs: 50 * SECOND,
+      takenInWindow: 5,
     });
+    // An hour at most, unless one interval is longer.
+    expect(achievedCadence([], 100 * 3600 * SECOND, 3600 * SECOND, 0).windowMs).toBe(3600 * SECOND);
+    expect(achievedCadence([], 100 * 86400 * SECOND, 86400 * SECOND, 0).windowMs).toBe(86400 * SECOND);
     // Nothing in the window: behind by all of it, and no achieved interval to show.
     expect(achievedCadence([0], 10 * MINUTE, 5 * SECOND, 0)).toMatchObject({ achievedIntervalMs: null, takenInWindow: 0 });
   });

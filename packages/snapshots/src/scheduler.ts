@@ -60,9 +60,12 @@ export interface CaptureHooks {
   onCaughtUp?(report: CaughtUpReport): void;
 }
 
-/** The cadence window: ten intervals, at least a minute. */
+/**
+ * The cadence window: ten intervals, but no more than an hour unless one interval is longer. Retention keeps every
+ * snapshot for an hour and one per 10 minutes for a day, so the store's timeline still holds the window's snapshots.
+ */
 export function cadenceWindowMs(intervalMs: number): number {
-  return Math.max(10 * intervalMs, 60_000);
+  return Math.max(intervalMs, Math.min(10 * intervalMs, 3_600_000));
 }
 
 /**

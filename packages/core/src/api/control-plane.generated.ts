@@ -308,7 +308,7 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** The sandbox's timeline, the retained snapshots oldest first (also once the sandbox has ended). */
+        /** The sandbox's timeline, the retained snapshots oldest first (also once the sandbox has ended), and its snapshot cadence. */
         get: operations["listSnapshots"];
         put?: never;
         /** Takes a snapshot of the running sandbox now; a named one is pinned (retention never thins it). */
@@ -779,6 +779,19 @@ export interface components {
             replay?: boolean;
             /** @description With `sandboxId` and `replay`: the fork starts from the moment its source was created, not from a snapshot: the source's template with the envs, network and secrets' placeholders it was created with, and the clock and entropy of its first sync (`sandglass replay --from creation`). The source must have been created from a template, not forked. The fork's sandbox.forked event has `snapshotId: null`. */
             fromCreation?: boolean;
+        };
+        /** @description How often the sandbox's snapshots are taken: asked for, and achieved over the last window (ten intervals, at most an hour unless one interval is longer, and only since it last started running or its interval changed). */
+        SnapshotCadence: {
+            /** @description Seconds between rolling snapshots asked for. */
+            intervalS: number;
+            /** @description The window over the snapshots taken in it; null while the sandbox is not running, before the window spans one interval, and when it holds none. */
+            achievedIntervalS: number | null;
+            /** @description The window's length in seconds (0 while not running). */
+            windowS: number;
+            /** @description Snapshots taken in the window (rolling */
+            takenInWindow: number;
+            /** @description The last of its snapshot.behind and snapshot.caught_up events is snapshot.behind, and it is running. */
+            behind: boolean;
         };
         Snapshot: {
             /** @description `snap_…` */
@@ -1546,7 +1559,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The snapshots, ascending by takenAt. */
+            /** @description The snapshots, ascending by takenAt, and the interval asked for against the one achieved. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1554,6 +1567,7 @@ export interface operations {
                 content: {
                     "application/json": {
                         snapshots: components["schemas"]["Snapshot"][];
+                        cadence: components["schemas"]["SnapshotCadence"];
                     };
                 };
             };
