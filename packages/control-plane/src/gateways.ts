@@ -21,6 +21,8 @@ export interface PlacementRequest {
   exclude?: string[];
   /** The template's artifact key: a node that has it cached is preferred. */
   templateKey?: string;
+  /** The sandbox's rolling-snapshot interval: a node whose capture capacity can take it is preferred. */
+  snapshotIntervalS?: number;
 }
 
 /** Where sandboxes can run: one gateway in `sandglass up`, the nodes table (nodes.ts) in a cluster. */

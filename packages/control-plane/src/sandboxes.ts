@@ -142,6 +142,7 @@ export class SandboxService {
       tenantId: who.tenantId,
       memoryMib: req.memoryMib,
       vcpus: req.vcpus,
+      snapshotIntervalS: req.snapshotIntervalS,
       ...(template.artifact_key === null ? {} : { templateKey: template.artifact_key }),
     });
     // Before the sandbox exists in the log: a size whose template is still being built answers `template_not_ready`
@@ -454,6 +455,7 @@ export class SandboxService {
       tenantId: row.tenant_id,
       memoryMib: snap.memory_mib,
       vcpus: snap.vcpus,
+      snapshotIntervalS: row.snapshot_interval_s,
       ...(reason === 'node_dead' && row.gateway_id !== null ? { exclude: [row.gateway_id] } : {}),
       ...(template?.artifact_key ? { templateKey: template.artifact_key } : {}),
     });
@@ -525,7 +527,12 @@ export class SandboxService {
     }
     const shape = snap ? { template: snap.template, memoryMib: snap.memory_mib, vcpus: snap.vcpus } : creation!.shape;
 
-    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: shape.memoryMib, vcpus: shape.vcpus });
+    const gateway = await gateways.pick({
+      tenantId: who.tenantId,
+      memoryMib: shape.memoryMib,
+      vcpus: shape.vcpus,
+      snapshotIntervalS: source.snapshot_interval_s,
+    });
     const ids = Array.from({ length: req.count }, () => newId('sbx'));
     // A fork is a copy of its source: its processes already hold the source's variables, and new ones get them too.
     const envs = await this.#envsOf(source.id);

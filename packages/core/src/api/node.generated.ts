@@ -219,6 +219,8 @@ export interface components {
             /** @description Guest memory the node admits in all. */
             capacityMemoryMib: number;
             freeMemoryMib: number;
+            /** @description Snapshots a minute the node can sustain: its capture slots over the mean duration of its latest captures; null (or absent, from an older gateway) until it has taken one. Placement prefers a node whose sandboxes' asked-for snapshots, the new one's included, fit in it. */
+            captureCapacityPerMin?: number | null;
             /** @description Ids of the sandboxes whose VMs run on the node now. */
             sandboxes: string[];
             /** @description Keys of the templates the node has cached. */
