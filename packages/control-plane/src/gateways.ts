@@ -134,8 +134,8 @@ export class GatewayClient {
     await this.#call(gateway, 'DELETE', path, undefined, this.#requestTimeoutMs);
   }
 
-  async setSnapshotInterval(gateway: GatewayEndpoint, sandboxId: string, snapshotIntervalS: number): Promise<void> {
-    await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/snapshot-interval`, { snapshotIntervalS }, this.#requestTimeoutMs);
+  async setSnapshotInterval(gateway: GatewayEndpoint, sandboxId: string, snapshotIntervalS: number, bestEffort: boolean): Promise<void> {
+    await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/snapshot-interval`, { snapshotIntervalS, bestEffort }, this.#requestTimeoutMs);
   }
 
   async setNetwork(gateway: GatewayEndpoint, sandboxId: string, network: NetworkPolicy): Promise<void> {

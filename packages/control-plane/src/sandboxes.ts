@@ -148,7 +148,14 @@ export class SandboxService {
     // Before the sandbox exists in the log: a size whose template is still being built answers `template_not_ready`
     // (retryable; its build goes on on the node) and leaves no failed sandbox behind; one the node does not serve,
     // `size_unsupported`.
-    await gatewayClient.prepareTemplate(gateway, { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus });
+    // The node also refuses here an interval it has measured it can never keep for this size (snapshot_interval_unachievable).
+    await gatewayClient.prepareTemplate(gateway, {
+      template: template.name,
+      memoryMib: req.memoryMib,
+      vcpus: req.vcpus,
+      snapshotIntervalS: req.snapshotIntervalS,
+      bestEffort: req.snapshotBestEffort,
+    });
     const id = newId('sbx');
     const spec = {
       template: template.name,
@@ -280,10 +287,11 @@ export class SandboxService {
   }
 
   /** Sets the rolling-snapshot interval: on the gateway when a VM runs, then in the log (a paused sandbox takes it along when resumed). */
-  async setSnapshotInterval(who: Principal, id: string, snapshotIntervalS: number): Promise<Sandbox> {
+  async setSnapshotInterval(who: Principal, id: string, snapshotIntervalS: number, opts: { bestEffort?: boolean } = {}): Promise<Sandbox> {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; it takes no more snapshots.`);
-    if (row.state !== 'paused') await this.deps.gatewayClient.setSnapshotInterval(await this.#gatewayOf(row), id, snapshotIntervalS);
+    // The node refuses an interval it can never keep (snapshot_interval_unachievable) before anything is recorded.
+    if (row.state !== 'paused') await this.deps.gatewayClient.setSnapshotInterval(await this.#gatewayOf(row), id, snapshotIntervalS, opts.bestEffort ?? false);
     await this.deps.events.append(
       { type: 'sandbox.configured', tenantId: who.tenantId, sandboxId: id, data: { snapshotIntervalS } },
       { clock: this.deps.clock },

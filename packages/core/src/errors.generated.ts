@@ -21,6 +21,7 @@ export const ERROR_CATALOGUE = {
   rate_limited: { status: 429, retryable: true, message: "Too many of these are open at once for this session or tenant; close one or retry later." },
   template_not_ready: { status: 503, retryable: true, message: "The template, or this size of it, is still being built; details say which and how far; retry shortly." },
   size_unsupported: { status: 400, retryable: false, message: "The node does not serve this memory size or vCPU count; details.field names it and details.allowed lists what it serves." },
+  snapshot_interval_unachievable: { status: 400, retryable: false, message: "One snapshot of this VM size takes longer than the interval on this node; details.field names it and details.minimumS is the shortest it can keep. Ask for at least that, or say best-effort." },
   vm_failed: { status: 500, retryable: false, message: "The sandbox's VM crashed or stopped answering; see the sandbox's failure reason." },
   agent_timeout: { status: 504, retryable: true, message: "The guest agent did not answer in time." },
   timeout: { status: 504, retryable: true, message: "The operation did not finish within its timeout." },

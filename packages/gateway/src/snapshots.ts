@@ -22,6 +22,7 @@ import {
 } from '@sandglass/snapshots';
 import { chownToVm, prepareVmDir, type Accel } from '@sandglass/vmm';
 import { inProcessGate, type CaptureGate } from './capture-gate.js';
+import { CaptureTimes } from './capture-times.js';
 import type { GatewayEvents } from './events.js';
 import { defaultImageCacheBytes, heldBytes, type RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
@@ -146,6 +147,7 @@ export class SnapshotManager {
   private readonly imageTenants = new Map<string, string>();
   /** Restores being prepared (each settles, never rejects), by tenant. */
   private readonly preparing = new Map<Promise<void>, string>();
+  private readonly captureTimes = new CaptureTimes(MIN_SNAPSHOT_INTERVAL_S);
 
   constructor(private readonly opts: SnapshotManagerOptions) {
     this.random = opts.random ?? systemRandom;
@@ -186,9 +188,15 @@ export class SnapshotManager {
     this.pending.delete(id);
   }
 
-  setInterval(sbx: Sandbox, intervalS: number): void {
+  setInterval(sbx: Sandbox, intervalS: number, opts: { bestEffort?: boolean } = {}): void {
+    this.checkInterval(sbx.template.config.memoryMib, intervalS, opts);
     sbx.setSnapshotInterval(intervalS);
     this.scheduler.setInterval(sbx.id, intervalS * 1000);
+  }
+
+  /** Refuses an interval this node can never keep for guests of `memoryMib` (CaptureTimes.check). */
+  checkInterval(memoryMib: number, intervalS: number, opts: { bestEffort?: boolean } = {}): void {
+    this.captureTimes.check(memoryMib, intervalS, opts);
   }
 
   /** Takes a snapshot now (through the scheduler, so never two of one sandbox at once) and returns it once committed. */
@@ -233,6 +241,7 @@ export class SnapshotManager {
     // Before the guest stops and before any chunk is staged: a chunk found already stored (deduplicated) must not be
     // swept by a GC elsewhere before this manifest references it.
     const pass = await (this.opts.gate ?? inProcessGate).enter(id, { waitMs: reason === 'rolling' ? 0 : (this.opts.gateWaitMs ?? 5 * 60_000) });
+    const startedMs = clock.nowMs();
     const lease = tenant.lease();
     const takenAtMs = Math.max(clock.nowMs(), (this.lastTakenMs.get(sbx.id) ?? 0) + 1);
     const takenAt = new Date(takenAtMs).toISOString();
@@ -326,6 +335,7 @@ export class SnapshotManager {
         },
       });
       this.lastTakenMs.set(sbx.id, takenAtMs);
+      this.captureTimes.record(body.vm.memoryMib, clock.nowMs() - startedMs);
       sbx.captureCommitted({ snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] });
       // The copy is exactly this snapshot's RAM: keep it as the node's image of it for forks and resumes.
       renameSync(memCopy, this.imagePath(id, sbx.tenantId));

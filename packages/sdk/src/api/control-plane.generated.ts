@@ -641,6 +641,11 @@ export interface components {
              * @default 60
              */
             snapshotIntervalS: number;
+            /**
+             * @description Take snapshotIntervalS even when the node has measured that one snapshot of this VM size takes longer (without it, that answers `snapshot_interval_unachievable` with `details.minimumS`); late snapshots are then reported as snapshot.behind.
+             * @default false
+             */
+            snapshotBestEffort: boolean;
             /** @description The egress policy; absent, the sandbox has no network at all. A malformed or too broad rule ('*', '*.com', a bad port) answers `policy_invalid` with `details.field` naming it (`network.allow[1]`). */
             network?: components["schemas"]["NetworkPolicyRequest"];
             /** @description Names of tenant secrets to bind; an unknown one answers `secret_not_found` naming `secrets[i]`. Without a network policy the placeholders exist but nothing can be reached to use them on. */
@@ -741,6 +746,11 @@ export interface components {
         SnapshotName: string;
         SetSnapshotIntervalRequest: {
             snapshotIntervalS: number;
+            /**
+             * @description Take the interval even when one snapshot of the sandbox's VM size takes longer on its node (without it, that answers `snapshot_interval_unachievable` with `details.minimumS` and changes nothing).
+             * @default false
+             */
+            bestEffort: boolean;
         };
         TakeSnapshotRequest: {
             name?: components["schemas"]["SnapshotName"];
@@ -1035,7 +1045,7 @@ export interface components {
                  * @description The codes of spec/errors.yaml (a contract test checks they match).
                  * @enum {string}
                  */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "size_unsupported" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "size_unsupported" | "snapshot_interval_unachievable" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;

@@ -21,6 +21,7 @@ export type ErrorCode =
   | 'rate_limited'
   | 'template_not_ready'
   | 'size_unsupported'
+  | 'snapshot_interval_unachievable'
   | 'vm_failed'
   | 'agent_timeout'
   | 'timeout'
