@@ -1,4 +1,5 @@
-// Time travel says when it falls behind: overloaded captures on a one-slot server give one snapshot.behind per sandbox, and one snapshot.caught_up once the load drops.
+// Time travel says when it falls behind: overloaded captures on a one-slot server give one snapshot.behind per sandbox,
+// shown in the API's cadence, and one snapshot.caught_up once the load drops.
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox, type SandboxEvent } from '@sandglass/sdk';
 import { OwnServer } from './own-server.js';
@@ -40,12 +41,17 @@ describe('snapshot cadence', () => {
       expect(['slots_full', 'capture_slow']).toContain(d.why);
       expect(d.lateS).toBeGreaterThanOrEqual(2.5);
     }
+    // The API shows the same: asked 5 s, behind, and (once its window has a snapshot) fewer than one every 5 s.
+    const { cadence } = await kept.timelineWithCadence();
+    expect(cadence).toMatchObject({ intervalS: 5, behind: true });
+    if (cadence.achievedIntervalS !== null) expect(cadence.achievedIntervalS).toBeGreaterThan(5);
 
     // The load drops: the other sandboxes end and the kept one's writer stops.
     await Promise.all(dropped.map((sbx) => sbx.kill()));
     await kept.commands.run('kill $(cat /root/writer.pid)');
     await until('snapshot.caught_up of the kept sandbox', async () => (await cadenceEvents(kept)).some((e) => e.type === 'snapshot.caught_up'), 90_000);
     expect((await cadenceEvents(kept)).map((e) => e.type)).toEqual(['snapshot.behind', 'snapshot.caught_up']);
+    expect((await kept.timelineWithCadence()).cadence).toMatchObject({ intervalS: 5, behind: false });
     for (const sbx of dropped) expect((await cadenceEvents(sbx)).map((e) => e.type)).toEqual(['snapshot.behind']);
     await kept.kill();
   });
