@@ -178,6 +178,8 @@ async function startNode(spec: FleetNodeSpec): Promise<SimNode> {
       return { capacityMib, freeMib: capacityMib - used };
     },
     templateKeys: () => [FLEET_TEMPLATE_KEY],
+    // A simulated node takes no snapshots: it reports no capture capacity, as a node that has measured none.
+    captureCapacityPerMin: () => null,
     evict: async (id) => {
       running.delete(id);
     },

@@ -18,6 +18,7 @@ import { egressBench } from './egress.js';
 import { e2bBench } from './e2b.js';
 import { keysBench } from './keys.js';
 import { inputCosts, replaySpeed } from './replay.js';
+import { cadenceBench, cadenceSection, cadenceTable } from './cadence.js';
 import { densityBench, densitySection } from './density.js';
 import { reconnectsBench } from './reconnects.js';
 import { filesBench } from './files.js';
@@ -253,6 +254,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=snapshots|sizes|egress|jail runs just that phase (its rows print, docs/benchmarks.md is left alone);
  * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md;
  * BENCH_ONLY=fleet (bench/fleet.ts) replaces its section too: simulated gateways on the node API, no VMs;
+ * BENCH_ONLY=cadence (bench/cadence.ts) soaks ten 5 s sandboxes and one 60 s one and replaces its own section;
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
  */
@@ -950,6 +952,14 @@ async function main(): Promise<void> {
     accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
     console.log(hostLine());
     printTable('Console streams', consoleRows);
+    return;
+  }
+  if (only === 'cadence') {
+    const c = await cadenceBench({ home, port, quick });
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    console.log(`${header}\nSnapshot cadence under load\n${cadenceTable(c.rows)}`);
+    if (!quick) writeSection('cadence', cadenceSection(header, c));
     return;
   }
   if (only === 'density') {

@@ -14,7 +14,15 @@ const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
  * Each own server's port above the shared server's (SANDGLASS_TEST_PORT): a server takes two (API, then gateway); the
  * egress tests' upstreams take +20…+27 and the air-gap and chaos runs +40.
  */
-const PORT_OFFSETS = { restart: 10, 'snapshot-faults': 12, 'orphan-manifests': 14, 'clock-jump': 16, 'restore-race': 18, 'revocation-wipe': 30 } as const;
+const PORT_OFFSETS = {
+  restart: 10,
+  'snapshot-faults': 12,
+  'orphan-manifests': 14,
+  'clock-jump': 16,
+  'restore-race': 18,
+  'revocation-wipe': 30,
+  'snapshot-cadence': 34,
+} as const;
 
 export interface OwnServerInfo {
   apiUrl: string;

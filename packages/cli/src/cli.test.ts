@@ -101,7 +101,8 @@ beforeAll(async () => {
     }
     if (route === `GET /v1/sandboxes/${SBX}/snapshots`) {
       const second = snapshot({ id: 'snap_secondsecondsecond', parentId: SNAP, reason: 'manual', name: 'v1', pinned: true, sizeAddedBytes: 3 * 1024 * 1024 });
-      return json(res, 200, { snapshots: [snapshot(), second] });
+      const cadence = { intervalS: 5, achievedIntervalS: 9.8, windowS: 50, takenInWindow: 5, behind: true };
+      return json(res, 200, { snapshots: [snapshot(), second], cadence });
     }
     if (route === `POST /v1/sandboxes/${SBX}/snapshots`) {
       await receive(route, req);
@@ -373,6 +374,7 @@ describe('sandglass time travel', () => {
     expect(r.code).toBe(0);
     const text = r.stdout.toString();
     for (const header of ['ID', 'TAKEN AT', 'REASON', 'NAME', 'SIZE ADDED', 'PARENT']) expect(text).toContain(header);
+    expect(text.split('\n')[0]).toBe('cadence: every 5 s asked, one every 9.8 s over the last 50 s (behind: see `sandglass events`)');
     const rows = text.split('\n').filter((l) => l.includes('snap_'));
     expect(rows).toHaveLength(2);
     expect(rows[0]).toMatch(/snap_abcdefghijklmnopqrst.*rolling.*4\.0 KiB/);

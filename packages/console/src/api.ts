@@ -99,6 +99,15 @@ export interface Snapshot {
   sizeAddedBytes: number;
 }
 
+/** How often the sandbox's snapshots are taken: asked for, and achieved over the last window (spec SnapshotCadence). */
+export interface SnapshotCadence {
+  intervalS: number;
+  achievedIntervalS: number | null;
+  windowS: number;
+  takenInWindow: number;
+  behind: boolean;
+}
+
 export interface Access {
   gatewayUrl: string;
   token: string;

@@ -3,7 +3,7 @@
 // chain verified; the tenant's templates with their versions and builds.
 import { StrictMode, useCallback, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
-import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot } from './api.js';
+import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot, type SnapshotCadence } from './api.js';
 import { BackgroundCommands } from './commands.tsx';
 import { EventsPage } from './events.tsx';
 import { FileBrowser } from './files.tsx';
@@ -212,6 +212,7 @@ const TABS: Array<[Tab, string, string]> = [
 function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
   const [sandbox, setSandbox] = useState<Sandbox>();
   const [snapshots, setSnapshots] = useState<Snapshot[]>([]);
+  const [cadence, setCadence] = useState<SnapshotCadence>();
   const [events, setEvents] = useState<LogEvent[]>([]);
   const [approvals, setApprovals] = useState<Approval[]>([]);
   const [commandsVersion, setCommandsVersion] = useState(0);
@@ -221,7 +222,10 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
   const fail = useCallback((e: Error) => setError(e instanceof ApiError ? `${e.code}: ${e.message}` : e.message), []);
   const load = useCallback(() => {
     call<Sandbox>('GET', `/v1/sandboxes/${id}`).then(setSandbox, fail);
-    call<{ snapshots: Snapshot[] }>('GET', `/v1/sandboxes/${id}/snapshots`).then((r) => setSnapshots(r.snapshots), fail);
+    call<{ snapshots: Snapshot[]; cadence: SnapshotCadence }>('GET', `/v1/sandboxes/${id}/snapshots`).then((r) => {
+      setSnapshots(r.snapshots);
+      setCadence(r.cadence);
+    }, fail);
   }, [id, fail]);
   const loadApprovals = useCallback(() => {
     call<{ approvals: Approval[] }>('GET', `/v1/sandboxes/${id}/approvals`).then(
@@ -310,7 +314,7 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
           </div>
         </>
       )}
-      {tab === 'overview' && current && <Timeline sandbox={current} snapshots={snapshots} events={events} onChanged={load} fail={fail} />}
+      {tab === 'overview' && current && <Timeline sandbox={current} snapshots={snapshots} cadence={cadence} events={events} onChanged={load} fail={fail} />}
       {tab === 'network' && current && <NetworkPage sandbox={current} events={events} onChanged={load} />}
       {tab === 'events' && <EventsPage key={id} sandboxId={id} events={events} />}
     </>

@@ -2,7 +2,7 @@
 // can be done from one (name or rename it, fork with a count, resume the sandbox there, delete it) or now (take one,
 // named or not).
 import { useState } from 'react';
-import { call, type LogEvent, type Sandbox, type Snapshot } from './api.js';
+import { call, type LogEvent, type Sandbox, type Snapshot, type SnapshotCadence } from './api.js';
 import { digest } from './digest.js';
 import { formatSize } from './files.tsx';
 
@@ -13,13 +13,14 @@ const SCRUB_STEPS = 200;
 interface Props {
   sandbox: Sandbox;
   snapshots: Snapshot[];
+  cadence?: SnapshotCadence;
   events: LogEvent[];
   /** After an action: reload the sandbox and its snapshots. */
   onChanged: () => void;
   fail: (e: Error) => void;
 }
 
-export function Timeline({ sandbox, snapshots, events, onChanged, fail }: Props) {
+export function Timeline({ sandbox, snapshots, cadence, events, onChanged, fail }: Props) {
   const [atMs, setAtMs] = useState<number>();
   const [name, setName] = useState('');
   const [count, setCount] = useState(1);
@@ -92,6 +93,7 @@ export function Timeline({ sandbox, snapshots, events, onChanged, fail }: Props)
   return (
     <section aria-label="Snapshot timeline">
       <h2>Timeline</h2>
+      {cadence && <CadenceLine cadence={cadence} />}
       <form
         className="toolbar"
         onSubmit={(e) => {
@@ -270,5 +272,19 @@ export function Timeline({ sandbox, snapshots, events, onChanged, fail }: Props)
         ))}
       </ol>
     </section>
+  );
+}
+
+/** Asked against achieved: a user who set 5 s must see when the node does not keep it. */
+function CadenceLine({ cadence: c }: { cadence: SnapshotCadence }) {
+  let achieved: string;
+  if (c.windowS === 0) achieved = 'not running';
+  else if (c.achievedIntervalS !== null) achieved = `one every ${c.achievedIntervalS} s over the last ${c.windowS} s`;
+  else achieved = c.windowS < c.intervalS ? 'not measured yet' : `none in the last ${c.windowS} s`;
+  return (
+    <p data-testid="snapshot-cadence" role={c.behind ? 'status' : undefined}>
+      Snapshots: every {c.intervalS} s asked, {achieved}
+      {c.behind && <strong> — behind: the node cannot keep this interval now (see Events for why)</strong>}
+    </p>
   );
 }

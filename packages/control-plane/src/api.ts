@@ -12,6 +12,7 @@ export type NetworkPolicy = Schemas['NetworkPolicy'];
 export type ApprovalRequest = Schemas['ApprovalRequest'];
 export type ApprovalDecision = Schemas['ApprovalDecisionRequest'];
 export type Snapshot = Schemas['Snapshot'];
+export type SnapshotCadence = Schemas['SnapshotCadence'];
 export type Template = Schemas['Template'];
 export type Tenant = Schemas['Tenant'];
 /** An API key as listed: metadata only, never the key or its hash. */

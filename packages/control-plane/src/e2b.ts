@@ -307,6 +307,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
         vcpus: createDefaults.vcpus?.default as number,
         snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
+        snapshotBestEffort: createDefaults.snapshotBestEffort?.default as boolean,
         timeoutS: b.timeout,
         ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
         ...(network === undefined ? {} : { network }),

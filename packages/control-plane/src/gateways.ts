@@ -21,6 +21,8 @@ export interface PlacementRequest {
   exclude?: string[];
   /** The template's artifact key: a node that has it cached is preferred. */
   templateKey?: string;
+  /** The sandbox's rolling-snapshot interval: a node whose capture capacity can take it is preferred. */
+  snapshotIntervalS?: number;
 }
 
 /** Where sandboxes can run: one gateway in `sandglass up`, the nodes table (nodes.ts) in a cluster. */
@@ -132,8 +134,8 @@ export class GatewayClient {
     await this.#call(gateway, 'DELETE', path, undefined, this.#requestTimeoutMs);
   }
 
-  async setSnapshotInterval(gateway: GatewayEndpoint, sandboxId: string, snapshotIntervalS: number): Promise<void> {
-    await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/snapshot-interval`, { snapshotIntervalS }, this.#requestTimeoutMs);
+  async setSnapshotInterval(gateway: GatewayEndpoint, sandboxId: string, snapshotIntervalS: number, bestEffort: boolean): Promise<void> {
+    await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/snapshot-interval`, { snapshotIntervalS, bestEffort }, this.#requestTimeoutMs);
   }
 
   async setNetwork(gateway: GatewayEndpoint, sandboxId: string, network: NetworkPolicy): Promise<void> {

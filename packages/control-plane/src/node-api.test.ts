@@ -307,6 +307,21 @@ describe('node API', () => {
     expect((await call('POST', '/node/v1/events', { body: { events: own } })).json()).toEqual({ appended: 0, duplicates: 3, dropped: [] });
   });
 
+  it("appends a sandbox's cadence reports from its own node in the scheduler's shape, and no other", async () => {
+    const at = '2026-11-30T11:59:00.000Z';
+    const cadence = { intervalS: 5, achievedIntervalS: 11.2, windowS: 60, takenInWindow: 5 };
+    const ev = (type: string, data: Record<string, unknown>) => ({ id: newId('evt'), type, tenantId: tenant, sandboxId: onN1, at, data });
+    const behind = ev('snapshot.behind', { ...cadence, lateS: 3.1, why: 'slots_full' });
+    const caughtUp = ev('snapshot.caught_up', { ...cadence, behindForS: 42 });
+    const forged = [ev('snapshot.behind', { ...cadence, lateS: 3.1, why: '<script>' }), ev('snapshot.caught_up', { note: 'trust me' })];
+    const fromN2 = (await call('POST', '/node/v1/events', { node: 'n2', body: { events: [behind] } })).json();
+    expect(fromN2.dropped.map((d: { code: string }) => d.code)).toEqual(['node_event_refused']);
+    const res = (await call('POST', '/node/v1/events', { body: { events: [behind, caughtUp, ...forged] } })).json();
+    expect(res.appended).toBe(2);
+    expect(res.dropped.map((d: { id: string }) => d.id)).toEqual(forged.map((e) => e.id));
+    expect((await events.list({ sandboxId: onN1, types: ['snapshot'] })).map((e) => e.type)).toEqual(['snapshot.behind', 'snapshot.caught_up']);
+  });
+
   it('hands a node keys and secret values sealed for it alone, only for what it runs', async () => {
     const res = await call('POST', `/node/v1/tenants/${tenant}/data-keys/chunk-data`);
     expect(res.statusCode).toBe(200);

@@ -27,6 +27,10 @@ const SANDBOX_TYPES = new Set([
   'snapshot.deleted',
 ]);
 
+/** The node's word on a sandbox's snapshot cadence: about no snapshot, so checked by its data (cadenceRefusal). */
+const CADENCE_TYPES = new Set(['snapshot.behind', 'snapshot.caught_up']);
+const BEHIND_REASONS = new Set(['slots_full', 'capture_slow', 'failing']);
+
 /** What a sandbox's node observes of it and no projection reads: the spec lets gateways add types in these families. */
 const SANDBOX_FAMILIES = ['command.', 'file.', 'egress.', 'port.'];
 const SANDBOX_RECORDS = new Set([
@@ -41,7 +45,7 @@ const SANDBOX_RECORDS = new Set([
 const SANDBOXLESS_TYPES: Record<string, 'system' | 'tenant'> = { 'gc.completed': 'system', 'tenant.plaintext_wiped': 'tenant' };
 
 /** The kind of an event as the allow-list sees it, before anything is looked up: undefined when no node may send it. */
-export function nodeEventKind(e: Pick<NodeEvent, 'type' | 'tenantId' | 'sandboxId'>): 'sandbox' | 'snapshot' | 'system' | 'wipe' | undefined {
+export function nodeEventKind(e: Pick<NodeEvent, 'type' | 'tenantId' | 'sandboxId'>): 'sandbox' | 'snapshot' | 'cadence' | 'system' | 'wipe' | undefined {
   if (e.sandboxId === undefined) {
     const scope = SANDBOXLESS_TYPES[e.type];
     if (scope === 'system') return e.tenantId === TEMPLATE_TENANT ? 'system' : undefined;
@@ -50,6 +54,7 @@ export function nodeEventKind(e: Pick<NodeEvent, 'type' | 'tenantId' | 'sandboxI
   }
   // The template tenant runs no sandbox; an event naming both is a forgery.
   if (e.tenantId === TEMPLATE_TENANT) return undefined;
+  if (CADENCE_TYPES.has(e.type)) return 'cadence';
   if (e.type.startsWith('snapshot.')) return SANDBOX_TYPES.has(e.type) ? 'snapshot' : undefined;
   if (SANDBOX_TYPES.has(e.type) || SANDBOX_RECORDS.has(e.type) || SANDBOX_FAMILIES.some((f) => e.type.startsWith(f))) return 'sandbox';
   return undefined;
@@ -74,6 +79,30 @@ export async function nodeEventRefusal(db: Kysely<Schema>, keys: KeyProvider, no
   if (row.tenant_id !== e.tenantId) return 'the sandbox belongs to another tenant';
   if (row.gateway_id !== nodeId) return `the sandbox is placed on ${row.gateway_id ?? 'no node'}`;
   if (kind === 'snapshot') return snapshotRefusal(db, e);
+  if (kind === 'cadence') return cadenceRefusal(e);
+  return undefined;
+}
+
+/**
+ * snapshot.behind and snapshot.caught_up carry numbers a reader shows as the sandbox's cadence: each must be what
+ * the gateway's scheduler produces (packages/events EventDataMap), so a node cannot put text or a forged shape there.
+ */
+export function cadenceRefusal(e: Pick<NodeEvent, 'type' | 'data'>): string | undefined {
+  const d = e.data as Record<string, unknown>;
+  const seconds = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 10 * 86400 * 1000;
+  const shaped =
+    seconds(d.intervalS) &&
+    (d.intervalS as number) > 0 &&
+    (d.achievedIntervalS === null || seconds(d.achievedIntervalS)) &&
+    seconds(d.windowS) &&
+    Number.isSafeInteger(d.takenInWindow) &&
+    (d.takenInWindow as number) >= 0 &&
+    (e.type === 'snapshot.behind' ? seconds(d.lateS) && BEHIND_REASONS.has(d.why as string) : seconds(d.behindForS));
+  if (!shaped) {
+    return e.type === 'snapshot.behind'
+      ? 'snapshot.behind wants data {intervalS, achievedIntervalS, windowS, takenInWindow, lateS, why: slots_full|capture_slow|failing}'
+      : 'snapshot.caught_up wants data {intervalS, achievedIntervalS, windowS, takenInWindow, behindForS}';
+  }
   return undefined;
 }
 

@@ -43,14 +43,14 @@ describe.each(dialects)('NodeDirectory on $dialect', ({ url }) => {
   afterEach(() => database.close());
 
   /** A sandbox the log places on `node` (what sandbox.created records before the gateway is called). */
-  async function placed(node: string, memoryMib = 256): Promise<string> {
+  async function placed(node: string, memoryMib = 256, snapshotIntervalS = 60): Promise<string> {
     const id = newId('sbx');
     const data = {
       template: 'base',
       memoryMib,
       vcpus: 1,
       timeoutS: 600,
-      snapshotIntervalS: 60,
+      snapshotIntervalS,
       metadata: {},
       gatewayId: node,
       gatewayUrl: 'http://x',
@@ -110,6 +110,30 @@ describe.each(dialects)('NodeDirectory on $dialect', ({ url }) => {
     // n1 has not been declared dead yet, but it is silent: no new work goes there.
     expect((await nodes.pick({ tenantId: 't', memoryMib: 256, vcpus: 1 })).id).toBe('n2');
     expect(await nodes.get('n1')).toBeUndefined();
+  });
+
+  it('prefers a node whose capture capacity takes the snapshots asked of it, over a cached template, but excludes none', async () => {
+    // n1 has the template and the most room, but sustains 24 captures a minute; n2 has not measured yet.
+    await nodes.heartbeat('n1', beat({ templates: ['00112233445566ff'], capacityMemoryMib: 4096, freeMemoryMib: 4096, captureCapacityPerMin: 24.9 }));
+    await nodes.heartbeat('n2', beat({ capacityMemoryMib: 2048, freeMemoryMib: 2048 }));
+    const pick = (snapshotIntervalS?: number) => nodes.pick({ tenantId: 't', memoryMib: 256, vcpus: 1, templateKey: '00112233445566ff', snapshotIntervalS });
+    // Each asks 12 a minute: the first two fit n1's 24.
+    for (let i = 0; i < 2; i++) {
+      expect((await pick(5)).id).toBe('n1');
+      await placed('n1', 256, 5);
+    }
+    expect((await pick(5)).id).toBe('n2');
+    // Once n2 has measured and is full too, the one with the most room takes it: a late snapshot is reported, not refused.
+    await nodes.heartbeat('n2', beat({ epoch: 1, capacityMemoryMib: 2048, freeMemoryMib: 2048, captureCapacityPerMin: 6 }));
+    expect((await pick(5)).id).toBe('n1');
+    // A sandbox that asks for one an hour fits n2's 6 a minute, not n1's full 24; one whose interval is unknown adds nothing.
+    expect((await pick(3600)).id).toBe('n2');
+    expect((await pick()).id).toBe('n1');
+    // An older gateway's heartbeat has no capacity: unknown again.
+    await nodes.heartbeat('n1', beat({ epoch: 1, templates: ['00112233445566ff'], capacityMemoryMib: 4096, freeMemoryMib: 4096 }));
+    expect(
+      (await database.db.selectFrom('nodes').select('capture_capacity_per_min').where('id', '=', 'n1').executeTakeFirstOrThrow()).capture_capacity_per_min,
+    ).toBeNull();
   });
 
   it('tells a node which of its VMs are not its own, and what a registration left behind', async () => {

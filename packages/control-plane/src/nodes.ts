@@ -51,6 +51,7 @@ export class NodeDirectory implements GatewayDirectory {
       internal_url: hb.internalUrl,
       capacity_memory_mib: hb.capacityMemoryMib,
       free_memory_mib: hb.freeMemoryMib,
+      capture_capacity_per_min: hb.captureCapacityPerMin == null ? null : Math.floor(hb.captureCapacityPerMin),
       sandboxes: hb.sandboxes.length,
       templates: JSON.stringify(hb.templates),
       last_seen_at: now,
@@ -117,19 +118,28 @@ export class NodeDirectory implements GatewayDirectory {
     return rows.map((r) => r.id);
   }
 
-  /** The alive node with the most uncommitted memory that fits the sandbox, preferring one with its template cached. */
+  /**
+   * The alive node with the most uncommitted memory that fits the sandbox, preferring first one that can keep the
+   * snapshot intervals asked of it (its sandboxes' and the new one's, against the capture capacity it last reported;
+   * a node that has not measured one yet counts as able), then one with the template cached. A node that cannot keep up
+   * is still used when no other fits: late snapshots are reported (snapshot.behind), a refused create is not a snapshot.
+   */
   async pick(req: PlacementRequest): Promise<GatewayEndpoint> {
     const alive = await this.#alive();
-    const committed = await this.#committedMemory();
+    const committed = await this.#committed();
+    const asked = req.snapshotIntervalS === undefined ? 0 : 60 / req.snapshotIntervalS;
     const candidates = alive
       .filter((n) => !req.exclude?.includes(n.id))
       .map((n) => ({
         node: n,
-        room: Math.min(n.capacity_memory_mib - (committed.get(n.id) ?? 0), n.free_memory_mib),
+        room: Math.min(n.capacity_memory_mib - (committed.get(n.id)?.memoryMib ?? 0), n.free_memory_mib),
+        keepsUp: n.capture_capacity_per_min === null || (committed.get(n.id)?.capturesPerMin ?? 0) + asked <= n.capture_capacity_per_min,
         cached: req.templateKey !== undefined && (JSON.parse(n.templates) as string[]).includes(req.templateKey),
       }))
       .filter((c) => c.room >= req.memoryMib);
-    candidates.sort((a, b) => Number(b.cached) - Number(a.cached) || b.room - a.room || a.node.id.localeCompare(b.node.id));
+    candidates.sort(
+      (a, b) => Number(b.keepsUp) - Number(a.keepsUp) || Number(b.cached) - Number(a.cached) || b.room - a.room || a.node.id.localeCompare(b.node.id),
+    );
     const best = candidates[0];
     if (!best) {
       throw new SandglassError(
@@ -170,14 +180,22 @@ export class NodeDirectory implements GatewayDirectory {
     return this.opts.db.selectFrom('nodes').selectAll().where('state', '=', 'alive').where('last_seen_at', '>=', since);
   }
 
-  async #committedMemory(): Promise<Map<string, number>> {
+  /** Per node, the guest memory and the rolling snapshots a minute its live sandboxes ask for. */
+  async #committed(): Promise<Map<string, { memoryMib: number; capturesPerMin: number }>> {
     const rows = await this.opts.db
       .selectFrom('sandboxes')
-      .select(['gateway_id', (eb) => eb.fn.sum<number | string>('memory_mib').as('mib')])
+      .select(['gateway_id', 'memory_mib', 'snapshot_interval_s'])
       .where('state', 'in', LIVE_STATES)
-      .groupBy('gateway_id')
+      .where('gateway_id', 'is not', null)
       .execute();
-    return new Map(rows.filter((r) => r.gateway_id !== null).map((r) => [r.gateway_id!, Number(r.mib)]));
+    const out = new Map<string, { memoryMib: number; capturesPerMin: number }>();
+    for (const r of rows) {
+      const c = out.get(r.gateway_id!) ?? { memoryMib: 0, capturesPerMin: 0 };
+      c.memoryMib += r.memory_mib;
+      c.capturesPerMin += 60 / r.snapshot_interval_s;
+      out.set(r.gateway_id!, c);
+    }
+    return out;
   }
 
   async #placedOn(nodeId: string): Promise<string[]> {

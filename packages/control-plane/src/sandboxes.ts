@@ -15,6 +15,7 @@ import {
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
+import { achievedCadence } from '@sandglass/snapshots';
 import {
   toSandbox,
   toSnapshot,
@@ -29,6 +30,7 @@ import {
   type ResumeSandboxRequest,
   type Sandbox,
   type Snapshot,
+  type SnapshotCadence,
 } from './api.js';
 import type { GatewayClient, GatewayCreateRequest, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
 import type { Principal } from './keys.js';
@@ -164,12 +166,20 @@ export class SandboxService {
       tenantId: who.tenantId,
       memoryMib: req.memoryMib,
       vcpus: req.vcpus,
+      snapshotIntervalS: req.snapshotIntervalS,
       ...(template.artifact_key === null ? {} : { templateKey: template.artifact_key }),
     });
     // Before the sandbox exists in the log: a size whose template is still being built answers `template_not_ready`
     // (retryable; its build goes on on the node) and leaves no failed sandbox behind; one the node does not serve,
     // `size_unsupported`.
-    await gatewayClient.prepareTemplate(gateway, { template: template.name, memoryMib: req.memoryMib, vcpus: req.vcpus });
+    // The node also refuses here an interval it has measured it can never keep for this size (snapshot_interval_unachievable).
+    await gatewayClient.prepareTemplate(gateway, {
+      template: template.name,
+      memoryMib: req.memoryMib,
+      vcpus: req.vcpus,
+      snapshotIntervalS: req.snapshotIntervalS,
+      bestEffort: req.snapshotBestEffort,
+    });
     const id = newId('sbx');
     const spec = {
       template: template.name,
@@ -372,10 +382,11 @@ export class SandboxService {
   }
 
   /** Sets the rolling-snapshot interval: on the gateway when a VM runs, then in the log (a paused sandbox takes it along when resumed). */
-  async setSnapshotInterval(who: Principal, id: string, snapshotIntervalS: number): Promise<Sandbox> {
+  async setSnapshotInterval(who: Principal, id: string, snapshotIntervalS: number, opts: { bestEffort?: boolean } = {}): Promise<Sandbox> {
     const row = await this.#own(who, id);
     if (isFinal(row.state)) throw new SandglassError('sandbox_not_running', `Sandbox ${id} has ${row.state}; it takes no more snapshots.`);
-    if (row.state !== 'paused') await this.deps.gatewayClient.setSnapshotInterval(await this.#gatewayOf(row), id, snapshotIntervalS);
+    // The node refuses an interval it can never keep (snapshot_interval_unachievable) before anything is recorded.
+    if (row.state !== 'paused') await this.deps.gatewayClient.setSnapshotInterval(await this.#gatewayOf(row), id, snapshotIntervalS, opts.bestEffort ?? false);
     await this.deps.events.append(
       { type: 'sandbox.configured', tenantId: who.tenantId, sandboxId: id, data: { snapshotIntervalS } },
       { clock: this.deps.clock },
@@ -383,10 +394,46 @@ export class SandboxService {
     return toSandbox(await this.#row(id));
   }
 
-  /** The sandbox's retained snapshots, oldest first; an ended sandbox keeps its timeline until retention thins it. */
-  async snapshots(who: Principal, id: string): Promise<Snapshot[]> {
-    await this.#own(who, id);
-    return (await this.#snapshotsOf(who, id).orderBy('taken_at').orderBy('id').execute()).map(toSnapshot);
+  /**
+   * The sandbox's retained snapshots, oldest first (an ended sandbox keeps its timeline until retention thins it), and
+   * its cadence: the interval asked for against the one its snapshots achieved, by the scheduler's own measure.
+   */
+  async timeline(who: Principal, id: string): Promise<{ snapshots: Snapshot[]; cadence: SnapshotCadence }> {
+    const row = await this.#own(who, id);
+    const snapshots = (await this.#snapshotsOf(who, id).orderBy('taken_at').orderBy('id').execute()).map(toSnapshot);
+    const intervalMs = row.snapshot_interval_s * 1000;
+    if (row.state !== 'running') {
+      return { snapshots, cadence: { intervalS: row.snapshot_interval_s, achievedIntervalS: null, windowS: 0, takenInWindow: 0, behind: false } };
+    }
+    // The window starts no earlier than the sandbox last started running or had its interval changed.
+    const last = (types: string[]) =>
+      this.deps.db
+        .selectFrom('events')
+        .select(['type', 'at'])
+        .where('sandbox_id', '=', id)
+        .where('tenant_id', '=', who.tenantId)
+        .where('type', 'in', types)
+        .orderBy('seq', 'desc')
+        .limit(1)
+        .executeTakeFirst();
+    const since = await last(['sandbox.started', 'sandbox.resumed', 'sandbox.configured']);
+    const lastReport = await last(['snapshot.behind', 'snapshot.caught_up']);
+    const c = achievedCadence(
+      snapshots.map((s) => Date.parse(s.takenAt)),
+      this.deps.clock.nowMs(),
+      intervalMs,
+      since ? Date.parse(since.at) : Date.parse(row.created_at),
+    );
+    return {
+      snapshots,
+      cadence: {
+        intervalS: row.snapshot_interval_s,
+        achievedIntervalS: c.achievedIntervalMs === null ? null : Math.round(c.achievedIntervalMs / 100) / 10,
+        windowS: Math.round(c.windowMs / 100) / 10,
+        takenInWindow: c.takenInWindow,
+        behind: lastReport?.type === 'snapshot.behind',
+      },
+    };
   }
 
   async takeSnapshot(who: Principal, id: string, name?: string): Promise<Snapshot> {
@@ -514,6 +561,7 @@ export class SandboxService {
       tenantId: row.tenant_id,
       memoryMib: snap.memory_mib,
       vcpus: snap.vcpus,
+      snapshotIntervalS: row.snapshot_interval_s,
       ...(reason === 'node_dead' && row.gateway_id !== null ? { exclude: [row.gateway_id] } : {}),
       ...(template?.artifact_key ? { templateKey: template.artifact_key } : {}),
     });
@@ -606,7 +654,12 @@ export class SandboxService {
     }
     const shape = snap ? { template: snap.template, memoryMib: snap.memory_mib, vcpus: snap.vcpus } : creation!.shape;
 
-    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: shape.memoryMib, vcpus: shape.vcpus });
+    const gateway = await gateways.pick({
+      tenantId: who.tenantId,
+      memoryMib: shape.memoryMib,
+      vcpus: shape.vcpus,
+      snapshotIntervalS: source.snapshot_interval_s,
+    });
     const ids = Array.from({ length: req.count }, () => newId('sbx'));
     // A fork is a copy of its source: its processes already hold the source's variables, and new ones get them too.
     const envs = await this.#envsOf(source.id);

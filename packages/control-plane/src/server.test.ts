@@ -60,6 +60,8 @@ let seen: SeenRequest[];
 let prepared: unknown[] = [];
 let mode: GatewayMode;
 let forkMode: ForkMode;
+/** Set: the fake gateway has measured that it cannot keep a snapshot interval below this many seconds. */
+let gatewayMinimumIntervalS: number | undefined;
 /** What the fake gateway's approval broker holds, by sandbox id. */
 let pendingApprovals: Map<string, Record<string, unknown>[]>;
 /** Every response body the control plane gave in this test, to search for secret values. */
@@ -107,8 +109,20 @@ beforeAll(async () => {
       res.end(json === undefined ? undefined : JSON.stringify(json));
     };
     // Every create asks for its size's template first; kept apart so `seen` lists what acts on sandboxes.
+    // The gateway's refusal of an interval it measured it cannot keep (CaptureTimes), at prepare and at an update.
+    const interval = body as { snapshotIntervalS?: number; bestEffort?: boolean } | undefined;
+    const unachievable =
+      gatewayMinimumIntervalS !== undefined &&
+      interval?.snapshotIntervalS !== undefined &&
+      interval.snapshotIntervalS < gatewayMinimumIntervalS &&
+      !interval.bestEffort;
+    const refuseInterval = () =>
+      reply(400, {
+        error: { code: 'snapshot_interval_unachievable', message: 'too short', details: { field: 'snapshotIntervalS', minimumS: gatewayMinimumIntervalS } },
+      });
     if (req.method === 'POST' && req.url === '/internal/v1/templates/prepare') {
       prepared.push(body);
+      if (unachievable) return refuseInterval();
       return reply(200, { key: 'tpl-key' });
     }
     seen.push({ method: req.method!, url: req.url!, authorization: req.headers.authorization, body });
@@ -130,7 +144,7 @@ beforeAll(async () => {
     }
     if (req.method === 'DELETE' && req.url?.startsWith('/internal/v1/sandboxes/')) return reply(204);
     if (req.method === 'POST' && req.url?.endsWith('/timeout')) return reply(204);
-    if (req.method === 'PUT' && req.url?.endsWith('/snapshot-interval')) return reply(204);
+    if (req.method === 'PUT' && req.url?.endsWith('/snapshot-interval')) return unachievable ? refuseInterval() : reply(204);
     if (req.method === 'PUT' && req.url?.endsWith('/network')) return reply(204);
     const url = new URL(req.url!, 'http://gw');
     const approvals = /^\/internal\/v1\/sandboxes\/([^/]+)\/approvals(?:\/([^/]+))?$/.exec(url.pathname);
@@ -205,6 +219,7 @@ beforeEach(async () => {
   seen = [];
   prepared = [];
   mode = 'ok';
+  gatewayMinimumIntervalS = undefined;
   forkMode = 'ok';
   pendingApprovals = new Map();
   bodies = [];
@@ -489,7 +504,7 @@ describe('POST /v1/sandboxes', () => {
         body: { id: sbx.id, tenantId: sbx.tenantId, template: 'base', memoryMib: 512, vcpus: 2, timeoutS: 60, snapshotIntervalS: 60 },
       },
     ]);
-    expect(prepared).toEqual([{ template: 'base', memoryMib: 512, vcpus: 2 }]);
+    expect(prepared).toEqual([{ template: 'base', memoryMib: 512, vcpus: 2, snapshotIntervalS: 60, bestEffort: false }]);
     expect((await events.list({ sandboxId: sbx.id })).map((e) => e.type)).toEqual(['sandbox.created', 'sandbox.started']);
     const { access: _access, ...withoutAccess } = sbx;
     expect((await call('GET', `/v1/sandboxes/${sbx.id}`)).json()).toEqual(withoutAccess);
@@ -938,6 +953,29 @@ describe('snapshot interval', () => {
     expect(await state()).toEqual(before);
   });
 
+  it('refuses an interval the node cannot keep with its minimum, at update and at create, changing nothing, unless best-effort', async () => {
+    const sbx = await createSandbox(adminKey, { snapshotIntervalS: 60 });
+    gatewayMinimumIntervalS = 9;
+    const before = await state();
+    const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 5 } });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ code: 'snapshot_interval_unachievable', details: { field: 'snapshotIntervalS', minimumS: 9 } });
+    expect({ ...(await state()), gatewayCalls: 0 }).toEqual({ ...before, gatewayCalls: 0 });
+    const forced = await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 5, bestEffort: true } });
+    expect(forced.statusCode, forced.body).toBe(200);
+    expect(forced.json().snapshotIntervalS).toBe(5);
+    expect(seen.at(-1)).toMatchObject({ method: 'PUT', body: { snapshotIntervalS: 5, bestEffort: true } });
+
+    prepared = [];
+    const sandboxesBefore = (await state()).sandboxes;
+    const created = await call('POST', '/v1/sandboxes', { json: { snapshotIntervalS: 5 } });
+    expect(created.statusCode).toBe(400);
+    expect(created.json().error).toMatchObject({ code: 'snapshot_interval_unachievable', details: { field: 'snapshotIntervalS', minimumS: 9 } });
+    expect((await state()).sandboxes).toEqual(sandboxesBefore);
+    expect(prepared).toMatchObject([{ snapshotIntervalS: 5, bestEffort: false }]);
+    expect((await call('POST', '/v1/sandboxes', { json: { snapshotIntervalS: 5, snapshotBestEffort: true } })).statusCode).toBe(201);
+  });
+
   it('records a paused sandbox’s new interval without a gateway call, and refuses an ended one', async () => {
     const sbx = await createSandbox();
     await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
@@ -978,6 +1016,30 @@ describe('snapshots', () => {
       template: 'base',
     });
     expect((await call('GET', `/v1/snapshots/${snapshots[1]!.id}`)).json()).toEqual(snapshots[1]);
+  });
+
+  it('shows the cadence asked for against the one the timeline achieved, and whether the sandbox is behind', async () => {
+    const sbx = await createSandbox(adminKey, { snapshotIntervalS: 5 });
+    const cadence = async () => (await call('GET', `/v1/sandboxes/${sbx.id}/snapshots`)).json().cadence;
+    // Less than one interval since it started: nothing to say yet.
+    expect(await cadence()).toEqual({ intervalS: 5, achievedIntervalS: null, windowS: 0, takenInWindow: 0, behind: false });
+    // A snapshot every 10 s for two minutes, against 5 s asked: the last 50 s hold 5.
+    for (let i = 0; i < 12; i++) {
+      clock.advance(10_000);
+      await recordSnapshot(sbx.id, 'rolling');
+    }
+    clock.advance(5_000);
+    expect(await cadence()).toEqual({ intervalS: 5, achievedIntervalS: 10, windowS: 50, takenInWindow: 5, behind: false });
+    const report = { intervalS: 5, achievedIntervalS: 10, windowS: 50, takenInWindow: 5 };
+    await events.append({ type: 'snapshot.behind', tenantId: sbx.tenantId, sandboxId: sbx.id, data: { ...report, lateS: 5, why: 'slots_full' } }, { clock });
+    expect((await cadence()).behind).toBe(true);
+    await events.append({ type: 'snapshot.caught_up', tenantId: sbx.tenantId, sandboxId: sbx.id, data: { ...report, behindForS: 60 } }, { clock });
+    expect((await cadence()).behind).toBe(false);
+    // A new interval starts a new window.
+    await call('POST', `/v1/sandboxes/${sbx.id}/snapshot-interval`, { json: { snapshotIntervalS: 60 } });
+    expect(await cadence()).toMatchObject({ intervalS: 60, achievedIntervalS: null, windowS: 0 });
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    expect(await cadence()).toEqual({ intervalS: 60, achievedIntervalS: null, windowS: 0, takenInWindow: 0, behind: false });
   });
 
   it('takes a named (pinned) snapshot through the gateway', async () => {

@@ -255,8 +255,10 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     await secrets.remove(who(req).tenantId, req.params.name);
     return reply.code(204).send();
   });
-  route('POST', '/v1/sandboxes/{id}/snapshot-interval', async (req) => sandboxes.setSnapshotInterval(who(req), idOf(req), req.body.snapshotIntervalS));
-  route('GET', '/v1/sandboxes/{id}/snapshots', async (req) => ({ snapshots: await sandboxes.snapshots(who(req), idOf(req)) }));
+  route('POST', '/v1/sandboxes/{id}/snapshot-interval', async (req) =>
+    sandboxes.setSnapshotInterval(who(req), idOf(req), req.body.snapshotIntervalS, { bestEffort: req.body.bestEffort }),
+  );
+  route('GET', '/v1/sandboxes/{id}/snapshots', async (req) => sandboxes.timeline(who(req), idOf(req)));
   route('POST', '/v1/sandboxes/{id}/snapshots', async (req, reply) => reply.code(201).send(await sandboxes.takeSnapshot(who(req), idOf(req), req.body.name)));
   route('POST', '/v1/sandboxes/{id}/pause', async (req) => sandboxes.pause(who(req), idOf(req)));
   route('POST', '/v1/sandboxes/{id}/resume', async (req) => sandboxes.resume(who(req), idOf(req), req.body));

@@ -23,6 +23,7 @@ export const ERROR_CATALOGUE = {
   template_build_in_progress: { status: 409, retryable: true, message: "A build of this template name is running; details.buildId names it. Wait for it or follow its log." },
   template_build_failed: { status: 422, retryable: false, message: "A template build step failed; details.step and details.stepName name it and the message carries its output's tail." },
   size_unsupported: { status: 400, retryable: false, message: "The node does not serve this memory size or vCPU count; details.field names it and details.allowed lists what it serves." },
+  snapshot_interval_unachievable: { status: 400, retryable: false, message: "One snapshot of this VM size takes longer than the interval on this node; details.field names it and details.minimumS is the shortest it can keep. Ask for at least that, or say best-effort." },
   vm_failed: { status: 500, retryable: false, message: "The sandbox's VM crashed or stopped answering; see the sandbox's failure reason." },
   agent_timeout: { status: 504, retryable: true, message: "The guest agent did not answer in time." },
   timeout: { status: 504, retryable: true, message: "The operation did not finish within its timeout." },

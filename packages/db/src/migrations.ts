@@ -407,6 +407,13 @@ const customTemplates: Migration = {
   },
 };
 
+const nodeCaptureCapacity: Migration = {
+  async up(db: Kysely<any>) {
+    // Placement prefers a node that can keep the snapshot intervals asked of it (issue 31); null until it reports one.
+    await db.schema.alterTable('nodes').addColumn('capture_capacity_per_min', 'integer').execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -426,5 +433,6 @@ export const migrationProvider: MigrationProvider = {
     '0010_sandbox_disk': sandboxDisk,
     '0011_node_credentials': nodeCredentials,
     '0012_custom_templates': customTemplates,
+    '0013_node_capture_capacity': nodeCaptureCapacity,
   }),
 };

@@ -231,6 +231,7 @@ describe('openDatabase on PostgreSQL', () => {
       '0010_sandbox_disk',
       '0011_node_credentials',
       '0012_custom_templates',
+      '0013_node_capture_capacity',
     ]);
     expect(await db.selectFrom('event_chain_head').selectAll().execute()).toEqual([{ id: 'main', seq: 0, hash: GENESIS_HASH }]);
     await Promise.all(replicas.map((r) => r.close()));

@@ -163,6 +163,8 @@ export interface NodesTable {
   epoch: number;
   capacity_memory_mib: number;
   free_memory_mib: number;
+  /** Snapshots a minute the node can sustain, by its last heartbeat; null until it has taken one. */
+  capture_capacity_per_min: number | null;
   sandboxes: number;
   /** JSON text of the template keys the node has cached. */
   templates: string;

@@ -41,6 +41,14 @@ export interface SnapshotTakenData {
   template: string;
 }
 
+/** A sandbox's snapshot cadence: the interval asked for and the one achieved over the last window (null: none yet). */
+export interface SnapshotCadenceData {
+  intervalS: number;
+  achievedIntervalS: number | null;
+  windowS: number;
+  takenInWindow: number;
+}
+
 /** Data beyond the known fields is kept in the log (and hashed) but ignored by the projection. */
 type Open<T> = T & { [extra: string]: unknown };
 
@@ -91,6 +99,13 @@ export interface EventDataMap {
   'snapshot.taken': Open<SnapshotTakenData>;
   'snapshot.failed': Open<{ reason: string; code: string; attempt?: number; willRetry?: boolean }>;
   'snapshot.deleted': Open<{ snapshotId: string; why: 'retention' | 'user' }>;
+  /**
+   * The sandbox's rolling snapshots fell behind the interval asked for (a capture started, or still waits, more than
+   * half an interval late): recorded once, until snapshot.caught_up. `achievedIntervalS` is over the last `windowS`.
+   */
+  'snapshot.behind': Open<SnapshotCadenceData & { lateS: number; why: 'slots_full' | 'capture_slow' | 'failing' }>;
+  /** Rolling snapshots of a sandbox that was behind started on time again (three in a row). */
+  'snapshot.caught_up': Open<SnapshotCadenceData & { behindForS: number }>;
   /** Named, renamed or (name null) unnamed after it was taken; a named snapshot is pinned, an unnamed one is not. */
   'snapshot.named': Open<{ snapshotId: string; name: string | null; previousName: string | null }>;
   'gc.completed': Open<object>;

@@ -664,8 +664,8 @@ export class Gateway {
     sbx.policyChanged(policy);
   }
 
-  setSnapshotInterval(id: string, intervalS: number): void {
-    this.snapshots.setInterval(this.get(id), intervalS);
+  setSnapshotInterval(id: string, intervalS: number, opts: { bestEffort?: boolean } = {}): void {
+    this.snapshots.setInterval(this.get(id), intervalS, opts);
   }
 
   /** Warmed restores ready to hand out. */

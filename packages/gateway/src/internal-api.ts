@@ -50,7 +50,9 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     route('POST', '/internal/v1/tenants/{tenantId}/key-revoked', async (req) => gw.revocation.revoke(req.params.tenantId, 'api'));
     route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates(), sizes: gw.sizes }));
     route('POST', '/internal/v1/templates/prepare', async (req) => {
-      const { template, memoryMib, vcpus } = req.body;
+      const { template, memoryMib, vcpus, snapshotIntervalS, bestEffort } = req.body;
+      // Before anything is built or recorded: a create whose interval this node can never keep changes nothing.
+      if (snapshotIntervalS !== undefined) gw.snapshots.checkInterval(memoryMib, snapshotIntervalS, { bestEffort });
       return { key: (await gw.templateFor(template, memoryMib, vcpus)).key };
     });
 
@@ -82,7 +84,7 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return reply.status(204).send();
     });
     route('PUT', '/internal/v1/sandboxes/{id}/snapshot-interval', async (req, reply) => {
-      gw.setSnapshotInterval(req.params.id, req.body.snapshotIntervalS);
+      gw.setSnapshotInterval(req.params.id, req.body.snapshotIntervalS, { bestEffort: req.body.bestEffort });
       return reply.status(204).send();
     });
     // ---- network: policy changes and approvals of secret use ----

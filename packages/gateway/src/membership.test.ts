@@ -20,6 +20,8 @@ class NodeDouble implements MemberNode {
   sandboxIds = () => [...this.running];
   memory = () => ({ capacityMib: 4096, freeMib: 4096 - 256 * this.running.size });
   templateKeys = () => ['0123456789abcdef'];
+  capacity: number | null = null;
+  captureCapacityPerMin = () => this.capacity;
   evict = async (id: string) => {
     this.running.delete(id);
     this.evicted.push(id);
@@ -52,14 +54,15 @@ afterEach(async () => {
 });
 
 describe('Membership', () => {
-  it('registers with epoch null before start resolves, then heartbeats with its epoch, sandboxes and free memory', async () => {
+  it('registers with epoch null before start resolves, then heartbeats with its epoch, sandboxes, free memory and capture capacity', async () => {
     cp.revokedKeys = { keyIds: ['key_x'], untilMs: 5000 };
     await membership.start();
-    expect(cp.heartbeats[0]).toEqual({ epoch: null, sandboxes: [A, B], freeMemoryMib: 3584 });
+    expect(cp.heartbeats[0]).toEqual({ epoch: null, sandboxes: [A, B], freeMemoryMib: 3584, captureCapacityPerMin: null });
     expect(membership.currentEpoch).toBe(1);
     expect(node.revoked).toEqual([{ keyIds: ['key_x'], untilMs: 5000 }]);
+    node.capacity = 42.5;
     await vi.waitFor(() => expect(cp.heartbeats.length).toBeGreaterThan(2));
-    expect(cp.heartbeats.at(-1)!.epoch).toBe(1);
+    expect(cp.heartbeats.at(-1)).toMatchObject({ epoch: 1, captureCapacityPerMin: 42.5 });
   });
 
   it('stops the VMs of the sandboxes the control plane placed elsewhere, and only those', async () => {

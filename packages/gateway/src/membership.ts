@@ -1,4 +1,5 @@
-// A gateway's membership of a cluster: registration, heartbeats with what it runs and has room for, and fencing.
+// A gateway's membership of a cluster: registration, heartbeats with what it runs and has room for (memory, captures a
+// minute), and fencing.
 import { SandglassError, type Logger } from '@sandglass/core';
 import type { Heartbeat, HeartbeatReply, NodeApiClient } from './node-api-client.js';
 
@@ -7,6 +8,8 @@ export interface MemberNode {
   /** Sandboxes whose VMs run here now. */
   sandboxIds(): string[];
   memory(): { capacityMib: number; freeMib: number };
+  /** Snapshots a minute the node can sustain (its capture scheduler's measure); null until it has taken one. */
+  captureCapacityPerMin(): number | null;
   /** Keys of the templates cached on this node. */
   templateKeys(): string[];
   /** Stops this sandbox's VM at once: no snapshot, no event (it is placed elsewhere now). */
@@ -98,6 +101,7 @@ export class Membership {
       internalUrl: this.opts.internalUrl,
       capacityMemoryMib: Math.max(0, Math.floor(mem.capacityMib)),
       freeMemoryMib: Math.max(0, Math.floor(mem.freeMib)),
+      captureCapacityPerMin: node.captureCapacityPerMin(),
       sandboxes: node.sandboxIds(),
       templates: node.templateKeys(),
     };

@@ -35,7 +35,7 @@ export class NodeApiDouble {
   duplicates = 0;
   /** Calls per route kind, to see what a client cached. */
   readonly calls = { heartbeat: 0, events: 0, dataKey: 0, tenantKey: 0, verify: 0, secretInfo: 0, secretValue: 0, templates: 0 };
-  readonly heartbeats: Array<{ epoch: number | null; sandboxes: string[]; freeMemoryMib: number }> = [];
+  readonly heartbeats: Array<{ epoch: number | null; sandboxes: string[]; freeMemoryMib: number; captureCapacityPerMin?: number | null }> = [];
   /** The node's key revoked: every request answers unauthenticated. */
   keyRevoked = false;
   /** Epoch of the node's current registration; a heartbeat with another is fenced. */
@@ -109,11 +109,16 @@ export class NodeApiDouble {
 
   private route(method: string, url: string, raw: unknown): unknown {
     // Shaped as the spec says: the double trusts its own test's client.
-    const body = raw as { epoch: number | null; sandboxes: string[]; freeMemoryMib: number; events: NodeEvent[] };
+    const body = raw as { epoch: number | null; sandboxes: string[]; freeMemoryMib: number; captureCapacityPerMin?: number | null; events: NodeEvent[] };
     let m: RegExpExecArray | null;
     if (method === 'POST' && url === '/node/v1/heartbeat') {
       this.calls.heartbeat++;
-      this.heartbeats.push({ epoch: body.epoch, sandboxes: body.sandboxes, freeMemoryMib: body.freeMemoryMib });
+      this.heartbeats.push({
+        epoch: body.epoch,
+        sandboxes: body.sandboxes,
+        freeMemoryMib: body.freeMemoryMib,
+        captureCapacityPerMin: body.captureCapacityPerMin,
+      });
       if (body.epoch === null) this.epoch++;
       else if (body.epoch !== this.epoch) throw new SandglassError('node_fenced');
       const reply: HeartbeatReply = {

@@ -15,12 +15,14 @@ import {
   parseManifestBody,
   planRetention,
   MEMORY_CHUNK_BYTES,
+  type Cadence,
   type ManifestBody,
   type RetentionPolicy,
   type SnapshotReason,
 } from '@sandglass/snapshots';
 import { chownToVm, prepareVmDir, type Accel } from '@sandglass/vmm';
 import { inProcessGate, type CaptureGate } from './capture-gate.js';
+import { CaptureTimes } from './capture-times.js';
 import type { GatewayEvents } from './events.js';
 import { defaultImageCacheBytes, heldBytes, type RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
@@ -38,6 +40,28 @@ export interface PreparedRestore {
   base: CaptureBase;
   commands: CommandRecord[];
   network?: NetworkSpec;
+}
+
+/** A sandbox's snapshot cadence in seconds: asked for, and achieved over the last window (null: not measured yet). */
+export interface SnapshotCadence {
+  intervalS: number;
+  achievedIntervalS: number | null;
+  windowS: number;
+  takenInWindow: number;
+  behind: boolean;
+}
+
+function seconds(ms: number): number {
+  return Math.round(ms / 100) / 10;
+}
+
+function cadenceData(c: Cadence): Omit<SnapshotCadence, 'behind'> {
+  return {
+    intervalS: seconds(c.intervalMs),
+    achievedIntervalS: c.achievedIntervalMs === null ? null : seconds(c.achievedIntervalMs),
+    windowS: seconds(c.windowMs),
+    takenInWindow: c.takenInWindow,
+  };
 }
 
 /** A committed snapshot as the APIs show it. */
@@ -123,6 +147,7 @@ export class SnapshotManager {
   private readonly imageTenants = new Map<string, string>();
   /** Restores being prepared (each settles, never rejects), by tenant. */
   private readonly preparing = new Map<Promise<void>, string>();
+  private readonly captureTimes = new CaptureTimes(MIN_SNAPSHOT_INTERVAL_S);
 
   constructor(private readonly opts: SnapshotManagerOptions) {
     this.random = opts.random ?? systemRandom;
@@ -137,7 +162,24 @@ export class SnapshotManager {
         const e = err instanceof SandglassError ? err : new SandglassError('snapshot_failed', String((err as Error)?.message ?? err));
         this.opts.logger.warn({ sandboxId: sbx.id, code: e.code, err: e.message, attempt, willRetry }, 'snapshot failed');
       },
+      // A user who asked for a snapshot every N seconds must learn when they are not getting one: once when the
+      // sandbox falls behind, once when it catches up (the scheduler's hysteresis keeps it from flapping).
+      onBehind: (r) => this.cadenceEvent(sbx, 'snapshot.behind', { ...cadenceData(r), lateS: seconds(r.lateMs), why: r.why }),
+      onCaughtUp: (r) => this.cadenceEvent(sbx, 'snapshot.caught_up', { ...cadenceData(r), behindForS: seconds(r.behindForMs) }),
     });
+  }
+
+  private cadenceEvent(sbx: Sandbox, type: 'snapshot.behind' | 'snapshot.caught_up', data: Record<string, unknown>): void {
+    this.opts.logger.warn({ sandboxId: sbx.id, ...data }, type);
+    void Promise.resolve(this.opts.events.append({ type, tenantId: sbx.tenantId, sandboxId: sbx.id, data })).catch((err: unknown) =>
+      this.opts.logger.warn({ sandboxId: sbx.id, err: (err as Error).message }, `recording ${type} failed`),
+    );
+  }
+
+  /** A running sandbox's asked and achieved snapshot cadence on this node; undefined when it is not scheduled here. */
+  cadence(sandboxId: string): SnapshotCadence | undefined {
+    const c = this.scheduler.cadence(sandboxId);
+    return c && { ...cadenceData(c), behind: c.behind };
   }
 
   async untrack(id: string): Promise<void> {
@@ -146,9 +188,15 @@ export class SnapshotManager {
     this.pending.delete(id);
   }
 
-  setInterval(sbx: Sandbox, intervalS: number): void {
+  setInterval(sbx: Sandbox, intervalS: number, opts: { bestEffort?: boolean } = {}): void {
+    this.checkInterval(sbx.template.config.memoryMib, intervalS, opts);
     sbx.setSnapshotInterval(intervalS);
     this.scheduler.setInterval(sbx.id, intervalS * 1000);
+  }
+
+  /** Refuses an interval this node can never keep for guests of `memoryMib` (CaptureTimes.check). */
+  checkInterval(memoryMib: number, intervalS: number, opts: { bestEffort?: boolean } = {}): void {
+    this.captureTimes.check(memoryMib, intervalS, opts);
   }
 
   /** Takes a snapshot now (through the scheduler, so never two of one sandbox at once) and returns it once committed. */
@@ -193,6 +241,7 @@ export class SnapshotManager {
     // Before the guest stops and before any chunk is staged: a chunk found already stored (deduplicated) must not be
     // swept by a GC elsewhere before this manifest references it.
     const pass = await (this.opts.gate ?? inProcessGate).enter(id, { waitMs: reason === 'rolling' ? 0 : (this.opts.gateWaitMs ?? 5 * 60_000) });
+    const startedMs = clock.nowMs();
     const lease = tenant.lease();
     const takenAtMs = Math.max(clock.nowMs(), (this.lastTakenMs.get(sbx.id) ?? 0) + 1);
     const takenAt = new Date(takenAtMs).toISOString();
@@ -286,6 +335,7 @@ export class SnapshotManager {
         },
       });
       this.lastTakenMs.set(sbx.id, takenAtMs);
+      this.captureTimes.record(body.vm.memoryMib, clock.nowMs() - startedMs);
       sbx.captureCommitted({ snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] });
       // The copy is exactly this snapshot's RAM: keep it as the node's image of it for forks and resumes.
       renameSync(memCopy, this.imagePath(id, sbx.tenantId));

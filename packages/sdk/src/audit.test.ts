@@ -172,6 +172,20 @@ describe('auditTimeline', () => {
     expect(auditTimeline(named)[1]!.details).toEqual({ snapshotId: 'snap_1', name: 'v2', previousName: 'v1' });
   });
 
+  it('tells when rolling snapshots fell behind the interval asked for, why, and when they caught up', () => {
+    const cadence = [
+      ev('snapshot.behind', '00:01.000', { intervalS: 5, achievedIntervalS: 11.5, windowS: 60, takenInWindow: 5, lateS: 3, why: 'slots_full' }),
+      ev('snapshot.behind', '00:02.000', { intervalS: 5, achievedIntervalS: null, windowS: 60, takenInWindow: 0, lateS: 3, why: 'failing' }),
+      ev('snapshot.caught_up', '00:03.000', { intervalS: 5, achievedIntervalS: 6, windowS: 60, takenInWindow: 10, behindForS: 42 }),
+    ];
+    expect(auditTimeline(cadence).map((x) => `${x.kind} ${x.summary}`)).toEqual([
+      'snapshot behind (slots_full): asked every 5 s, one every 11.5 s over the last 60 s',
+      'snapshot behind (failing): asked every 5 s, none taken over the last 60 s',
+      'snapshot caught up after 42 s: asked every 5 s, one every 6 s over the last 60 s',
+    ]);
+    expect(auditTimeline(cadence)[0]!.details).toEqual({ intervalS: 5, achievedIntervalS: 11.5, windowS: 60, why: 'slots_full', lateS: 3 });
+  });
+
   it("pairs a command's start and exit by command id, with argv, cwd, user, outcome and duration", () => {
     const [a, b] = auditTimeline(session).filter((x) => x.kind === 'command');
     expect(a).toEqual({

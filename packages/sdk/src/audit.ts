@@ -359,6 +359,19 @@ export function auditTimeline(events: readonly SandboxEvent[]): AuditEntry[] {
         add(e, 'snapshot', `${str(d.snapshotId) ?? '?'} ${change}`, { snapshotId: str(d.snapshotId), name, previousName: previous });
         break;
       }
+      case 'snapshot.behind':
+      case 'snapshot.caught_up': {
+        const achieved = num(d.achievedIntervalS);
+        const cadence = `asked every ${num(d.intervalS) ?? '?'} s, ${achieved === undefined ? 'none taken' : `one every ${achieved} s`} over the last ${num(d.windowS) ?? '?'} s`;
+        const behind = e.type === 'snapshot.behind';
+        add(e, 'snapshot', behind ? `behind (${str(d.why) ?? '?'}): ${cadence}` : `caught up after ${num(d.behindForS) ?? '?'} s: ${cadence}`, {
+          intervalS: num(d.intervalS),
+          achievedIntervalS: achieved,
+          windowS: num(d.windowS),
+          ...(behind ? { why: str(d.why), lateS: num(d.lateS) } : { behindForS: num(d.behindForS) }),
+        });
+        break;
+      }
       case 'snapshot.deleted':
         add(e, 'snapshot', `deleted ${str(d.snapshotId) ?? '?'}${str(d.why) ? ` (${str(d.why)})` : ''}`, { snapshotId: str(d.snapshotId), why: str(d.why) });
         break;

@@ -15,6 +15,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   malformed_json: { family: 'invalid_argument', status: 400, retryable: false },
   payload_too_large: { family: 'invalid_argument', status: 413, retryable: false },
   size_unsupported: { family: 'invalid_argument', status: 400, retryable: false },
+  snapshot_interval_unachievable: { family: 'invalid_argument', status: 400, retryable: false },
   path_outside_sandbox: { family: 'invalid_argument', status: 400, retryable: false },
   unauthenticated: { family: 'authentication', status: 401, retryable: false },
   permission_denied: { family: 'permission_denied', status: 403, retryable: false },

@@ -10,7 +10,17 @@ import { Pty } from './pty.js';
 import type { ControlPlaneReply } from './replies.js';
 import { runReplay, type ReplayRunOptions } from './replay.js';
 import type { ReplayReport } from './replay-report.js';
-import type { ApprovalRequest, AuditPublicKey, NetworkPolicy, SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo, TemplateInfo } from './types.js';
+import type {
+  ApprovalRequest,
+  AuditPublicKey,
+  NetworkPolicy,
+  SandboxEvent,
+  SandboxInfo,
+  SandboxState,
+  SnapshotCadence,
+  SnapshotInfo,
+  TemplateInfo,
+} from './types.js';
 
 export interface SandboxCreateOptions extends ConnectionConfig {
   /** Template name or id; default "base". */
@@ -22,6 +32,11 @@ export interface SandboxCreateOptions extends ConnectionConfig {
   metadata?: Record<string, string>;
   /** Seconds between rolling snapshots (5…86400); default 60. */
   snapshotIntervalS?: number;
+  /**
+   * Take snapshotIntervalS even where the node has measured that it cannot keep it for this size (without it, that
+   * is a `snapshot_interval_unachievable` error whose details.minimumS is the shortest it can keep).
+   */
+  snapshotBestEffort?: boolean;
   /** The egress policy; absent, the sandbox has no network at all. */
   network?: Partial<NetworkPolicy>;
   /** Names of tenant secrets (see Secrets.set): the sandbox sees each as an environment variable holding a placeholder. */
@@ -175,9 +190,24 @@ export class Sandbox {
   }
 
   static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib, buildWaitMs, onProgress, ...config } = opts;
+    const {
+      template,
+      memoryMib,
+      vcpus,
+      timeoutS,
+      metadata,
+      snapshotIntervalS,
+      snapshotBestEffort,
+      network,
+      secrets,
+      envs,
+      diskMib,
+      buildWaitMs,
+      onProgress,
+      ...config
+    } = opts;
     const cp = await ControlPlane.open(config);
-    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, network, secrets, envs, diskMib };
+    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, snapshotBestEffort, network, secrets, envs, diskMib };
     const deadline = Date.now() + (buildWaitMs ?? DEFAULT_BUILD_WAIT_MS);
     for (;;) {
       try {
@@ -340,13 +370,24 @@ export class Sandbox {
 
   /** The retained snapshots of this sandbox, oldest first. */
   async timeline(): Promise<SnapshotInfo[]> {
-    return (await this.controlPlane.json<ControlPlaneReply<'listSnapshots'>>('GET', `${sandboxPath(this.id)}/snapshots`)).snapshots;
+    return (await this.timelineWithCadence()).snapshots;
   }
 
-  /** Sets the seconds between rolling snapshots (5…86400). */
-  setSnapshotInterval(snapshotIntervalS: number): Promise<SandboxInfo> {
+  /**
+   * The timeline and the snapshot cadence in one answer: the interval asked for against the one achieved, and whether
+   * the sandbox is behind (its node cannot keep the interval: see the snapshot.behind event for why).
+   */
+  timelineWithCadence(): Promise<{ snapshots: SnapshotInfo[]; cadence: SnapshotCadence }> {
+    return this.controlPlane.json<ControlPlaneReply<'listSnapshots'>>('GET', `${sandboxPath(this.id)}/snapshots`);
+  }
+
+  /**
+   * Sets the seconds between rolling snapshots (5…86400). One the sandbox's node can never keep for its size is refused
+   * (`snapshot_interval_unachievable`, details.minimumS) unless `bestEffort`.
+   */
+  setSnapshotInterval(snapshotIntervalS: number, opts: { bestEffort?: boolean } = {}): Promise<SandboxInfo> {
     return this.controlPlane.json<ControlPlaneReply<'setSnapshotInterval'>>('POST', `${sandboxPath(this.id)}/snapshot-interval`, {
-      json: { snapshotIntervalS },
+      json: { snapshotIntervalS, ...(opts.bestEffort === undefined ? {} : { bestEffort: opts.bestEffort }) },
     });
   }
 

@@ -29,6 +29,9 @@ export type ApprovalRequest = ControlPlaneSchemas['ApprovalRequest'];
 /** One retained point of a sandbox's timeline; resume or fork from it. */
 export type SnapshotInfo = ControlPlaneSchemas['Snapshot'];
 
+/** How often the sandbox's snapshots are taken: the interval asked for and the one achieved over the last window. */
+export type SnapshotCadence = ControlPlaneSchemas['SnapshotCadence'];
+
 export type TemplateInfo = ControlPlaneSchemas['Template'];
 
 /** One immutable version of a custom template (`tpl_…`): the snapshot its sandboxes fork, and what they start with. */

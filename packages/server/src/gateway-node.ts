@@ -233,6 +233,7 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   const node: MemberNode = {
     sandboxIds: () => [...gateway.sandboxes.keys()],
     memory: () => gateway.memory(),
+    captureCapacityPerMin: () => gateway.snapshots.scheduler.capacityPerMinute(),
     templateKeys: () => cachedTemplateKeys(layout.artifacts),
     evict: (id) => gateway.killSandbox(id),
     evictAll: () => gateway.evictAll(),

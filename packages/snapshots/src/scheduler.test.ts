@@ -1,8 +1,9 @@
-// The capture scheduler on fake time: bounded concurrency, spread first runs, the retry sequence, remove and runNow semantics.
+// The capture scheduler on fake time: bounded concurrency, spread first runs, the retry sequence, remove and runNow
+// semantics, fairness under load, and the behind/caught-up reports.
 import { createCipheriv } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ManualClock, type Random } from '@sandglass/core';
-import { CaptureScheduler, type CaptureSchedulerOptions, type SchedulerTimers } from './index.js';
+import { achievedCadence, CaptureScheduler, type BehindReport, type CaptureSchedulerOptions, type CaughtUpReport, type SchedulerTimers } from './index.js';
 
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
@@ -335,6 +336,154 @@ describe('CaptureScheduler', () => {
     expect(() => s.add('c', MINUTE, async () => undefined)).toThrowError(expect.objectContaining({ code: 'conflict' }));
   });
 
+  it('shares an overloaded node in proportion to the intervals asked: ten keys at 5 s and one at 60 s, none starved', async () => {
+    // One slot, 1 s captures: 60 a minute against 121 asked for, so every key gets about half of its cadence.
+    const s = scheduler({ concurrency: 1 });
+    const starts = new Map<string, number[]>();
+    const add = (key: string, intervalMs: number) => {
+      starts.set(key, []);
+      s.add(key, intervalMs, async () => {
+        starts.get(key)!.push(clock.nowMs());
+        await timers.sleep(SECOND);
+      });
+    };
+    for (let i = 0; i < 10; i++) add(`fast_${i}`, 5 * SECOND);
+    add('slow', MINUTE);
+    await timers.advance(40 * MINUTE);
+    // Achieved over the last 30 minutes, against the interval asked for.
+    const fromMs = clock.nowMs() - 30 * MINUTE;
+    const ratio = (key: string, intervalMs: number) => (30 * MINUTE) / starts.get(key)!.filter((t) => t >= fromMs).length / intervalMs;
+    const fast = Array.from({ length: 10 }, (_, i) => ratio(`fast_${i}`, 5 * SECOND));
+    const slow = ratio('slow', MINUTE);
+    const total = [...starts.values()].reduce((n, list) => n + list.filter((t) => t >= fromMs).length, 0);
+    // The slot is never idle, and the 60 s key is exactly as far behind its interval as the 5 s keys are behind theirs.
+    expect(total).toBeGreaterThanOrEqual(30 * 60 - 2);
+    for (const r of fast) expect(r).toBeGreaterThan(1.8);
+    expect(Math.max(...fast) / Math.min(...fast)).toBeLessThan(1.05);
+    expect(slow / (fast.reduce((a, b) => a + b, 0) / fast.length)).toBeGreaterThan(0.9);
+    expect(slow / (fast.reduce((a, b) => a + b, 0) / fast.length)).toBeLessThan(1.1);
+    const stopping = s.stop();
+    await timers.advance(SECOND);
+    await stopping;
+  });
+
+  it('reports each key behind once while the slots are full, and caught up once after the load drops', async () => {
+    // Four keys at 10 s with one slot and 5 s captures: 24 asked for a minute, 12 possible.
+    const s = scheduler({ concurrency: 1 });
+    const behind = new Map<string, BehindReport[]>();
+    const caughtUp = new Map<string, CaughtUpReport[]>();
+    for (let i = 0; i < 4; i++) {
+      const key = `sbx_${i}`;
+      behind.set(key, []);
+      caughtUp.set(key, []);
+      s.add(key, 10 * SECOND, () => timers.sleep(5 * SECOND), {
+        onBehind: (r) => behind.get(key)!.push(r),
+        onCaughtUp: (r) => caughtUp.get(key)!.push(r),
+      });
+    }
+    await timers.advance(10 * MINUTE);
+    for (const [key, reports] of behind) {
+      expect(reports, key).toHaveLength(1);
+      expect(reports[0]!.why).toBe('slots_full');
+      expect(reports[0]!.intervalMs).toBe(10 * SECOND);
+      expect(reports[0]!.lateMs).toBeGreaterThanOrEqual(5 * SECOND);
+      expect(caughtUp.get(key)).toEqual([]);
+      const c = s.cadence(key)!;
+      expect(c.behind).toBe(true);
+      // 12 a minute shared by four: one every 20 s, so 4 to 6 in the 100 s window.
+      expect(c.achievedIntervalMs).toBeGreaterThanOrEqual(16 * SECOND);
+      expect(c.achievedIntervalMs).toBeLessThanOrEqual(25 * SECOND);
+    }
+    expect(s.capacityPerMinute()).toBe(12);
+    const removing = Promise.all(['sbx_1', 'sbx_2', 'sbx_3'].map((key) => s.remove(key)));
+    await timers.advance(5 * SECOND);
+    await removing;
+    await timers.advance(10 * MINUTE);
+    expect(behind.get('sbx_0')).toHaveLength(1);
+    expect(caughtUp.get('sbx_0')).toHaveLength(1);
+    expect(caughtUp.get('sbx_0')![0]!.behindForMs).toBeGreaterThan(9 * MINUTE);
+    const c = s.cadence('sbx_0')!;
+    expect(c.behind).toBe(false);
+    expect(c.achievedIntervalMs).toBeGreaterThan(9 * SECOND);
+    expect(c.achievedIntervalMs).toBeLessThan(11 * SECOND);
+    const stopping = s.stop();
+    await timers.advance(5 * SECOND);
+    await stopping;
+  });
+
+  it('says a key is behind because its own capture is slower than its interval, or because its captures fail', async () => {
+    const s = scheduler({ concurrency: 4, jitterFraction: 0, retryDelaysMs: [2000, 10_000, 30_000] });
+    const reports: Array<[string, string]> = [];
+    const caught: string[] = [];
+    let slowMs = 25 * SECOND;
+    s.add('slow', 10 * SECOND, () => timers.sleep(slowMs), {
+      onBehind: (r) => reports.push(['slow', r.why]),
+      onCaughtUp: () => caught.push('slow'),
+    });
+    let failing = true;
+    s.add(
+      'broken',
+      10 * SECOND,
+      async () => {
+        if (failing) throw new Error('store down');
+      },
+      { onBehind: (r) => reports.push(['broken', r.why]), onCaughtUp: () => caught.push('broken') },
+    );
+    await timers.advance(5 * MINUTE);
+    expect(reports.sort()).toEqual([
+      ['broken', 'failing'],
+      ['slow', 'capture_slow'],
+    ]);
+    expect(caught).toEqual([]);
+    slowMs = SECOND;
+    failing = false;
+    await timers.advance(5 * MINUTE);
+    expect(caught.sort()).toEqual(['broken', 'slow']);
+    expect(reports).toHaveLength(2);
+    await s.stop();
+  });
+
+  it('a key on time is never reported, and a capture that takes part of the interval does not stretch it', async () => {
+    const s = scheduler({ concurrency: 1, jitterFraction: 0 });
+    const atMs: number[] = [];
+    const reports: unknown[] = [];
+    s.add(
+      'sbx_a',
+      10 * SECOND,
+      async () => {
+        atMs.push(clock.nowMs());
+        await timers.sleep(4 * SECOND);
+      },
+      { onBehind: (r) => reports.push(r), onCaughtUp: (r) => reports.push(r) },
+    );
+    await timers.advance(10 * MINUTE);
+    expect(reports).toEqual([]);
+    const gaps = atMs.slice(1).map((t, i) => t - atMs[i]!);
+    expect(new Set(gaps)).toEqual(new Set([10 * SECOND]));
+    expect(s.capacityPerMinute()).toBe(15);
+    const stopping = s.stop();
+    await timers.advance(4 * SECOND);
+    await stopping;
+  });
+
+  it('achievedCadence divides the window by the runs in it, and says nothing before one interval has passed', () => {
+    expect(achievedCadence([], 0, 5 * SECOND, 0)).toEqual({ intervalMs: 5 * SECOND, achievedIntervalMs: null, windowMs: 0, takenInWindow: 0 });
+    expect(achievedCadence([1000], 4 * SECOND, 5 * SECOND, 0).achievedIntervalMs).toBeNull();
+    // Ten 5 s intervals holding 5 runs: one every 10 s.
+    const starts = Array.from({ length: 8 }, (_, i) => i * 10 * SECOND);
+    expect(achievedCadence(starts, 75 * SECOND, 5 * SECOND, 0)).toEqual({
+      intervalMs: 5 * SECOND,
+      achievedIntervalMs: 10 * SECOND,
+      windowMs: 50 * SECOND,
+      takenInWindow: 5,
+    });
+    // An hour at most, unless one interval is longer.
+    expect(achievedCadence([], 100 * 3600 * SECOND, 3600 * SECOND, 0).windowMs).toBe(3600 * SECOND);
+    expect(achievedCadence([], 100 * 86400 * SECOND, 86400 * SECOND, 0).windowMs).toBe(86400 * SECOND);
+    // Nothing in the window: behind by all of it, and no achieved interval to show.
+    expect(achievedCadence([0], 10 * MINUTE, 5 * SECOND, 0)).toMatchObject({ achievedIntervalMs: null, takenInWindow: 0 });
+  });
+
   it('refuses bad options and arguments, naming the field', () => {
     const bad = (opts: Partial<CaptureSchedulerOptions>) => () => scheduler(opts);
     const field = (name: string) => expect.objectContaining({ code: 'invalid_argument', details: expect.objectContaining({ field: name }) });
@@ -342,6 +491,8 @@ describe('CaptureScheduler', () => {
     expect(bad({ jitterFraction: 1 })).toThrowError(field('jitterFraction'));
     expect(bad({ jitterFraction: -0.1 })).toThrowError(field('jitterFraction'));
     expect(bad({ retryDelaysMs: [1000, -1] })).toThrowError(field('retryDelaysMs[1]'));
+    expect(bad({ caughtUpFraction: 0.5 })).toThrowError(field('caughtUpFraction'));
+    expect(bad({ caughtUpRuns: 0 })).toThrowError(field('caughtUpRuns'));
     const s = scheduler();
     const task = async () => undefined;
     expect(() => s.add('a', 0, task)).toThrowError(field('intervalMs'));

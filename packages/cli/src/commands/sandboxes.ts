@@ -16,6 +16,7 @@ interface CreateFlags {
   timeoutS?: number;
   metadata?: Record<string, string>;
   snapshotInterval?: number;
+  snapshotBestEffort?: boolean;
   allow?: string[];
   deny?: string[];
   secret?: string[];
@@ -30,6 +31,7 @@ function addCreateOptions(cmd: Command): Command {
     .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
     .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
     .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt)
+    .option('--snapshot-best-effort', 'keep --snapshot-interval even where the node measured it cannot (late snapshots are reported)')
     .option(
       '--allow <rule>',
       "let the sandbox reach this (host[:port] [METHOD] [/path], '*.domain'; repeatable); without --allow it has no network",
@@ -47,6 +49,7 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   timeoutS: f.timeoutS,
   metadata: f.metadata,
   snapshotIntervalS: f.snapshotInterval,
+  snapshotBestEffort: f.snapshotBestEffort,
   network: f.allow === undefined && f.deny === undefined ? undefined : { allow: f.allow ?? [], deny: f.deny ?? [] },
   secrets: f.secret,
   // The first sandbox of a new size waits for its template build: say so on stderr instead of hanging silently.

@@ -1,20 +1,30 @@
 // `timeline`, `snapshot`, `snapshot-rm`, `snapshot-name`, `pause`, `resume` and `fork`: a sandbox's snapshots and what starts from them.
 import { type Command, Option } from 'commander';
-import { Sandbox } from '@sandglass/sdk';
+import { Sandbox, type SnapshotCadence } from '@sandglass/sdk';
 import { parseForkArg, parsePositiveInt, parseTime, UsageError } from '../args.js';
 import { formatBytes, printJson, printTable, shortTime } from '../output.js';
 import { type Act, withoutAccess } from './shared.js';
 
+/** `cadence: every 5 s asked, one every 9.8 s over the last 50 s (behind)`: what a user can go back to. */
+function cadenceLine(c: SnapshotCadence): string {
+  let achieved: string;
+  if (c.windowS === 0) achieved = 'not running';
+  else if (c.achievedIntervalS !== null) achieved = `one every ${c.achievedIntervalS} s over the last ${c.windowS} s`;
+  else achieved = c.windowS < c.intervalS ? 'not measured yet' : `none taken in the last ${c.windowS} s`;
+  return `cadence: every ${c.intervalS} s asked, ${achieved}${c.behind ? ' (behind: see `sandglass events`)' : ''}`;
+}
+
 export function registerTimeTravelCommands(program: Command, act: Act): void {
   program
     .command('timeline')
-    .description("a sandbox's retained snapshots, oldest first")
+    .description("a sandbox's retained snapshots, oldest first, and its snapshot cadence: asked for against achieved")
     .argument('<id>', 'sandbox id')
-    .option('--json', 'print JSON')
+    .option('--json', 'print the snapshots as JSON')
     .action(
       act(async (id: string, flags: { json?: boolean }) => {
-        const snapshots = await (await Sandbox.connect(id)).timeline();
+        const { snapshots, cadence } = await (await Sandbox.connect(id)).timelineWithCadence();
         if (flags.json) return printJson(snapshots);
+        process.stdout.write(`${cadenceLine(cadence)}\n`);
         await printTable(
           ['ID', 'TAKEN AT', 'REASON', 'NAME', 'SIZE ADDED', 'PARENT'],
           snapshots.map((s) => [

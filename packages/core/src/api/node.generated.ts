@@ -44,7 +44,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox. Anything else is dropped with code node_event_refused. */
+        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox (snapshot.behind and snapshot.caught_up, about no snapshot, only with their data in the scheduler's shape). Anything else is dropped with code node_event_refused. */
         post: operations["nodeAppendEvents"];
         delete?: never;
         options?: never;
@@ -219,6 +219,8 @@ export interface components {
             /** @description Guest memory the node admits in all. */
             capacityMemoryMib: number;
             freeMemoryMib: number;
+            /** @description Snapshots a minute the node can sustain: its capture slots over the mean duration of its latest captures; null (or absent, from an older gateway) until it has taken one. Placement prefers a node whose sandboxes' asked-for snapshots, the new one's included, fit in it. */
+            captureCapacityPerMin?: number | null;
             /** @description Ids of the sandboxes whose VMs run on the node now. */
             sandboxes: string[];
             /** @description Keys of the templates the node has cached. */

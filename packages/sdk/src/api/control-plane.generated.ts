@@ -430,7 +430,7 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** The sandbox's timeline, the retained snapshots oldest first (also once the sandbox has ended). */
+        /** The sandbox's timeline, the retained snapshots oldest first (also once the sandbox has ended), and its snapshot cadence. */
         get: operations["listSnapshots"];
         put?: never;
         /** Takes a snapshot of the running sandbox now; a named one is pinned (retention never thins it). */
@@ -856,6 +856,11 @@ export interface components {
              * @default 60
              */
             snapshotIntervalS: number;
+            /**
+             * @description Take snapshotIntervalS even when the node has measured that one snapshot of this VM size takes longer (without it, that answers `snapshot_interval_unachievable` with `details.minimumS`); late snapshots are then reported as snapshot.behind.
+             * @default false
+             */
+            snapshotBestEffort: boolean;
             /** @description The egress policy; absent, the sandbox has no network at all. A malformed or too broad rule ('*', '*.com', a bad port) answers `policy_invalid` with `details.field` naming it (`network.allow[1]`). */
             network?: components["schemas"]["NetworkPolicyRequest"];
             /** @description Names of tenant secrets to bind; an unknown one answers `secret_not_found` naming `secrets[i]`. Without a network policy the placeholders exist but nothing can be reached to use them on. */
@@ -956,6 +961,11 @@ export interface components {
         SnapshotName: string;
         SetSnapshotIntervalRequest: {
             snapshotIntervalS: number;
+            /**
+             * @description Take the interval even when one snapshot of the sandbox's VM size takes longer on its node (without it, that answers `snapshot_interval_unachievable` with `details.minimumS` and changes nothing).
+             * @default false
+             */
+            bestEffort: boolean;
         };
         TakeSnapshotRequest: {
             name?: components["schemas"]["SnapshotName"];
@@ -994,6 +1004,19 @@ export interface components {
             replay?: boolean;
             /** @description With `sandboxId` and `replay`: the fork starts from the moment its source was created, not from a snapshot: the source's template with the envs, network and secrets' placeholders it was created with, and the clock and entropy of its first sync (`sandglass replay --from creation`). The source must have been created from a template, not forked. The fork's sandbox.forked event has `snapshotId: null`. */
             fromCreation?: boolean;
+        };
+        /** @description How often the sandbox's snapshots are taken: asked for, and achieved over the last window (ten intervals, at most an hour unless one interval is longer, and only since it last started running or its interval changed). */
+        SnapshotCadence: {
+            /** @description Seconds between rolling snapshots asked for. */
+            intervalS: number;
+            /** @description The window over the snapshots taken in it; null while the sandbox is not running, before the window spans one interval, and when it holds none. */
+            achievedIntervalS: number | null;
+            /** @description The window's length in seconds (0 while not running). */
+            windowS: number;
+            /** @description Snapshots taken in the window (rolling */
+            takenInWindow: number;
+            /** @description The last of its snapshot.behind and snapshot.caught_up events is snapshot.behind, and it is running. */
+            behind: boolean;
         };
         Snapshot: {
             /** @description `snap_…` */
@@ -1084,7 +1107,7 @@ export interface components {
             /** @description Position in the one log; increases */
             seq: number;
             id: string;
-            /** @description sandbox.created, sandbox.started, sandbox.killed (data.reason), sandbox.failed (data.reason, data.consoleTail), sandbox.timeout, sandbox.extended, sandbox.paused, sandbox.resumed, sandbox.forked, sandbox.configured, sandbox.network_changed (data.allow, data.deny), snapshot.taken, snapshot.failed, snapshot.deleted, snapshot.named, command.started, command.exited, file.written, file.removed, tenant.created, api_key.created, api_key.revoked, api_key.role_changed (data.keyId and the acting key's id, never a key), secret.set and secret.removed (tenant events: name, hosts, header, approval; never the value), and from the egress gateway egress.request, egress.exchange, egress.secret_scope, egress.rejected, secret.approval_requested, secret.approval_decided; gateways may add further command.*, file.* and egress.* types. */
+            /** @description sandbox.created, sandbox.started, sandbox.killed (data.reason), sandbox.failed (data.reason, data.consoleTail), sandbox.timeout, sandbox.extended, sandbox.paused, sandbox.resumed, sandbox.forked, sandbox.configured, sandbox.network_changed (data.allow, data.deny), snapshot.taken, snapshot.failed, snapshot.deleted, snapshot.named, snapshot.behind (rolling snapshots fell more than half an interval behind: data.intervalS asked, data.achievedIntervalS over the last data.windowS, data.lateS, data.why slots_full, capture_slow or failing; once, until) snapshot.caught_up (data.behindForS), command.started, command.exited, file.written, file.removed, tenant.created, api_key.created, api_key.revoked, api_key.role_changed (data.keyId and the acting key's id, never a key), secret.set and secret.removed (tenant events: name, hosts, header, approval; never the value), and from the egress gateway egress.request, egress.exchange, egress.secret_scope, egress.rejected, secret.approval_requested, secret.approval_decided; gateways may add further command.*, file.* and egress.* types. */
             type: string;
             tenantId: string;
             sandboxId: string | null;
@@ -1237,7 +1260,7 @@ export interface components {
                  * @description The codes of spec/errors.yaml (a contract test checks they match).
                  * @enum {string}
                  */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "template_build_in_progress" | "template_build_failed" | "size_unsupported" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "template_build_in_progress" | "template_build_failed" | "size_unsupported" | "snapshot_interval_unachievable" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -2064,7 +2087,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The snapshots, ascending by takenAt. */
+            /** @description The snapshots, ascending by takenAt, and the interval asked for against the one achieved. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2072,6 +2095,7 @@ export interface operations {
                 content: {
                     "application/json": {
                         snapshots: components["schemas"]["Snapshot"][];
+                        cadence: components["schemas"]["SnapshotCadence"];
                     };
                 };
             };

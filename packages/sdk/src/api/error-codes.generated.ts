@@ -23,6 +23,7 @@ export type ErrorCode =
   | 'template_build_in_progress'
   | 'template_build_failed'
   | 'size_unsupported'
+  | 'snapshot_interval_unachievable'
   | 'vm_failed'
   | 'agent_timeout'
   | 'timeout'
