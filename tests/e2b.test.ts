@@ -2,9 +2,7 @@
 // way its users would: E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL. Nothing may leave loopback: every DNS lookup of
 // a non-local name and every connection off loopback is refused (before any packet) and fails the file.
 import { createHash, randomBytes } from 'node:crypto';
-import dns from 'node:dns';
 import { request } from 'node:http';
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   AuthenticationError,
@@ -18,44 +16,11 @@ import {
   type FilesystemEvent,
 } from 'e2b';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
-import { adminKey, api, apiUrl, gatewayUrl } from './helpers.js';
+import { offLoopback } from './e2b-env.js';
+import { adminKey, api, gatewayUrl } from './helpers.js';
 
-// ---- loopback only: refuse and record anything else, before it happens ----
-const offLoopback: string[] = [];
-const isLocal = (host: string) => host === 'localhost' || host.startsWith('127.') || host === '::1' || host === '[::1]';
-const refused = (host: string) => Object.assign(new Error(`the test refused to resolve ${host}: only loopback is allowed`), { code: 'ENOTFOUND' });
-const realLookup = dns.lookup;
-(dns as unknown as { lookup: unknown }).lookup = (host: string, ...rest: unknown[]) => {
-  if (isLocal(host)) return (realLookup as (...a: unknown[]) => unknown)(host, ...rest);
-  offLoopback.push(`lookup ${host}`);
-  const cb = rest.at(-1) as (err: Error) => void;
-  process.nextTick(() => cb(refused(host)));
-  return {};
-};
-const realPromisesLookup = dns.promises.lookup;
-(dns.promises as unknown as { lookup: unknown }).lookup = async (host: string, ...rest: unknown[]) => {
-  if (isLocal(host)) return (realPromisesLookup as (...a: unknown[]) => unknown)(host, ...rest);
-  offLoopback.push(`lookup ${host}`);
-  throw refused(host);
-};
-const realConnect = net.Socket.prototype.connect;
-net.Socket.prototype.connect = function (this: net.Socket, ...args: unknown[]) {
-  const first = args[0] as { host?: string; path?: string } | number | string;
-  const host =
-    typeof first === 'object' && first !== null ? (first.path ? undefined : (first.host ?? 'localhost')) : typeof args[1] === 'string' ? args[1] : 'localhost';
-  if (host !== undefined && net.isIP(host) !== 0 && !isLocal(host)) {
-    offLoopback.push(`connect ${host}`);
-    throw refused(host);
-  }
-  return (realConnect as (...a: unknown[]) => net.Socket).apply(this, args);
-} as typeof net.Socket.prototype.connect;
-
-// The way an E2B user switches: environment variables only (read by the SDK whenever it builds a connection).
+// The way an E2B user switches: environment variables only (the URLs are set by ./e2b-env.js).
 process.env.E2B_API_KEY = adminKey;
-process.env.E2B_API_URL = `${apiUrl}/e2b`;
-process.env.E2B_SANDBOX_URL = `${gatewayUrl}/e2b`;
-delete process.env.E2B_DOMAIN;
-delete process.env.E2B_DEBUG;
 
 const RUN = randomBytes(4).toString('hex');
 const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');

@@ -55,8 +55,6 @@ type NetworkInput = Schemas['SandboxNetworkConfig'] & { allow_internet_access?: 
 /** E2B routes the SDK calls for features Sandglass does not have: 501 with what, rather than a 404 the SDK would read as "sandbox not found". */
 const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH', path: string, what: string]> = [
   ['GET', '/sandboxes', 'The v1 sandbox list (use GET /v2/sandboxes)'],
-  ['POST', '/sandboxes', 'The v1 sandbox create (use POST /v2/sandboxes)'],
-  ['POST', '/sandboxes/{sandboxID}/connect', 'The v1 connect (use POST /v2/sandboxes/{sandboxID}/connect)'],
   ['POST', '/sandboxes/{sandboxID}/refreshes', 'Sandbox refreshes'],
   ['GET', '/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
@@ -287,33 +285,43 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       volumeMounts: [],
     });
 
-    route('POST', '/v2/sandboxes', async (req, reply) => {
-      const b = req.body;
-      if (b.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
-      if (b.autoResume?.enabled === true) throw unsupported('autoResume.enabled', 'Sandglass resumes a paused sandbox only when asked (connect)');
-      if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
-      if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
-      if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
-      // Neither given: no network at all, as Sandglass's own create without a policy.
-      const network =
-        b.network === undefined && b.allow_internet_access === undefined
-          ? undefined
-          : toPolicy({ ...b.network, allow_internet_access: b.allow_internet_access }, 'network.', 'allow_internet_access');
-      const envs = b.envVars === undefined ? undefined : checkEnvs(b.envVars, 'envVars');
-      // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
-      const template = await findTemplate(db, b.templateID);
-      const created = await sandboxes.create(who(req), {
-        template: b.templateID,
-        memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
-        vcpus: createDefaults.vcpus?.default as number,
-        snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
-        timeoutS: b.timeout,
-        ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
-        ...(network === undefined ? {} : { network }),
-        ...(envs === undefined ? {} : { envs }),
-      });
-      return reply.code(201).send(await toE2b(req, created));
-    });
+    /**
+     * One create for both versions. The 2.x releases before 2.51 (v1, POST /sandboxes) always send their defaults
+     * `allow_internet_access: true` and `secure: true`, so there true can only mean "the default policy": Sandglass's,
+     * which denies all but what network.allowOut names. v2 sends the field only when the caller set it, so there true
+     * is an explicit request for the whole internet, and stays refused.
+     */
+    const create =
+      (version: 'v1' | 'v2'): OperationHandler<Operation<'/v2/sandboxes', 'POST'>, Route<'/v2/sandboxes', 'POST'>> =>
+      async (req, reply) => {
+        const b = version === 'v1' && req.body.allow_internet_access === true ? { ...req.body, allow_internet_access: undefined } : req.body;
+        if (b.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
+        if (b.autoResume?.enabled === true) throw unsupported('autoResume.enabled', 'Sandglass resumes a paused sandbox only when asked (connect)');
+        if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
+        if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
+        if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
+        // Neither given: no network at all, as Sandglass's own create without a policy.
+        const network =
+          b.network === undefined && b.allow_internet_access === undefined
+            ? undefined
+            : toPolicy({ ...b.network, allow_internet_access: b.allow_internet_access }, 'network.', 'allow_internet_access');
+        const envs = b.envVars === undefined ? undefined : checkEnvs(b.envVars, 'envVars');
+        // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
+        const template = await findTemplate(db, b.templateID);
+        const created = await sandboxes.create(who(req), {
+          template: b.templateID,
+          memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
+          vcpus: createDefaults.vcpus?.default as number,
+          snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
+          timeoutS: b.timeout,
+          ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
+          ...(network === undefined ? {} : { network }),
+          ...(envs === undefined ? {} : { envs }),
+        });
+        return reply.code(201).send(await toE2b(req, created));
+      };
+    route('POST', '/v2/sandboxes', create('v2'));
+    route('POST', '/sandboxes', create('v1'));
 
     route('GET', '/v2/sandboxes', async (req, reply) => {
       const q = req.query;
@@ -384,7 +392,11 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       return reply.code(201).send(await toE2b(req, await resume(req, req.params.sandboxID, req.body.timeout, req.body.memory)));
     });
 
-    route('POST', '/v2/sandboxes/{sandboxID}/connect', async (req, reply) => {
+    /** The same connect under v1 (releases before 2.51) and v2: the two take and answer the same shapes. */
+    const connect: OperationHandler<Operation<'/v2/sandboxes/{sandboxID}/connect', 'POST'>, Route<'/v2/sandboxes/{sandboxID}/connect', 'POST'>> = async (
+      req,
+      reply,
+    ) => {
       const id = req.params.sandboxID;
       const { timeout, memory } = req.body;
       let s = await live(req, id);
@@ -400,7 +412,9 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       // E2B's connect only ever lengthens a running sandbox's life.
       if (clock.nowMs() + timeout * 1000 > fromIso(s.expiresAt)) s = await sandboxes.setTimeout(who(req), id, timeout);
       return reply.code(200).send(await toE2b(req, s));
-    });
+    };
+    route('POST', '/v2/sandboxes/{sandboxID}/connect', connect);
+    route('POST', '/sandboxes/{sandboxID}/connect', connect);
 
     route('POST', '/sandboxes/{sandboxID}/fork', async (req, reply) => {
       const id = req.params.sandboxID;

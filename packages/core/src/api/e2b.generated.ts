@@ -19,6 +19,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The create of the 2.x releases before 2.51, which always send `allow_internet_access: true` and `secure: true`: the same create as POST /v2/sandboxes, except that `allow_internet_access: true` is the default policy here. */
+        post: operations["e2bCreateSandboxV1"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description The connect of the 2.x releases before 2.51; the same as POST /v2/sandboxes/{sandboxID}/connect. */
+        post: operations["e2bConnectSandboxV1"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{sandboxID}": {
         parameters: {
             query?: never;
@@ -178,7 +214,7 @@ export interface components {
             metadata?: components["schemas"]["StringMap"];
             /** @description Sandbox-wide environment variables (Sandglass `envs`); the egress variables win over the same names. */
             envVars?: components["schemas"]["StringMap"];
-            /** @description false (or absent): the network is what `network.allowOut` allows, nothing else. true would open every host, which Sandglass's egress policy does not allow: it answers 400; list the hosts in `network.allowOut`. */
+            /** @description false (or absent): the network is what `network.allowOut` allows, nothing else. On POST /v2/sandboxes true would open every host, which Sandglass's egress policy does not allow: it answers 400; list the hosts in `network.allowOut`. On POST /sandboxes (v1), whose SDK releases send true unless told otherwise, true is the default policy: the same as false. */
             allow_internet_access?: boolean;
             network?: components["schemas"]["SandboxNetworkConfig"];
             /** @description Only false; Sandglass kills a sandbox at its timeout. */
@@ -399,6 +435,67 @@ export interface operations {
         };
         responses: {
             /** @description Running */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bCreateSandboxV1: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewSandboxV2"];
+            };
+        };
+        responses: {
+            /** @description Running */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bConnectSandboxV1: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConnectSandboxV2"];
+            };
+        };
+        responses: {
+            /** @description Running already */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Resumed */
             201: {
                 headers: {
                     [name: string]: unknown;

@@ -324,6 +324,13 @@ describe('routing and auth', () => {
     await expect((await connect(OTHER)).isRunning()).resolves.toBe(false);
   });
 
+  it('without E2b-Sandbox-Id or a host, the sandbox the verified token names (the /files and /health of SDKs before 2.45)', async () => {
+    expect((await envd('/e2b/health', { 'x-access-token': tokenFor(SBX) })).status).toBe(204);
+    expect((await envd('/e2b/health', { 'x-access-token': `${tokenFor(SBX)}x` })).status).toBe(401);
+    expect((await envd('/e2b/health', { 'x-access-token': tokenFor(OTHER) })).status).toBe(502);
+    expect((await envd('/e2b/health', {})).status).toBe(400);
+  });
+
   it('tokens of a revoked key are refused', async () => {
     revoked.add(['key_revokedone'], Date.now() + 600_000);
     const r = await envd('/e2b/health', h({ 'x-access-token': tokenFor(SBX, 'key_revokedone') }));
