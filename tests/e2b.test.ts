@@ -304,6 +304,14 @@ describe('list, pause and connect', () => {
     await resumed.kill();
   });
 
+  it('lists a sandbox started exactly at startedAfter (E2B: "at or after")', async () => {
+    const { startedAt } = await sbx.getInfo();
+    const listed = await Sandbox.list({ query: { startedAfter: startedAt, metadata: { run: RUN, role: 'main' } } }).nextItems();
+    expect(listed.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
+    const later = await Sandbox.list({ query: { startedAfter: new Date(startedAt.getTime() + 1), metadata: { run: RUN, role: 'main' } } }).nextItems();
+    expect(later).toEqual([]);
+  });
+
   it('forks a running sandbox as it is now', async () => {
     await sbx.files.write('/tmp/fork-marker.txt', `forked ${RUN}`);
     const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 600_000 });

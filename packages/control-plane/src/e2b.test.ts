@@ -366,6 +366,9 @@ describe('list', () => {
 
     const after = await call('GET', `/v2/sandboxes?startedAfter=${encodeURIComponent(toIso(Date.UTC(2025, 5, 1, 12) + 2500))}`);
     expect(after.json().map((s: { sandboxID: string }) => s.sandboxID)).toEqual([ids[3], ids[2]]);
+    // "At or after", as E2B's API says: a sandbox started exactly then is listed.
+    const atStart = await call('GET', `/v2/sandboxes?startedAfter=${encodeURIComponent(toIso(Date.UTC(2025, 5, 1, 12) + 2000))}`);
+    expect(atStart.json().map((s: { sandboxID: string }) => s.sandboxID)).toEqual([ids[3], ids[2], ids[1]]);
     expect((await call('GET', '/v2/sandboxes?template=nope')).json()).toEqual([]);
     expect((await call('GET', '/v2/sandboxes?template=base')).json()).toHaveLength(4);
   });

@@ -341,7 +341,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         .filter((s) => templateName === undefined || s.template === templateName)
         .filter((s) => metadata.every(([k, v]) => s.metadata[k] === v))
         .map((s) => toListed(s, idOf.get(s.template) ?? s.template))
-        .filter((s) => afterMs === undefined || fromIso(s.startedAt) > afterMs)
+        .filter((s) => afterMs === undefined || fromIso(s.startedAt) >= afterMs)
         .filter((s) => cursor === undefined || byStart(s, { startedAt: cursor.startedAt, sandboxID: cursor.id }) > 0)
         .sort(byStart);
       const page = matching.slice(0, q.limit);
