@@ -373,6 +373,18 @@ describe('errors', () => {
     await expect(doomed.files.read('/etc/hostname')).rejects.toBeInstanceOf(TimeoutError);
   });
 
+  it('fails a command whose sandbox is killed the way the SDK reads a killed sandbox', async () => {
+    const victim = await Sandbox.create({ timeoutMs: 600_000 });
+    toKill.push(victim.sandboxId);
+    const running = victim.commands.run('sleep 600').catch((e: unknown) => e);
+    await until('the command to run', async () => ((await victim.commands.list()).length > 0 ? true : undefined));
+    expect(await Sandbox.kill(victim.sandboxId)).toBe(true);
+    // The stream is cut, as E2B's edge cuts it: the SDK probes /health (502) and names the kill, not a timeout.
+    const err = await running;
+    expect(err).toBeInstanceOf(TimeoutError);
+    expect((err as Error).message).toMatch(/The sandbox was killed/);
+  });
+
   it('keeps tenants apart and checks the envd token', async () => {
     const tenant = await api('POST', '/v1/tenants', { body: { name: `e2b-other-${RUN}` } });
     expect(tenant.status).toBe(201);

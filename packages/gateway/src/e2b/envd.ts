@@ -179,9 +179,14 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
         const timeoutMs = parseTimeoutMs(req.headers['connect-timeout-ms']);
         const body = await streamRequest(req.raw);
         reply.hijack();
-        const stream = new ServerStream(reply.raw, clock, { keepaliveS: parseKeepaliveS(req.headers['keepalive-ping-interval']), keepaliveMessage });
+        const ctx = ctxOf(req);
+        const stream = new ServerStream(reply.raw, clock, {
+          keepaliveS: parseKeepaliveS(req.headers['keepalive-ping-interval']),
+          keepaliveMessage,
+          cutIf: () => ctx.sbx.state !== 'running',
+        });
         try {
-          await run(ctxOf(req), body, stream, { clock, timeoutMs });
+          await run(ctx, body, stream, { clock, timeoutMs });
         } catch (err) {
           stream.end(err);
         }
