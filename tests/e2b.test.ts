@@ -235,6 +235,16 @@ describe('files', () => {
     await expect(sbx.files.list('/tmp/nowhere')).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  it('gives a symlink’s target as the absolute path it resolves to, as envd does', async () => {
+    await sbx.commands.run('mkdir -p /tmp/links/sub && echo t > /tmp/links/sub/t.txt && cd /tmp/links && ln -sf sub/t.txt rel && ln -sf ../links/sub up');
+    expect(await sbx.files.getInfo('/tmp/links/rel')).toMatchObject({ type: 'symlink', symlinkTarget: '/tmp/links/sub/t.txt' });
+    const listed = await sbx.files.list('/tmp/links');
+    expect(Object.fromEntries(listed.filter((e) => e.symlinkTarget !== undefined).map((e) => [e.name, e.symlinkTarget]))).toEqual({
+      rel: '/tmp/links/sub/t.txt',
+      up: '/tmp/links/sub',
+    });
+  });
+
   it('watches a directory', async () => {
     await sbx.files.makeDir('/tmp/watched');
     const events: FilesystemEvent[] = [];
