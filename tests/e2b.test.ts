@@ -338,6 +338,37 @@ describe('list, pause and connect', () => {
   });
 });
 
+describe('guest ports', () => {
+  it('getHost names the gateway’s host-name form of the port: a server started in the guest answers there', async () => {
+    await sbx.commands.run(`mkdir -p /tmp/www && echo served ${RUN} > /tmp/www/hello.txt`);
+    const server = await sbx.commands.run('cd /tmp/www && exec python3 -m http.server 8000 --bind 127.0.0.1', { background: true, timeoutMs: 0 });
+    const host = sbx.getHost(8000);
+    const gw = new URL(gatewayUrl);
+    expect(host).toBe(`8000-${sbx.sandboxId}.sandglass.localhost:${gw.port}`);
+    // As a client of the host name would, on loopback: `*.localhost` is loopback, so the request goes to 127.0.0.1
+    // with that Host, plain HTTP as `sandglass up` serves it.
+    const get = (headers: Record<string, string>) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        request({ host: gw.hostname, port: gw.port, path: '/hello.txt', headers: { host, ...headers } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString('utf8') }));
+        })
+          .on('error', reject)
+          .end();
+      });
+    // Private, as every Sandglass port is until made public: the sandbox's token opens it.
+    const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+    const served = await until('the guest server', async () => {
+      const r = await get({ 'x-sandglass-access-token': token });
+      return r.status === 200 ? r : undefined;
+    });
+    expect(served.body).toBe(`served ${RUN}\n`);
+    expect((await get({})).status).toBe(401);
+    await server.kill();
+  });
+});
+
 describe('egress', () => {
   it('applies to sandboxes made through E2B: denied unless allowed, allowOut becomes the policy', async () => {
     const up = await startHttpsUpstream(inject('egressPki'), inject('egressUpstreamPorts')[7]!);

@@ -97,6 +97,8 @@ export interface E2bApiOptions {
   clock: Clock;
   /** The control plane's own spec: a create takes the defaults of its CreateSandboxRequest for what E2B does not say. */
   controlPlaneSpec: OpenApiDoc;
+  /** The gateways' guest-port domain; absent, `domain` is null and getHost names nothing that exists. */
+  portDomain?: string;
 }
 
 /** A refusal of an option Sandglass cannot honour: 400 naming the field, never a silently different sandbox. */
@@ -258,17 +260,29 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       if (isFinal(s)) throw notFound(id);
       return s;
     };
-    const envdToken = async (req: FastifyRequest, id: string) => (await sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS)).token;
+    const access = (req: FastifyRequest, id: string) => sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS);
+    /**
+     * What the SDK's getHost(port) appends to `<port>-<id>.`: the port domain with the sandbox's gateway's port, so the
+     * name is the gateway's host-name form of that guest port (`sandglass up`: `sandglass.localhost:7071`).
+     */
+    const domainOf = (gatewayUrl: string): string | null => {
+      if (opts.portDomain === undefined) return null;
+      const { port } = new URL(gatewayUrl);
+      return port === '' ? opts.portDomain : `${opts.portDomain}:${port}`;
+    };
     const templateIdOf = async (name: string) => (await findTemplate(db, name))?.id ?? name;
-    const toE2b = async (req: FastifyRequest, s: Sandbox): Promise<E2bSandbox> => ({
-      sandboxID: s.id,
-      templateID: await templateIdOf(s.template),
-      alias: s.template,
-      clientID: CLIENT_ID,
-      envdVersion: E2B_ENVD_VERSION,
-      envdAccessToken: await envdToken(req, s.id),
-      domain: null,
-    });
+    const toE2b = async (req: FastifyRequest, s: Sandbox): Promise<E2bSandbox> => {
+      const granted = await access(req, s.id);
+      return {
+        sandboxID: s.id,
+        templateID: await templateIdOf(s.template),
+        alias: s.template,
+        clientID: CLIENT_ID,
+        envdVersion: E2B_ENVD_VERSION,
+        envdAccessToken: granted.token,
+        domain: domainOf(granted.gatewayUrl),
+      };
+    };
     const toListed = (s: Sandbox, templateId: string): ListedSandbox => ({
       sandboxID: s.id,
       templateID: templateId,
@@ -351,10 +365,11 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
 
     route('GET', '/sandboxes/{sandboxID}', async (req) => {
       const s = await live(req, req.params.sandboxID);
+      const granted = s.state === 'paused' ? undefined : await access(req, s.id);
       return {
         ...toListed(s, await templateIdOf(s.template)),
-        ...(s.state === 'paused' ? {} : { envdAccessToken: await envdToken(req, s.id) }),
-        domain: null,
+        ...(granted === undefined ? {} : { envdAccessToken: granted.token }),
+        domain: granted === undefined ? null : domainOf(granted.gatewayUrl),
         ...(s.network === null ? {} : { network: { allowOut: s.network.allow, denyOut: s.network.deny } }),
         lifecycle: { onTimeout: 'kill' as const, autoResume: false as const },
       };

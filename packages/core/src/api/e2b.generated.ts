@@ -302,8 +302,8 @@ export interface components {
             envdVersion: string;
             /** @description A Sandglass access token for this sandbox's data plane */
             envdAccessToken?: string;
-            /** @description No sandbox domain; set E2B_SANDBOX_URL to the gateway's /e2b. */
-            domain?: null;
+            /** @description The gateways' guest-port domain with the gateway's port (`sandglass.localhost:7071`), so the SDK's getHost(port) is `<port>-<id>.<domain>`, the gateway's host-name form of that port; null where the control plane is not told the domain (SANDGLASS_PORT_DOMAIN). envd is still reached through E2B_SANDBOX_URL. */
+            domain?: string | null;
         };
         ListedSandbox: {
             sandboxID: string;
@@ -342,7 +342,8 @@ export interface components {
             envdVersion: string;
             /** @description Present while the sandbox runs. */
             envdAccessToken?: string;
-            domain?: null;
+            /** @description As in Sandbox; null while paused. */
+            domain?: string | null;
             state: components["schemas"]["SandboxState"];
             metadata?: {
                 [key: string]: string;
