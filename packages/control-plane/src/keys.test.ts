@@ -335,7 +335,7 @@ describe('expiry', () => {
 });
 
 describe('E2B-format keys', () => {
-  it('are e2b_ + hex, as E2B SDK releases up to 2.45 insist, with the same role, expiry, revocation and hashing', async () => {
+  it('are e2b_ + hex, as E2B SDK releases 2.36 to 2.45 insist, with the same role, expiry, revocation and hashing', async () => {
     const a = await tenant('a');
     const made = await call('POST', '/v1/api-keys', a.admin, { format: 'e2b', expiresInS: 3600 });
     expect(made.status).toBe(201);

@@ -324,7 +324,7 @@ describe('routing and auth', () => {
     await expect((await connect(OTHER)).isRunning()).resolves.toBe(false);
   });
 
-  it('without E2b-Sandbox-Id or a host, the sandbox the verified token names (the /files and /health of SDKs before 2.45)', async () => {
+  it('without E2b-Sandbox-Id or a host, the sandbox the verified token names (the /files and /health of SDKs before 2.36)', async () => {
     expect((await envd('/e2b/health', { 'x-access-token': tokenFor(SBX) })).status).toBe(204);
     expect((await envd('/e2b/health', { 'x-access-token': `${tokenFor(SBX)}x` })).status).toBe(401);
     expect((await envd('/e2b/health', { 'x-access-token': tokenFor(OTHER) })).status).toBe(502);

@@ -56,7 +56,7 @@ function header(req: FastifyRequest, name: string): string | undefined {
 
 /**
  * The sandbox and port a request is for: its E2b-Sandbox-* headers, else (or consistent with them) its Host, else the
- * sandbox its access token names once verified (`tokenSandbox`): the SDK releases before 2.45 send the headers on
+ * sandbox its access token names once verified (`tokenSandbox`): the SDK releases before 2.36 send the headers on
  * Connect RPCs only, not on /files and /health.
  */
 function targetOf(req: FastifyRequest, hostForm: boolean, tokenSandbox: () => string | undefined): { sandboxId: string; port: number } {
