@@ -12,6 +12,7 @@ import {
   RateLimitError,
   Sandbox,
   SandboxError,
+  Template,
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
@@ -335,6 +336,13 @@ describe('list, pause and connect', () => {
       await child.kill();
     }
     expect(await sbx.isRunning()).toBe(true);
+  });
+});
+
+describe('templates', () => {
+  it('Template.exists: true for a template Sandglass has, false otherwise', async () => {
+    expect(await Template.exists('base')).toBe(true);
+    expect(await Template.exists(`no-such-template-${RUN}`)).toBe(false);
   });
 });
 

@@ -234,6 +234,16 @@ describe('auth and errors', () => {
     expect(res.json()).toMatchObject({ code: 404, error_code: 'not_found' });
   });
 
+  it('answers Template.exists by name: the template, or 404', async () => {
+    const base = await call('GET', '/templates/aliases/base');
+    expect(base.statusCode, base.body).toBe(200);
+    expect(base.json()).toEqual({ templateID: expect.stringMatching(/^tpl_/), public: true });
+    // By its name only, as E2B's aliases: the id and an unknown name are no alias.
+    expect((await call('GET', `/templates/aliases/${base.json().templateID}`)).json()).toMatchObject({ code: 404, error_code: 'template_not_found' });
+    expect((await call('GET', '/templates/aliases/nope')).statusCode).toBe(404);
+    expect((await call('GET', '/templates/aliases/base', { key: null })).statusCode).toBe(401);
+  });
+
   it('answers a validation error as 400 naming the field', async () => {
     const res = await call('POST', '/v2/sandboxes', { json: { templateID: 'base', timeout: 0 } });
     expect(res.statusCode).toBe(400);

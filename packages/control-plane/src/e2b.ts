@@ -78,7 +78,6 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['GET', '/templates/{templateID}/builds/{buildID}/status', 'Template builds'],
   ['GET', '/templates/{templateID}/files/{hash}', 'Template builds'],
   ['GET', '/templates/{templateID}/tags', 'Template tags'],
-  ['GET', '/templates/aliases/{alias}', 'Template aliases'],
   ['POST', '/templates/tags', 'Template tags'],
   ['DELETE', '/templates/tags', 'Template tags'],
   ['GET', '/v2/templates', 'The templates API'],
@@ -445,6 +444,15 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         results.push({ error: { code: 500, message: `This fork did not start; the failed sandboxes' sandbox.failed events say why.` } });
       }
       return reply.code(201).send(results);
+    });
+
+    /** `Template.exists(name)`: Sandglass's templates are the platform's, so every tenant sees each one (E2B: public). */
+    route('GET', '/templates/aliases/{alias}', async (req) => {
+      const template = await findTemplate(db, req.params.alias);
+      if (template === undefined || template.name !== req.params.alias) {
+        throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.params.alias)} exists.`);
+      }
+      return { templateID: template.id, public: true as const };
     });
 
     route('PUT', '/sandboxes/{sandboxID}/network', async (req, reply) => {
