@@ -339,6 +339,31 @@ describe('list, pause and connect', () => {
   });
 });
 
+describe('snapshots', () => {
+  it('createSnapshot keeps a named snapshot: listed, a sandbox created from it, deleted', async () => {
+    await sbx.files.write('/tmp/snap-marker.txt', `snapped ${RUN}`);
+    const snap = await sbx.createSnapshot({ name: `e2b-${RUN}` });
+    expect(snap).toEqual({ snapshotId: expect.stringMatching(/^snap_/), names: [`e2b-${RUN}`] });
+    // Kept: a named Sandglass snapshot, which retention never thins.
+    expect((await api('GET', `/v1/snapshots/${snap.snapshotId}`)).body).toMatchObject({ name: `e2b-${RUN}`, pinned: true, sandboxId: sbx.sandboxId });
+    const unnamed = await sbx.createSnapshot();
+    expect(unnamed.names).toEqual([unnamed.snapshotId]);
+    const mine = async () => (await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()).map((s) => s.snapshotId);
+    expect(await mine()).toEqual([unnamed.snapshotId, snap.snapshotId]);
+
+    const child = await Sandbox.create(snap.snapshotId, { timeoutMs: 600_000 });
+    toKill.push(child.sandboxId);
+    expect(child.sandboxId).not.toBe(sbx.sandboxId);
+    expect(await child.files.read('/tmp/snap-marker.txt')).toBe(`snapped ${RUN}`);
+    await child.kill();
+
+    expect(await Sandbox.deleteSnapshot(unnamed.snapshotId)).toBe(true);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(true);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(false);
+    expect(await mine()).toEqual([]);
+  });
+});
+
 describe('templates', () => {
   it('Template.exists: true for a template Sandglass has, false otherwise', async () => {
     expect(await Template.exists('base')).toBe(true);

@@ -222,7 +222,7 @@ describe('auth and errors', () => {
     for (const [method, url] of [
       ['GET', '/templates'],
       ['GET', '/sandboxes/sbx_x/metrics'],
-      ['POST', '/sandboxes/sbx_x/snapshots'],
+      ['POST', '/sandboxes/sbx_x/refreshes'],
       ['GET', '/volumes'],
     ] as const) {
       const res = await call(method, url, { json: method === 'POST' ? {} : undefined });
@@ -242,6 +242,16 @@ describe('auth and errors', () => {
     expect((await call('GET', `/templates/aliases/${base.json().templateID}`)).json()).toMatchObject({ code: 404, error_code: 'template_not_found' });
     expect((await call('GET', '/templates/aliases/nope')).statusCode).toBe(404);
     expect((await call('GET', '/templates/aliases/base', { key: null })).statusCode).toBe(401);
+  });
+
+  it('deletes only snapshots through DELETE /templates/{id}: a template is refused, an unknown id is 404', async () => {
+    const template = await call('DELETE', '/templates/base');
+    expect([template.statusCode, template.json().message]).toEqual([400, expect.stringContaining('templateID')]);
+    expect((await call('GET', '/templates/aliases/base')).statusCode).toBe(200);
+    expect((await call('DELETE', '/templates/snap_unknown')).json()).toMatchObject({ code: 404, error_code: 'snapshot_not_found' });
+    expect((await call('GET', '/snapshots')).json()).toEqual([]);
+    expect((await call('GET', '/snapshots?limit=0')).statusCode).toBe(400);
+    expect((await call('POST', '/sandboxes/sbx_x/snapshots', { json: { name: 'a b' } })).statusCode).toBe(400);
   });
 
   it('answers a validation error as 400 naming the field', async () => {

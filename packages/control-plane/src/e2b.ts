@@ -20,7 +20,7 @@ import {
 } from '@sandglass/core';
 import { fromIso, type Schema } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
-import type { NetworkPolicy, Sandbox } from './api.js';
+import type { NetworkPolicy, Sandbox, Snapshot } from './api.js';
 import { authenticate, type Principal } from './keys.js';
 import { checkEnvs, E2B_ENVD_TOKEN_TTL_MS, type SandboxService } from './sandboxes.js';
 import { findTemplate, listTemplates } from './templates.js';
@@ -60,8 +60,6 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/sandboxes/{sandboxID}/metrics', 'Sandbox metrics'],
   ['GET', '/sandboxes/metrics', 'Sandbox metrics'],
-  ['POST', '/sandboxes/{sandboxID}/snapshots', "E2B's snapshots API (Sandglass snapshots are in its own API, /v1/sandboxes/{id}/snapshots)"],
-  ['GET', '/snapshots', "E2B's snapshots API"],
   ['GET', '/secrets', "E2B's secrets API (Sandglass secrets are in its own API, /v1/secrets)"],
   ['POST', '/secrets', "E2B's secrets API"],
   ['GET', '/secrets/{secretID}', "E2B's secrets API"],
@@ -72,7 +70,6 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['GET', '/teams/{teamID}/metrics/max', 'Team metrics'],
   ['GET', '/templates', 'The templates API'],
   ['GET', '/templates/{templateID}', 'The templates API'],
-  ['DELETE', '/templates/{templateID}', 'The templates API (and deleting snapshots through it)'],
   ['PATCH', '/templates/{templateID}', 'The templates API'],
   ['GET', '/templates/{templateID}/builds/{buildID}/logs', 'Template builds'],
   ['GET', '/templates/{templateID}/builds/{buildID}/status', 'Template builds'],
@@ -234,6 +231,18 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
     });
     const who = (req: FastifyRequest): Principal => principals.get(req)!;
 
+    /** A named snapshot of the tenant by id or name (E2B creates from either), or undefined. */
+    const namedSnapshot = async (req: FastifyRequest, idOrName: string): Promise<Snapshot | undefined> => {
+      const [byName] = await sandboxes.namedSnapshots(who(req), { name: idOrName });
+      if (byName !== undefined) return byName;
+      if (!idOrName.startsWith('snap_')) return undefined;
+      const byId = await sandboxes.getSnapshot(who(req), idOrName).catch((err: unknown) => {
+        if (err instanceof SandglassError && err.code === 'snapshot_not_found') return undefined;
+        throw err;
+      });
+      return byId?.name === null ? undefined : byId;
+    };
+
     const route = <P extends keyof Paths, M extends MethodsAt<Paths, P>>(method: M, path: P, handler: OperationHandler<Operation<P, M>, Route<P, M>>) =>
       scope.route({
         method,
@@ -321,6 +330,22 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         const envs = b.envVars === undefined ? undefined : checkEnvs(b.envVars, 'envVars');
         // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
         const template = await findTemplate(db, b.templateID);
+        const snapshot = template === undefined ? await namedSnapshot(req, b.templateID) : undefined;
+        if (snapshot !== undefined) {
+          // A sandbox from a snapshot is a fork of it: the network and envs are those of the sandbox it was taken of.
+          if (network !== undefined) throw unsupported('network', 'a sandbox created from a snapshot keeps the network of the sandbox it was taken of');
+          if (envs !== undefined) throw unsupported('envVars', 'a sandbox created from a snapshot keeps the envs of the sandbox it was taken of');
+          const forked = await sandboxes.fork(who(req), {
+            snapshotId: snapshot.id,
+            count: 1,
+            timeoutS: b.timeout,
+            ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
+          });
+          const [started] = forked.sandboxes;
+          if (started === undefined)
+            throw new SandglassError('vm_failed', `The sandbox from snapshot ${snapshot.id} did not start; its sandbox.failed event says why.`);
+          return reply.code(201).send(await toE2b(req, started));
+        }
         const created = await sandboxes.create(who(req), {
           template: b.templateID,
           memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
@@ -453,6 +478,44 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.params.alias)} exists.`);
       }
       return { templateID: template.id, public: true as const };
+    });
+
+    /** E2B's snapshots are Sandglass's named ones: taken now and kept (named, so retention never thins them). */
+    route('POST', '/sandboxes/{sandboxID}/snapshots', async (req, reply) => {
+      const id = req.params.sandboxID;
+      await live(req, id);
+      const taken = await sandboxes.takeSnapshot(who(req), id, req.body.name);
+      // Unnamed, it would be a rolling snapshot that retention thins: it is kept under its own id.
+      const kept = taken.name === null ? await sandboxes.nameSnapshot(who(req), taken.id, taken.id) : taken;
+      return reply.code(201).send({ snapshotID: kept.id, names: [kept.name!] });
+    });
+
+    route('GET', '/snapshots', async (req, reply) => {
+      const q = req.query;
+      const named = await sandboxes.namedSnapshots(who(req), {
+        ...(q.sandboxID === undefined ? {} : { sandboxId: q.sandboxID }),
+        ...(q.name === undefined ? {} : { name: q.name }),
+      });
+      const cursor = q.nextToken === undefined ? undefined : decodeCursor(q.nextToken);
+      // Newest first, as namedSnapshots gives them: past the cursor means older (or as old, with a smaller id).
+      const after = cursor === undefined ? named : named.filter((s) => s.takenAt < cursor.startedAt || (s.takenAt === cursor.startedAt && s.id < cursor.id));
+      const page = after.slice(0, q.limit);
+      const last = page[page.length - 1];
+      if (after.length > page.length && last !== undefined) void reply.header('x-next-token', encodeCursor({ startedAt: last.takenAt, sandboxID: last.id }));
+      return page.map((s) => ({ snapshotID: s.id, names: [s.name!] }));
+    });
+
+    /** What the SDK's deleteSnapshot calls: a named snapshot is deleted; a template is refused (400), not deleted. */
+    route('DELETE', '/templates/{templateID}', async (req, reply) => {
+      const snapshot = await namedSnapshot(req, req.params.templateID);
+      if (snapshot === undefined) {
+        if ((await findTemplate(db, req.params.templateID)) !== undefined) {
+          throw unsupported('templateID', 'names a template; Sandglass builds and keeps its templates itself, they are not deleted here');
+        }
+        throw new SandglassError('snapshot_not_found', `No snapshot ${req.params.templateID} exists for your tenant.`);
+      }
+      await sandboxes.deleteSnapshot(who(req), snapshot.id);
+      return reply.code(204).send();
     });
 
     route('PUT', '/sandboxes/{sandboxID}/network', async (req, reply) => {

@@ -187,6 +187,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxID}/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A Sandglass snapshot of the running sandbox taken now and kept: named (`name`, else its own id), so retention never thins it. Create a sandbox from it with its id or name as templateID (a fork of it). */
+        post: operations["e2bCreateSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's named snapshots, newest first, one page at a time. */
+        get: operations["e2bListSnapshots"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/templates/{templateID}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                templateID: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** @description What the SDK's deleteSnapshot calls: deletes the tenant's named snapshot of that id or name (forks already started from it keep running); 404 when there is none. A template answers 400: templates are not deleted here. */
+        delete: operations["e2bDeleteSnapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/templates/aliases/{alias}": {
         parameters: {
             query?: never;
@@ -379,6 +434,12 @@ export interface components {
                 autoResume: false;
             };
             volumeMounts?: unknown[];
+        };
+        SnapshotInfo: {
+            /** @description `snap_…`, usable as templateID on create. */
+            snapshotID: string;
+            /** @description Its Sandglass name */
+            names: string[];
         };
         /** @description Exactly one of sandbox and error. */
         SandboxForkResult: {
@@ -727,6 +788,84 @@ export interface operations {
         };
         responses: {
             /** @description Replaced */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bCreateSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    name?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Taken */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bListSnapshots: {
+        parameters: {
+            query?: {
+                sandboxID?: string;
+                name?: string;
+                limit?: number;
+                /** @description The `X-Next-Token` of the previous page; opaque. */
+                nextToken?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page; `X-Next-Token` is present when another follows. */
+            200: {
+                headers: {
+                    "X-Next-Token"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bDeleteSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                templateID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
             204: {
                 headers: {
                     [name: string]: unknown;
