@@ -357,6 +357,13 @@ describe('snapshots', () => {
     expect(await child.files.read('/tmp/snap-marker.txt')).toBe(`snapped ${RUN}`);
     await child.kill();
 
+    // Another tenant sees none of them, cannot start from one, and deletes nothing.
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `e2b-snap-${RUN}` } });
+    const otherKey = (await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'admin' } })).body!.key as string;
+    expect(await Sandbox.listSnapshots({ apiKey: otherKey }).nextItems()).toEqual([]);
+    await expect(Sandbox.create(snap.snapshotId, { apiKey: otherKey })).rejects.toBeInstanceOf(SandboxError);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId, { apiKey: otherKey })).toBe(false);
+
     expect(await Sandbox.deleteSnapshot(unnamed.snapshotId)).toBe(true);
     expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(true);
     expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(false);
