@@ -2,9 +2,7 @@
 // way its users would: E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL. Nothing may leave loopback: every DNS lookup of
 // a non-local name and every connection off loopback is refused (before any packet) and fails the file.
 import { createHash, randomBytes } from 'node:crypto';
-import dns from 'node:dns';
 import { request } from 'node:http';
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   AuthenticationError,
@@ -14,48 +12,16 @@ import {
   RateLimitError,
   Sandbox,
   SandboxError,
+  Template,
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
-import { adminKey, api, apiUrl, gatewayUrl } from './helpers.js';
+import { offLoopback } from './e2b-env.js';
+import { adminKey, api, gatewayUrl } from './helpers.js';
 
-// ---- loopback only: refuse and record anything else, before it happens ----
-const offLoopback: string[] = [];
-const isLocal = (host: string) => host === 'localhost' || host.startsWith('127.') || host === '::1' || host === '[::1]';
-const refused = (host: string) => Object.assign(new Error(`the test refused to resolve ${host}: only loopback is allowed`), { code: 'ENOTFOUND' });
-const realLookup = dns.lookup;
-(dns as unknown as { lookup: unknown }).lookup = (host: string, ...rest: unknown[]) => {
-  if (isLocal(host)) return (realLookup as (...a: unknown[]) => unknown)(host, ...rest);
-  offLoopback.push(`lookup ${host}`);
-  const cb = rest.at(-1) as (err: Error) => void;
-  process.nextTick(() => cb(refused(host)));
-  return {};
-};
-const realPromisesLookup = dns.promises.lookup;
-(dns.promises as unknown as { lookup: unknown }).lookup = async (host: string, ...rest: unknown[]) => {
-  if (isLocal(host)) return (realPromisesLookup as (...a: unknown[]) => unknown)(host, ...rest);
-  offLoopback.push(`lookup ${host}`);
-  throw refused(host);
-};
-const realConnect = net.Socket.prototype.connect;
-net.Socket.prototype.connect = function (this: net.Socket, ...args: unknown[]) {
-  const first = args[0] as { host?: string; path?: string } | number | string;
-  const host =
-    typeof first === 'object' && first !== null ? (first.path ? undefined : (first.host ?? 'localhost')) : typeof args[1] === 'string' ? args[1] : 'localhost';
-  if (host !== undefined && net.isIP(host) !== 0 && !isLocal(host)) {
-    offLoopback.push(`connect ${host}`);
-    throw refused(host);
-  }
-  return (realConnect as (...a: unknown[]) => net.Socket).apply(this, args);
-} as typeof net.Socket.prototype.connect;
-
-// The way an E2B user switches: environment variables only (read by the SDK whenever it builds a connection).
+// The way an E2B user switches: environment variables only (the URLs are set by ./e2b-env.js).
 process.env.E2B_API_KEY = adminKey;
-process.env.E2B_API_URL = `${apiUrl}/e2b`;
-process.env.E2B_SANDBOX_URL = `${gatewayUrl}/e2b`;
-delete process.env.E2B_DOMAIN;
-delete process.env.E2B_DEBUG;
 
 const RUN = randomBytes(4).toString('hex');
 const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
@@ -270,6 +236,16 @@ describe('files', () => {
     await expect(sbx.files.list('/tmp/nowhere')).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  it('gives a symlink’s target as the absolute path it resolves to, as envd does', async () => {
+    await sbx.commands.run('mkdir -p /tmp/links/sub && echo t > /tmp/links/sub/t.txt && cd /tmp/links && ln -sf sub/t.txt rel && ln -sf ../links/sub up');
+    expect(await sbx.files.getInfo('/tmp/links/rel')).toMatchObject({ type: 'symlink', symlinkTarget: '/tmp/links/sub/t.txt' });
+    const listed = await sbx.files.list('/tmp/links');
+    expect(Object.fromEntries(listed.filter((e) => e.symlinkTarget !== undefined).map((e) => [e.name, e.symlinkTarget]))).toEqual({
+      rel: '/tmp/links/sub/t.txt',
+      up: '/tmp/links/sub',
+    });
+  });
+
   it('watches a directory', async () => {
     await sbx.files.makeDir('/tmp/watched');
     const events: FilesystemEvent[] = [];
@@ -339,6 +315,14 @@ describe('list, pause and connect', () => {
     await resumed.kill();
   });
 
+  it('lists a sandbox started exactly at startedAfter (E2B: "at or after")', async () => {
+    const { startedAt } = await sbx.getInfo();
+    const listed = await Sandbox.list({ query: { startedAfter: startedAt, metadata: { run: RUN, role: 'main' } } }).nextItems();
+    expect(listed.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
+    const later = await Sandbox.list({ query: { startedAfter: new Date(startedAt.getTime() + 1), metadata: { run: RUN, role: 'main' } } }).nextItems();
+    expect(later).toEqual([]);
+  });
+
   it('forks a running sandbox as it is now', async () => {
     await sbx.files.write('/tmp/fork-marker.txt', `forked ${RUN}`);
     const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 600_000 });
@@ -352,6 +336,76 @@ describe('list, pause and connect', () => {
       await child.kill();
     }
     expect(await sbx.isRunning()).toBe(true);
+  });
+});
+
+describe('snapshots', () => {
+  it('createSnapshot keeps a named snapshot: listed, a sandbox created from it, deleted', async () => {
+    await sbx.files.write('/tmp/snap-marker.txt', `snapped ${RUN}`);
+    const snap = await sbx.createSnapshot({ name: `e2b-${RUN}` });
+    expect(snap).toEqual({ snapshotId: expect.stringMatching(/^snap_/), names: [`e2b-${RUN}`] });
+    // Kept: a named Sandglass snapshot, which retention never thins.
+    expect((await api('GET', `/v1/snapshots/${snap.snapshotId}`)).body).toMatchObject({ name: `e2b-${RUN}`, pinned: true, sandboxId: sbx.sandboxId });
+    const unnamed = await sbx.createSnapshot();
+    expect(unnamed.names).toEqual([unnamed.snapshotId]);
+    const mine = async () => (await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()).map((s) => s.snapshotId);
+    expect(await mine()).toEqual([unnamed.snapshotId, snap.snapshotId]);
+
+    const child = await Sandbox.create(snap.snapshotId, { timeoutMs: 600_000 });
+    toKill.push(child.sandboxId);
+    expect(child.sandboxId).not.toBe(sbx.sandboxId);
+    expect(await child.files.read('/tmp/snap-marker.txt')).toBe(`snapped ${RUN}`);
+    await child.kill();
+
+    // Another tenant sees none of them, cannot start from one, and deletes nothing.
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `e2b-snap-${RUN}` } });
+    const otherKey = (await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'admin' } })).body!.key as string;
+    expect(await Sandbox.listSnapshots({ apiKey: otherKey }).nextItems()).toEqual([]);
+    await expect(Sandbox.create(snap.snapshotId, { apiKey: otherKey })).rejects.toBeInstanceOf(SandboxError);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId, { apiKey: otherKey })).toBe(false);
+
+    expect(await Sandbox.deleteSnapshot(unnamed.snapshotId)).toBe(true);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(true);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(false);
+    expect(await mine()).toEqual([]);
+  });
+});
+
+describe('templates', () => {
+  it('Template.exists: true for a template Sandglass has, false otherwise', async () => {
+    expect(await Template.exists('base')).toBe(true);
+    expect(await Template.exists(`no-such-template-${RUN}`)).toBe(false);
+  });
+});
+
+describe('guest ports', () => {
+  it('getHost names the gateway’s host-name form of the port: a server started in the guest answers there', async () => {
+    await sbx.commands.run(`mkdir -p /tmp/www && echo served ${RUN} > /tmp/www/hello.txt`);
+    const server = await sbx.commands.run('cd /tmp/www && exec python3 -m http.server 8000 --bind 127.0.0.1', { background: true, timeoutMs: 0 });
+    const host = sbx.getHost(8000);
+    const gw = new URL(gatewayUrl);
+    expect(host).toBe(`8000-${sbx.sandboxId}.sandglass.localhost:${gw.port}`);
+    // As a client of the host name would, on loopback: `*.localhost` is loopback, so the request goes to 127.0.0.1
+    // with that Host, plain HTTP as `sandglass up` serves it.
+    const get = (headers: Record<string, string>) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        request({ host: gw.hostname, port: gw.port, path: '/hello.txt', headers: { host, ...headers } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString('utf8') }));
+        })
+          .on('error', reject)
+          .end();
+      });
+    // Private, as every Sandglass port is until made public: the sandbox's token opens it.
+    const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+    const served = await until('the guest server', async () => {
+      const r = await get({ 'x-sandglass-access-token': token });
+      return r.status === 200 ? r : undefined;
+    });
+    expect(served.body).toBe(`served ${RUN}\n`);
+    expect((await get({})).status).toBe(401);
+    await server.kill();
   });
 });
 
@@ -398,6 +452,18 @@ describe('errors', () => {
     // The SDK's own reading of a 502 (E2B's edge for a sandbox that is gone): on a stream start, "not running anymore".
     await expect(doomed.commands.run('true')).rejects.toBeInstanceOf(NotFoundError);
     await expect(doomed.files.read('/etc/hostname')).rejects.toBeInstanceOf(TimeoutError);
+  });
+
+  it('fails a command whose sandbox is killed the way the SDK reads a killed sandbox', async () => {
+    const victim = await Sandbox.create({ timeoutMs: 600_000 });
+    toKill.push(victim.sandboxId);
+    const running = victim.commands.run('sleep 600').catch((e: unknown) => e);
+    await until('the command to run', async () => ((await victim.commands.list()).length > 0 ? true : undefined));
+    expect(await Sandbox.kill(victim.sandboxId)).toBe(true);
+    // The stream is cut, as E2B's edge cuts it: the SDK probes /health (502) and names the kill, not a timeout.
+    const err = await running;
+    expect(err).toBeInstanceOf(TimeoutError);
+    expect((err as Error).message).toMatch(/The sandbox was killed/);
   });
 
   it('keeps tenants apart and checks the envd token', async () => {

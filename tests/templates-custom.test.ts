@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, 
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Sandbox as E2bSandbox } from 'e2b';
+import { Sandbox as E2bSandbox, Template as E2bTemplate } from 'e2b';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl } from './helpers.js';
@@ -157,6 +157,9 @@ describe('custom templates', () => {
     made.push(s);
     const r = await s.commands.run('sandglass-hello; echo "$GREETING"');
     expect(r.stdout).toBe('hello from a package\nfrom the template\n');
+    // Template.exists sees the tenant's own template, and another tenant does not.
+    expect(await E2bTemplate.exists(NAME, { apiKey: owner })).toBe(true);
+    expect(await E2bTemplate.exists(NAME, { apiKey: stranger })).toBe(false);
   });
 
   it('its snapshot is template data: not renamed or deleted through /v1/snapshots while a version holds it', async () => {

@@ -222,7 +222,7 @@ describe('auth and errors', () => {
     for (const [method, url] of [
       ['GET', '/templates'],
       ['GET', '/sandboxes/sbx_x/metrics'],
-      ['POST', '/sandboxes/sbx_x/snapshots'],
+      ['POST', '/sandboxes/sbx_x/refreshes'],
       ['GET', '/volumes'],
     ] as const) {
       const res = await call(method, url, { json: method === 'POST' ? {} : undefined });
@@ -232,6 +232,26 @@ describe('auth and errors', () => {
     const res = await call('GET', '/v9/nothing');
     expect(res.statusCode).toBe(404);
     expect(res.json()).toMatchObject({ code: 404, error_code: 'not_found' });
+  });
+
+  it('answers Template.exists by name: the template, or 404', async () => {
+    const base = await call('GET', '/templates/aliases/base');
+    expect(base.statusCode, base.body).toBe(200);
+    expect(base.json()).toEqual({ templateID: expect.stringMatching(/^tpl_/), public: true });
+    // By its name only, as E2B's aliases: the id and an unknown name are no alias.
+    expect((await call('GET', `/templates/aliases/${base.json().templateID}`)).json()).toMatchObject({ code: 404, error_code: 'template_not_found' });
+    expect((await call('GET', '/templates/aliases/nope')).statusCode).toBe(404);
+    expect((await call('GET', '/templates/aliases/base', { key: null })).statusCode).toBe(401);
+  });
+
+  it('deletes only snapshots through DELETE /templates/{id}: a template is refused, an unknown id is 404', async () => {
+    const template = await call('DELETE', '/templates/base');
+    expect([template.statusCode, template.json().message]).toEqual([400, expect.stringContaining('templateID')]);
+    expect((await call('GET', '/templates/aliases/base')).statusCode).toBe(200);
+    expect((await call('DELETE', '/templates/snap_unknown')).json()).toMatchObject({ code: 404, error_code: 'snapshot_not_found' });
+    expect((await call('GET', '/snapshots')).json()).toEqual([]);
+    expect((await call('GET', '/snapshots?limit=0')).statusCode).toBe(400);
+    expect((await call('POST', '/sandboxes/sbx_x/snapshots', { json: { name: 'a b' } })).statusCode).toBe(400);
   });
 
   it('answers a validation error as 400 naming the field', async () => {
@@ -303,6 +323,26 @@ describe('create', () => {
     expect(await database.db.selectFrom('sandboxes').selectAll().execute()).toEqual([]);
   });
 
+  it('takes the v1 create of releases before 2.51, their defaults allow_internet_access and secure meaning the default policy', async () => {
+    // What e2b@2.7.0 … 2.50.0 send for Sandbox.create() and for Sandbox.create({ network: { allowOut } }).
+    const plain = await call('POST', '/sandboxes', { json: { templateID: 'base', timeout: 300, secure: true, allow_internet_access: true, autoPause: false } });
+    expect(plain.statusCode, plain.body).toBe(201);
+    expect(await row(plain.json().sandboxID)).toMatchObject({ template: 'base', timeout_s: 300, state: 'running', network: null });
+    const allowing = await call('POST', '/sandboxes', {
+      json: { templateID: 'base', secure: true, allow_internet_access: true, network: { allowOut: ['api.example.com'] } },
+    });
+    expect(allowing.statusCode, allowing.body).toBe(201);
+    expect(JSON.parse((await row(allowing.json().sandboxID)).network!)).toEqual({ allow: ['api.example.com'], deny: [] });
+    // The rest is checked as on v2: what cannot be honoured is refused, naming the field, creating nothing.
+    const wide = await call('POST', '/sandboxes', { json: { templateID: 'base', allow_internet_access: true, network: { allowOut: ['10.0.0.0/8'] } } });
+    expect([wide.statusCode, wide.json().message]).toEqual([400, expect.stringContaining('network.allowOut[0]')]);
+    expect(created()).toHaveLength(2);
+    // v2 sends the field only when the caller set it: there true asks for every host, and stays refused.
+    const v2 = await call('POST', '/v2/sandboxes', { json: { templateID: 'base', allow_internet_access: true, secure: true } });
+    expect([v2.statusCode, v2.json().message]).toEqual([400, expect.stringContaining('would open every host')]);
+    expect(created()).toHaveLength(2);
+  });
+
   it('keeps envVars with the sandbox, gives them to the gateway, and logs only their names', async () => {
     const sbx = await create({ envVars: { PROJECT: 'alpha', TOKENISH: 'v3ry-s3cret-value' } });
     expect(created()[0]!.body).toMatchObject({ envs: { PROJECT: 'alpha', TOKENISH: 'v3ry-s3cret-value' } });
@@ -346,6 +386,9 @@ describe('list', () => {
 
     const after = await call('GET', `/v2/sandboxes?startedAfter=${encodeURIComponent(toIso(Date.UTC(2025, 5, 1, 12) + 2500))}`);
     expect(after.json().map((s: { sandboxID: string }) => s.sandboxID)).toEqual([ids[3], ids[2]]);
+    // "At or after", as E2B's API says: a sandbox started exactly then is listed.
+    const atStart = await call('GET', `/v2/sandboxes?startedAfter=${encodeURIComponent(toIso(Date.UTC(2025, 5, 1, 12) + 2000))}`);
+    expect(atStart.json().map((s: { sandboxID: string }) => s.sandboxID)).toEqual([ids[3], ids[2], ids[1]]);
     expect((await call('GET', '/v2/sandboxes?template=nope')).json()).toEqual([]);
     expect((await call('GET', '/v2/sandboxes?template=base')).json()).toHaveLength(4);
   });
@@ -404,6 +447,19 @@ describe('one sandbox', () => {
     await call('POST', `/v2/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 600 } });
     expect((await row(sbx.sandboxID)).expires_at).toBe(toIso(clock.nowMs() + 600_000));
     expect(verifyAccessToken(running.json().envdAccessToken, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(sbx.sandboxID);
+  });
+
+  it('connects the same way under v1, the route of releases before 2.51', async () => {
+    const sbx = await create();
+    await call('POST', `/sandboxes/${sbx.sandboxID}/pause`);
+    const resumed = await call('POST', `/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 120 } });
+    expect(resumed.statusCode, resumed.body).toBe(201);
+    expect((await row(sbx.sandboxID)).state).toBe('running');
+    const running = await call('POST', `/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 600 } });
+    expect(running.statusCode).toBe(200);
+    expect((await row(sbx.sandboxID)).expires_at).toBe(toIso(clock.nowMs() + 600_000));
+    const other = await otherTenantKey();
+    expect((await call('POST', `/sandboxes/${sbx.sandboxID}/connect`, { key: other, json: {} })).statusCode).toBe(404);
   });
 
   it('forks from a snapshot taken now, one result per fork, the forks inheriting the source’s envs', async () => {

@@ -20,10 +20,10 @@ import {
 } from '@sandglass/core';
 import { fromIso, type Schema } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
-import type { NetworkPolicy, Sandbox } from './api.js';
+import type { NetworkPolicy, Sandbox, Snapshot } from './api.js';
 import { authenticate, type Principal } from './keys.js';
 import { checkEnvs, E2B_ENVD_TOKEN_TTL_MS, type SandboxService } from './sandboxes.js';
-import { findTemplate, listTemplates } from './templates.js';
+import { findTemplate, findTemplateVersion, listTemplates } from './templates.js';
 
 export const E2B_SPEC = fileURLToPath(new URL('../../../spec/e2b.yaml', import.meta.url));
 
@@ -55,15 +55,11 @@ type NetworkInput = Schemas['SandboxNetworkConfig'] & { allow_internet_access?: 
 /** E2B routes the SDK calls for features Sandglass does not have: 501 with what, rather than a 404 the SDK would read as "sandbox not found". */
 const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH', path: string, what: string]> = [
   ['GET', '/sandboxes', 'The v1 sandbox list (use GET /v2/sandboxes)'],
-  ['POST', '/sandboxes', 'The v1 sandbox create (use POST /v2/sandboxes)'],
-  ['POST', '/sandboxes/{sandboxID}/connect', 'The v1 connect (use POST /v2/sandboxes/{sandboxID}/connect)'],
   ['POST', '/sandboxes/{sandboxID}/refreshes', 'Sandbox refreshes'],
   ['GET', '/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/sandboxes/{sandboxID}/metrics', 'Sandbox metrics'],
   ['GET', '/sandboxes/metrics', 'Sandbox metrics'],
-  ['POST', '/sandboxes/{sandboxID}/snapshots', "E2B's snapshots API (Sandglass snapshots are in its own API, /v1/sandboxes/{id}/snapshots)"],
-  ['GET', '/snapshots', "E2B's snapshots API"],
   ['GET', '/secrets', "E2B's secrets API (Sandglass secrets are in its own API, /v1/secrets)"],
   ['POST', '/secrets', "E2B's secrets API"],
   ['GET', '/secrets/{secretID}', "E2B's secrets API"],
@@ -74,13 +70,11 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['GET', '/teams/{teamID}/metrics/max', 'Team metrics'],
   ['GET', '/templates', 'The templates API'],
   ['GET', '/templates/{templateID}', 'The templates API'],
-  ['DELETE', '/templates/{templateID}', 'The templates API (and deleting snapshots through it)'],
   ['PATCH', '/templates/{templateID}', 'The templates API'],
   ['GET', '/templates/{templateID}/builds/{buildID}/logs', 'Template builds'],
   ['GET', '/templates/{templateID}/builds/{buildID}/status', 'Template builds'],
   ['GET', '/templates/{templateID}/files/{hash}', 'Template builds'],
   ['GET', '/templates/{templateID}/tags', 'Template tags'],
-  ['GET', '/templates/aliases/{alias}', 'Template aliases'],
   ['POST', '/templates/tags', 'Template tags'],
   ['DELETE', '/templates/tags', 'Template tags'],
   ['GET', '/v2/templates', 'The templates API'],
@@ -99,6 +93,8 @@ export interface E2bApiOptions {
   clock: Clock;
   /** The control plane's own spec: a create takes the defaults of its CreateSandboxRequest for what E2B does not say. */
   controlPlaneSpec: OpenApiDoc;
+  /** The gateways' guest-port domain; absent, `domain` is null and getHost names nothing that exists. */
+  portDomain?: string;
 }
 
 /** A refusal of an option Sandglass cannot honour: 400 naming the field, never a silently different sandbox. */
@@ -235,6 +231,18 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
     });
     const who = (req: FastifyRequest): Principal => principals.get(req)!;
 
+    /** A named snapshot of the tenant by id or name (E2B creates from either), or undefined. */
+    const namedSnapshot = async (req: FastifyRequest, idOrName: string): Promise<Snapshot | undefined> => {
+      const [byName] = await sandboxes.namedSnapshots(who(req), { name: idOrName });
+      if (byName !== undefined) return byName;
+      if (!idOrName.startsWith('snap_')) return undefined;
+      const byId = await sandboxes.getSnapshot(who(req), idOrName).catch((err: unknown) => {
+        if (err instanceof SandglassError && err.code === 'snapshot_not_found') return undefined;
+        throw err;
+      });
+      return byId?.name === null ? undefined : byId;
+    };
+
     const route = <P extends keyof Paths, M extends MethodsAt<Paths, P>>(method: M, path: P, handler: OperationHandler<Operation<P, M>, Route<P, M>>) =>
       scope.route({
         method,
@@ -260,17 +268,29 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       if (isFinal(s)) throw notFound(id);
       return s;
     };
-    const envdToken = async (req: FastifyRequest, id: string) => (await sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS)).token;
+    const access = (req: FastifyRequest, id: string) => sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS);
+    /**
+     * What the SDK's getHost(port) appends to `<port>-<id>.`: the port domain with the sandbox's gateway's port, so the
+     * name is the gateway's host-name form of that guest port (`sandglass up`: `sandglass.localhost:7071`).
+     */
+    const domainOf = (gatewayUrl: string): string | null => {
+      if (opts.portDomain === undefined) return null;
+      const { port } = new URL(gatewayUrl);
+      return port === '' ? opts.portDomain : `${opts.portDomain}:${port}`;
+    };
     const templateIdOf = async (name: string) => (await findTemplate(db, name))?.id ?? name;
-    const toE2b = async (req: FastifyRequest, s: Sandbox): Promise<E2bSandbox> => ({
-      sandboxID: s.id,
-      templateID: await templateIdOf(s.template),
-      alias: s.template,
-      clientID: CLIENT_ID,
-      envdVersion: E2B_ENVD_VERSION,
-      envdAccessToken: await envdToken(req, s.id),
-      domain: null,
-    });
+    const toE2b = async (req: FastifyRequest, s: Sandbox): Promise<E2bSandbox> => {
+      const granted = await access(req, s.id);
+      return {
+        sandboxID: s.id,
+        templateID: await templateIdOf(s.template),
+        alias: s.template,
+        clientID: CLIENT_ID,
+        envdVersion: E2B_ENVD_VERSION,
+        envdAccessToken: granted.token,
+        domain: domainOf(granted.gatewayUrl),
+      };
+    };
     const toListed = (s: Sandbox, templateId: string): ListedSandbox => ({
       sandboxID: s.id,
       templateID: templateId,
@@ -287,34 +307,62 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       volumeMounts: [],
     });
 
-    route('POST', '/v2/sandboxes', async (req, reply) => {
-      const b = req.body;
-      if (b.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
-      if (b.autoResume?.enabled === true) throw unsupported('autoResume.enabled', 'Sandglass resumes a paused sandbox only when asked (connect)');
-      if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
-      if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
-      if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
-      // Neither given: no network at all, as Sandglass's own create without a policy.
-      const network =
-        b.network === undefined && b.allow_internet_access === undefined
-          ? undefined
-          : toPolicy({ ...b.network, allow_internet_access: b.allow_internet_access }, 'network.', 'allow_internet_access');
-      const envs = b.envVars === undefined ? undefined : checkEnvs(b.envVars, 'envVars');
-      // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
-      const template = await findTemplate(db, b.templateID);
-      const created = await sandboxes.create(who(req), {
-        template: b.templateID,
-        memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
-        vcpus: createDefaults.vcpus?.default as number,
-        snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
-        snapshotBestEffort: createDefaults.snapshotBestEffort?.default as boolean,
-        timeoutS: b.timeout,
-        ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
-        ...(network === undefined ? {} : { network }),
-        ...(envs === undefined ? {} : { envs }),
-      });
-      return reply.code(201).send(await toE2b(req, created));
-    });
+    /**
+     * One create for both versions. The 2.x releases before 2.51 (v1, POST /sandboxes) always send their defaults
+     * `allow_internet_access: true` and `secure: true`, so there true can only mean "the default policy": Sandglass's,
+     * which denies all but what network.allowOut names. v2 sends the field only when the caller set it, so there true
+     * is an explicit request for the whole internet, and stays refused.
+     */
+    const create =
+      (version: 'v1' | 'v2'): OperationHandler<Operation<'/v2/sandboxes', 'POST'>, Route<'/v2/sandboxes', 'POST'>> =>
+      async (req, reply) => {
+        const b = version === 'v1' && req.body.allow_internet_access === true ? { ...req.body, allow_internet_access: undefined } : req.body;
+        if (b.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
+        if (b.autoResume?.enabled === true) throw unsupported('autoResume.enabled', 'Sandglass resumes a paused sandbox only when asked (connect)');
+        if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
+        if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
+        if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
+        // Neither given: no network at all, as Sandglass's own create without a policy.
+        const network =
+          b.network === undefined && b.allow_internet_access === undefined
+            ? undefined
+            : toPolicy({ ...b.network, allow_internet_access: b.allow_internet_access }, 'network.', 'allow_internet_access');
+        const envs = b.envVars === undefined ? undefined : checkEnvs(b.envVars, 'envVars');
+        // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
+        const template = await findTemplate(db, b.templateID);
+        // A tenant template of that name wins over a snapshot named like it.
+        const custom = template === undefined ? await findTemplateVersion(db, who(req).tenantId, b.templateID) : undefined;
+        const snapshot = template === undefined && custom === undefined ? await namedSnapshot(req, b.templateID) : undefined;
+        if (snapshot !== undefined) {
+          // A sandbox from a snapshot is a fork of it: the network and envs are those of the sandbox it was taken of.
+          if (network !== undefined) throw unsupported('network', 'a sandbox created from a snapshot keeps the network of the sandbox it was taken of');
+          if (envs !== undefined) throw unsupported('envVars', 'a sandbox created from a snapshot keeps the envs of the sandbox it was taken of');
+          const forked = await sandboxes.fork(who(req), {
+            snapshotId: snapshot.id,
+            count: 1,
+            timeoutS: b.timeout,
+            ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
+          });
+          const [started] = forked.sandboxes;
+          if (started === undefined)
+            throw new SandglassError('vm_failed', `The sandbox from snapshot ${snapshot.id} did not start; its sandbox.failed event says why.`);
+          return reply.code(201).send(await toE2b(req, started));
+        }
+        const created = await sandboxes.create(who(req), {
+          template: b.templateID,
+          memoryMib: template?.memory_mib ?? (createDefaults.memoryMib?.default as number),
+          vcpus: createDefaults.vcpus?.default as number,
+          snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
+          snapshotBestEffort: createDefaults.snapshotBestEffort?.default as boolean,
+          timeoutS: b.timeout,
+          ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
+          ...(network === undefined ? {} : { network }),
+          ...(envs === undefined ? {} : { envs }),
+        });
+        return reply.code(201).send(await toE2b(req, created));
+      };
+    route('POST', '/v2/sandboxes', create('v2'));
+    route('POST', '/sandboxes', create('v1'));
 
     route('GET', '/v2/sandboxes', async (req, reply) => {
       const q = req.query;
@@ -334,7 +382,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         .filter((s) => templateName === undefined || s.template === templateName)
         .filter((s) => metadata.every(([k, v]) => s.metadata[k] === v))
         .map((s) => toListed(s, idOf.get(s.template) ?? s.template))
-        .filter((s) => afterMs === undefined || fromIso(s.startedAt) > afterMs)
+        .filter((s) => afterMs === undefined || fromIso(s.startedAt) >= afterMs)
         .filter((s) => cursor === undefined || byStart(s, { startedAt: cursor.startedAt, sandboxID: cursor.id }) > 0)
         .sort(byStart);
       const page = matching.slice(0, q.limit);
@@ -344,10 +392,11 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
 
     route('GET', '/sandboxes/{sandboxID}', async (req) => {
       const s = await live(req, req.params.sandboxID);
+      const granted = s.state === 'paused' ? undefined : await access(req, s.id);
       return {
         ...toListed(s, await templateIdOf(s.template)),
-        ...(s.state === 'paused' ? {} : { envdAccessToken: await envdToken(req, s.id) }),
-        domain: null,
+        ...(granted === undefined ? {} : { envdAccessToken: granted.token }),
+        domain: granted === undefined ? null : domainOf(granted.gatewayUrl),
         ...(s.network === null ? {} : { network: { allowOut: s.network.allow, denyOut: s.network.deny } }),
         lifecycle: { onTimeout: 'kill' as const, autoResume: false as const },
       };
@@ -385,7 +434,11 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       return reply.code(201).send(await toE2b(req, await resume(req, req.params.sandboxID, req.body.timeout, req.body.memory)));
     });
 
-    route('POST', '/v2/sandboxes/{sandboxID}/connect', async (req, reply) => {
+    /** The same connect under v1 (releases before 2.51) and v2: the two take and answer the same shapes. */
+    const connect: OperationHandler<Operation<'/v2/sandboxes/{sandboxID}/connect', 'POST'>, Route<'/v2/sandboxes/{sandboxID}/connect', 'POST'>> = async (
+      req,
+      reply,
+    ) => {
       const id = req.params.sandboxID;
       const { timeout, memory } = req.body;
       let s = await live(req, id);
@@ -401,7 +454,9 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       // E2B's connect only ever lengthens a running sandbox's life.
       if (clock.nowMs() + timeout * 1000 > fromIso(s.expiresAt)) s = await sandboxes.setTimeout(who(req), id, timeout);
       return reply.code(200).send(await toE2b(req, s));
-    });
+    };
+    route('POST', '/v2/sandboxes/{sandboxID}/connect', connect);
+    route('POST', '/sandboxes/{sandboxID}/connect', connect);
 
     route('POST', '/sandboxes/{sandboxID}/fork', async (req, reply) => {
       const id = req.params.sandboxID;
@@ -417,6 +472,53 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         results.push({ error: { code: 500, message: `This fork did not start; the failed sandboxes' sandbox.failed events say why.` } });
       }
       return reply.code(201).send(results);
+    });
+
+    /** `Template.exists(name)`: a platform template (every tenant sees it: E2B's public) or one of the tenant's own. */
+    route('GET', '/templates/aliases/{alias}', async (req) => {
+      const template = await findTemplate(db, req.params.alias);
+      if (template !== undefined && template.name === req.params.alias) return { templateID: template.id, public: true as const };
+      const custom = await findTemplateVersion(db, who(req).tenantId, req.params.alias);
+      if (custom !== undefined && custom.name === req.params.alias) return { templateID: custom.id, public: false as const };
+      throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.params.alias)} exists.`);
+    });
+
+    /** E2B's snapshots are Sandglass's named ones: taken now and kept (named, so retention never thins them). */
+    route('POST', '/sandboxes/{sandboxID}/snapshots', async (req, reply) => {
+      const id = req.params.sandboxID;
+      await live(req, id);
+      const taken = await sandboxes.takeSnapshot(who(req), id, req.body.name);
+      // Unnamed, it would be a rolling snapshot that retention thins: it is kept under its own id.
+      const kept = taken.name === null ? await sandboxes.nameSnapshot(who(req), taken.id, taken.id) : taken;
+      return reply.code(201).send({ snapshotID: kept.id, names: [kept.name!] });
+    });
+
+    route('GET', '/snapshots', async (req, reply) => {
+      const q = req.query;
+      const named = await sandboxes.namedSnapshots(who(req), {
+        ...(q.sandboxID === undefined ? {} : { sandboxId: q.sandboxID }),
+        ...(q.name === undefined ? {} : { name: q.name }),
+      });
+      const cursor = q.nextToken === undefined ? undefined : decodeCursor(q.nextToken);
+      // Newest first, as namedSnapshots gives them: past the cursor means older (or as old, with a smaller id).
+      const after = cursor === undefined ? named : named.filter((s) => s.takenAt < cursor.startedAt || (s.takenAt === cursor.startedAt && s.id < cursor.id));
+      const page = after.slice(0, q.limit);
+      const last = page[page.length - 1];
+      if (after.length > page.length && last !== undefined) void reply.header('x-next-token', encodeCursor({ startedAt: last.takenAt, sandboxID: last.id }));
+      return page.map((s) => ({ snapshotID: s.id, names: [s.name!] }));
+    });
+
+    /** What the SDK's deleteSnapshot calls: a named snapshot is deleted; a template is refused (400), not deleted. */
+    route('DELETE', '/templates/{templateID}', async (req, reply) => {
+      const snapshot = await namedSnapshot(req, req.params.templateID);
+      if (snapshot === undefined) {
+        if ((await findTemplate(db, req.params.templateID)) !== undefined) {
+          throw unsupported('templateID', 'names a template; Sandglass builds and keeps its templates itself, they are not deleted here');
+        }
+        throw new SandglassError('snapshot_not_found', `No snapshot ${req.params.templateID} exists for your tenant.`);
+      }
+      await sandboxes.deleteSnapshot(who(req), snapshot.id);
+      return reply.code(204).send();
     });
 
     route('PUT', '/sandboxes/{sandboxID}/network', async (req, reply) => {

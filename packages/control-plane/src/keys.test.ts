@@ -325,11 +325,45 @@ describe('expiry', () => {
     ['zero seconds', { expiresInS: 0 }, 'expiresInS'],
     ['a fraction', { expiresInS: 90.5 }, 'expiresInS'],
     ['an unknown role', { role: 'owner' }, 'role'],
+    ['an unknown format', { format: 'aws' }, 'format'],
   ])('refuses %s, changing nothing', async (_what, json, field) => {
     const before = await state();
     const res = await call('POST', '/v1/api-keys', operatorKey, json);
     expect([res.status, res.body!.error.code, res.body!.error.details.field]).toEqual([400, 'invalid_argument', field]);
     expect(await state()).toEqual(before);
+  });
+});
+
+describe('E2B-format keys', () => {
+  it('are e2b_ + hex, as E2B SDK releases 2.36 to 2.45 insist, with the same role, expiry, revocation and hashing', async () => {
+    const a = await tenant('a');
+    const made = await call('POST', '/v1/api-keys', a.admin, { format: 'e2b', expiresInS: 3600 });
+    expect(made.status).toBe(201);
+    const key = made.body!.key as string;
+    // The SDK's own check (e2b@2.45.0, API_KEY_PATTERN), with the width of a Sandglass key: 256 random bits.
+    expect(key).toMatch(/^e2b_[0-9a-f]+$/);
+    expect(key).toHaveLength(4 + 64);
+    expect(made.body).toMatchObject({ role: 'member', prefix: key.slice(0, 10), expiresAt: '2025-06-01T13:00:00.000Z' });
+    const [row] = await database.db.selectFrom('api_keys').select('key_hash').where('id', '=', made.body!.id).execute();
+    expect(row!.key_hash).toBe(hashApiKey(key));
+
+    expect((await call('GET', '/v1/sandboxes', key)).status).toBe(200);
+    const e2b = await cp.app.inject({ method: 'GET', url: '/e2b/v2/sandboxes', headers: { 'x-api-key': key } });
+    expect(e2b.statusCode).toBe(200);
+    // A member key, whatever its spelling: it manages no keys.
+    expect((await call('GET', '/v1/api-keys', key)).body!.error.code).toBe('permission_denied');
+    // One character off, or upper-case hex: not a key, answered as an unknown one.
+    for (const near of [key.slice(0, -1), `${key}0`, key.toUpperCase().replace('E2B_', 'e2b_'), `sg_${key.slice(4)}`]) {
+      expect((await call('GET', '/v1/sandboxes', near)).body!.error.code).toBe('unauthenticated');
+    }
+
+    clock.advance(3600_000);
+    expect((await call('GET', '/v1/sandboxes', key)).body!.error.code).toBe('api_key_expired');
+    const other = (await call('POST', '/v1/api-keys', a.admin, { format: 'e2b', role: 'admin' })).body!;
+    expect((await call('GET', '/v1/api-keys', other.key)).status).toBe(200);
+    expect((await call('DELETE', `/v1/api-keys/${other.id}`, a.admin)).status).toBe(200);
+    const refused = await cp.app.inject({ method: 'GET', url: '/e2b/v2/sandboxes', headers: { 'x-api-key': other.key } });
+    expect([refused.statusCode, refused.json().error_code]).toEqual([401, 'api_key_revoked']);
   });
 });
 

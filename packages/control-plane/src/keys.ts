@@ -16,13 +16,18 @@ export interface Principal {
   expiresAtMs?: number;
 }
 
-const KEY_PATTERN = /^sg_[A-Za-z0-9_-]{43}$/;
+/** The two formats of one key: Sandglass's own, and E2B's (`e2b_` + hex) for E2B SDK releases that refuse any other. */
+const KEY_PATTERN = /^(?:sg_[A-Za-z0-9_-]{43}|e2b_[0-9a-f]{64})$/;
 const PREFIX_LENGTH = 10;
 /** last_used_at is refreshed at most this often, so authenticating is a read, not a write, on almost every request. */
 const LAST_USED_RESOLUTION_MS = 60_000;
 
-export function generateApiKey(random: Random = systemRandom): string {
-  return `sg_${random.bytes(32).toString('base64url')}`;
+export type ApiKeyFormat = 'sandglass' | 'e2b';
+
+/** 256 random bits either way; only the spelling differs, so both are hashed, looked up and checked alike. */
+export function generateApiKey(random: Random = systemRandom, format: ApiKeyFormat = 'sandglass'): string {
+  const bits = random.bytes(32);
+  return format === 'e2b' ? `e2b_${bits.toString('hex')}` : `sg_${bits.toString('base64url')}`;
 }
 
 /**
@@ -39,7 +44,7 @@ const keyByHash = preparedQuery(1, (db: Kysely<Schema>, hash: string) =>
 );
 
 /**
- * The tenant and role behind an `Authorization: Bearer sg_…` header, checked against the database on every request so a
+ * The tenant and role behind an `Authorization: Bearer sg_…` (or `e2b_…`) header, checked against the database on every request so a
  * revocation holds from the next request on. Unknown or malformed: `unauthenticated`; revoked: `api_key_revoked`; past its
  * expiry: `api_key_expired`. The two latter only ever answer someone holding a once-valid key, which cannot be guessed.
  */
@@ -68,6 +73,8 @@ export interface IssueKeyOptions {
   name?: string;
   /** Register this key instead of generating one (the local key file, reused after the database was reset). */
   key?: string;
+  /** How a generated key is spelled; default sandglass. */
+  format?: ApiKeyFormat;
   createdByKeyId?: string;
   expiresAtMs?: number;
   /** The creation time an expiry was computed from, so `expiresInS` is exact; default: now. */
@@ -76,7 +83,7 @@ export interface IssueKeyOptions {
 
 /** Stores the key's hash and appends `api_key.created` in one transaction; returns the key, which is never stored. */
 export async function issueApiKey(db: Kysely<Schema>, events: EventLog, tenantId: string, role: ApiKeyRole, opts: IssueKeyOptions): Promise<ApiKey> {
-  const key = opts.key ?? generateApiKey(opts.random);
+  const key = opts.key ?? generateApiKey(opts.random, opts.format);
   const row: ApiKeyRow = {
     id: newId('key', (opts.random ?? systemRandom).bytes),
     tenant_id: tenantId,
@@ -160,6 +167,7 @@ export class ApiKeyService {
       createdByKeyId: by.keyId,
       expiresAtMs,
       createdAtMs: nowMs,
+      format: input.format,
     });
   }
 

@@ -436,6 +436,14 @@ export class SandboxService {
     };
   }
 
+  /** The tenant's named (kept) snapshots, newest first; `sandboxId` and `name` narrow them. */
+  async namedSnapshots(who: Principal, opts: { sandboxId?: string; name?: string } = {}): Promise<Snapshot[]> {
+    let q = this.deps.db.selectFrom('snapshots').selectAll().where('tenant_id', '=', who.tenantId).where('name', 'is not', null);
+    if (opts.sandboxId !== undefined) q = q.where('sandbox_id', '=', opts.sandboxId);
+    if (opts.name !== undefined) q = q.where('name', '=', opts.name);
+    return (await q.orderBy('taken_at', 'desc').orderBy('id', 'desc').execute()).map(toSnapshot);
+  }
+
   async takeSnapshot(who: Principal, id: string, name?: string): Promise<Snapshot> {
     const row = await this.#running(who, id, 'snapshot');
     const reply = await this.deps.gatewayClient.takeSnapshot(await this.#gatewayOf(row), id, name === undefined ? {} : { name });

@@ -59,6 +59,8 @@ export interface ControlPlaneOptions {
   clock: Clock;
   logger: Logger;
   publicGatewayUrl?: string;
+  /** The gateways' guest-port domain (`<port>-<id>.<domain>`): E2B's `domain`, so its SDK's getHost reaches them. */
+  portDomain?: string;
   /** Defaults to one built from nodeSecret. */
   gatewayClient?: GatewayClient;
   /** Seals tenant secrets (purpose 'secret'). Without one, storing a secret answers key_unavailable. */
@@ -303,7 +305,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/tenants/{id}/keys/rotate', async (req) => tenantKeys.rotate(who(req), idOf(req), req.body));
   route('POST', '/v1/tenants/{id}/keys/revoke', async (req) => tenantKeys.revoke(who(req), idOf(req)));
 
-  app.register(e2bApi({ db, sandboxes, clock, controlPlaneSpec: spec }), { prefix: '/e2b' });
+  app.register(e2bApi({ db, sandboxes, clock, controlPlaneSpec: spec, portDomain: opts.portDomain }), { prefix: '/e2b' });
   app.register(
     consoleApi({
       db,

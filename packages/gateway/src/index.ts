@@ -1,6 +1,7 @@
 // @sandglass/gateway: the node daemon that runs sandbox VMs and serves their data plane.
 export { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, type GatewayOptions, type CreateSandboxRequest } from './gateway.js';
 export { createDataPlaneServer, createInternalServer, listenOnSocket } from './server.js';
+export { DEFAULT_PORT_DOMAIN } from './ports.js';
 export { EnvdForwarder, type EnvdForwarderOptions, type SandboxLocation } from './e2b/forward.js';
 export type { GatewayEvents, GatewayEvent } from './events.js';
 export {

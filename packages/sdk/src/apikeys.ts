@@ -24,6 +24,8 @@ export interface ApiKeyCreateOptions extends ConnectionConfig {
   expiresInS?: number;
   /** Refused from this time on; not with expiresInS. */
   expiresAt?: Date | string;
+  /** Default sandglass (`sg_…`); e2b (`e2b_` + hex) for E2B SDK releases that refuse any other key. */
+  format?: ControlPlaneSchemas['CreateApiKeyInTenantRequest']['format'];
 }
 
 export interface ApiKeyListOptions extends ConnectionConfig {
@@ -35,10 +37,10 @@ export class ApiKeys {
   private constructor() {}
 
   static async create(opts: ApiKeyCreateOptions = {}): Promise<CreatedApiKey> {
-    const { role, name, tenantId, expiresInS, expiresAt, ...config } = opts;
+    const { role, name, tenantId, expiresInS, expiresAt, format, ...config } = opts;
     const cp = await ControlPlane.open(config);
     const at = expiresAt instanceof Date ? expiresAt.toISOString() : expiresAt;
-    return cp.json<ControlPlaneReply<'createApiKeyInTenant'>>('POST', '/v1/api-keys', { json: { role, name, tenantId, expiresInS, expiresAt: at } });
+    return cp.json<ControlPlaneReply<'createApiKeyInTenant'>>('POST', '/v1/api-keys', { json: { role, name, tenantId, expiresInS, expiresAt: at, format } });
   }
 
   /** The keys of a tenant, oldest first, revoked and expired ones included. */

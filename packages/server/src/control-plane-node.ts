@@ -81,6 +81,8 @@ export async function startControlPlaneNode(opts: ControlPlaneNodeOptions): Prom
     auditSigner: keyring,
     cluster: { nodes, failoverIntervalMs: Math.max(500, (heartbeatIntervalS * 1000) / 2) },
     console: consoleLimitsFromEnv(),
+    // Only when set: the gateways' port domain, which the control plane of a cluster cannot know otherwise.
+    portDomain: process.env.SANDGLASS_PORT_DOMAIN,
   });
   const url = await cp.listen(port, host);
   // Every replica runs the loop; the maintenance lease lets one of them work each round.

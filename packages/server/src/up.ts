@@ -4,7 +4,15 @@ import { join } from 'node:path';
 import { createLogger, homeLayout, loadNodeSecret, lockHome, systemClock } from '@sandglass/core';
 import { openDatabase } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
-import { Gateway, BASE_TEMPLATE, DEFAULT_WARM_POOL, createDataPlaneServer, createInternalServer, listenOnSocket } from '@sandglass/gateway';
+import {
+  Gateway,
+  BASE_TEMPLATE,
+  DEFAULT_PORT_DOMAIN,
+  DEFAULT_WARM_POOL,
+  createDataPlaneServer,
+  createInternalServer,
+  listenOnSocket,
+} from '@sandglass/gateway';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring, TenantKeys } from '@sandglass/kms';
 import { DEFAULT_RETENTION, parseRetention } from '@sandglass/snapshots';
@@ -147,6 +155,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     keyAdmin: tenantKeys,
     auditSigner: keys,
     console: consoleLimitsFromEnv(),
+    // The gateway's (createDataPlaneServer reads the same variable): E2B's getHost names its host-name form.
+    portDomain: process.env.SANDGLASS_PORT_DOMAIN ?? DEFAULT_PORT_DOMAIN,
   });
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;

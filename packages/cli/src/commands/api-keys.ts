@@ -19,10 +19,15 @@ export function registerApiKeyCommands(program: Command, act: Act): void {
     .option('--tenant <id>', 'the tenant (default: your own; another tenant needs the operator key)')
     .option('--name <name>', 'a label to tell keys apart')
     .option('--expires <duration>', 'refuse the key after this long: 3600, 90m, 12h, 30d (default: never)', parseKeyExpiryS)
+    .addOption(
+      new Option('--format <format>', 'e2b: spelled e2b_ + hex, for E2B SDK releases that refuse other keys (docs/e2b.md)')
+        .choices(['sandglass', 'e2b'])
+        .default('sandglass'),
+    )
     .option('--json', 'print the key and its metadata as JSON')
     .action(
-      act(async (flags: { role: ApiKeyRole; tenant?: string; name?: string; expires?: number; json?: boolean }) => {
-        const created = await ApiKeys.create({ role: flags.role, tenantId: flags.tenant, name: flags.name, expiresInS: flags.expires });
+      act(async (flags: { role: ApiKeyRole; tenant?: string; name?: string; expires?: number; format: 'sandglass' | 'e2b'; json?: boolean }) => {
+        const created = await ApiKeys.create({ role: flags.role, tenantId: flags.tenant, name: flags.name, expiresInS: flags.expires, format: flags.format });
         if (flags.json) return printJson(created);
         process.stdout.write(`${created.key}\n`);
         process.stderr.write(

@@ -19,6 +19,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The create of the 2.x releases before 2.51, which always send `allow_internet_access: true` and `secure: true`: the same create as POST /v2/sandboxes, except that `allow_internet_access: true` is the default policy here. */
+        post: operations["e2bCreateSandboxV1"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxID}/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description The connect of the 2.x releases before 2.51; the same as POST /v2/sandboxes/{sandboxID}/connect. */
+        post: operations["e2bConnectSandboxV1"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{sandboxID}": {
         parameters: {
             query?: never;
@@ -151,6 +187,80 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxID}/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A Sandglass snapshot of the running sandbox taken now and kept: named (`name`, else its own id), so retention never thins it. Create a sandbox from it with its id or name as templateID (a fork of it). */
+        post: operations["e2bCreateSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's named snapshots, newest first, one page at a time. */
+        get: operations["e2bListSnapshots"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/templates/{templateID}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                templateID: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** @description What the SDK's deleteSnapshot calls: deletes the tenant's named snapshot of that id or name (forks already started from it keep running); 404 when there is none. A template answers 400: templates are not deleted here. */
+        delete: operations["e2bDeleteSnapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/templates/aliases/{alias}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                alias: string;
+            };
+            cookie?: never;
+        };
+        /** @description The template of that name (what the SDK's Template.exists asks); 404 when there is none. A platform template (every tenant may start it) is `public`; one of the caller's tenant's own templates is not. */
+        get: operations["e2bGetTemplateAlias"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -178,7 +288,7 @@ export interface components {
             metadata?: components["schemas"]["StringMap"];
             /** @description Sandbox-wide environment variables (Sandglass `envs`); the egress variables win over the same names. */
             envVars?: components["schemas"]["StringMap"];
-            /** @description false (or absent): the network is what `network.allowOut` allows, nothing else. true would open every host, which Sandglass's egress policy does not allow: it answers 400; list the hosts in `network.allowOut`. */
+            /** @description false (or absent): the network is what `network.allowOut` allows, nothing else. On POST /v2/sandboxes true would open every host, which Sandglass's egress policy does not allow: it answers 400; list the hosts in `network.allowOut`. On POST /sandboxes (v1), whose SDK releases send true unless told otherwise, true is the default policy: the same as false. */
             allow_internet_access?: boolean;
             network?: components["schemas"]["SandboxNetworkConfig"];
             /** @description Only false; Sandglass kills a sandbox at its timeout. */
@@ -266,8 +376,8 @@ export interface components {
             envdVersion: string;
             /** @description A Sandglass access token for this sandbox's data plane */
             envdAccessToken?: string;
-            /** @description No sandbox domain; set E2B_SANDBOX_URL to the gateway's /e2b. */
-            domain?: null;
+            /** @description The gateways' guest-port domain with the gateway's port (`sandglass.localhost:7071`), so the SDK's getHost(port) is `<port>-<id>.<domain>`, the gateway's host-name form of that port; null where the control plane is not told the domain (SANDGLASS_PORT_DOMAIN). envd is still reached through E2B_SANDBOX_URL. */
+            domain?: string | null;
         };
         ListedSandbox: {
             sandboxID: string;
@@ -306,7 +416,8 @@ export interface components {
             envdVersion: string;
             /** @description Present while the sandbox runs. */
             envdAccessToken?: string;
-            domain?: null;
+            /** @description As in Sandbox; null while paused. */
+            domain?: string | null;
             state: components["schemas"]["SandboxState"];
             metadata?: {
                 [key: string]: string;
@@ -323,6 +434,12 @@ export interface components {
                 autoResume: false;
             };
             volumeMounts?: unknown[];
+        };
+        SnapshotInfo: {
+            /** @description `snap_…`, usable as templateID on create. */
+            snapshotID: string;
+            /** @description Its Sandglass name */
+            names: string[];
         };
         /** @description Exactly one of sandbox and error. */
         SandboxForkResult: {
@@ -399,6 +516,67 @@ export interface operations {
         };
         responses: {
             /** @description Running */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bCreateSandboxV1: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewSandboxV2"];
+            };
+        };
+        responses: {
+            /** @description Running */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bConnectSandboxV1: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConnectSandboxV2"];
+            };
+        };
+        responses: {
+            /** @description Running already */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Resumed */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -615,6 +793,110 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bCreateSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    name?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Taken */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bListSnapshots: {
+        parameters: {
+            query?: {
+                sandboxID?: string;
+                name?: string;
+                limit?: number;
+                /** @description The `X-Next-Token` of the previous page; opaque. */
+                nextToken?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page; `X-Next-Token` is present when another follows. */
+            200: {
+                headers: {
+                    "X-Next-Token"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bDeleteSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                templateID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bGetTemplateAlias: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                alias: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        templateID: string;
+                        public: boolean;
+                    };
+                };
             };
             default: components["responses"]["Error"];
         };

@@ -222,6 +222,15 @@ describe('filesystem messages', () => {
     });
     const link = entryInfo({ name: 'l', path: '/l', type: 'symlink', sizeBytes: 3, mode: 0o777, mtimeMs: 0, symlinkTarget: '/x' });
     expect(link).toMatchObject({ type: 'FILE_TYPE_SYMLINK', permissions: 'Lrwxrwxrwx', symlinkTarget: '/x', owner: '', group: '' });
+    // The absolute path a relative link resolves to, from the link's own directory, as envd reports it.
+    const rel = (symlinkTarget: string) =>
+      entryInfo({ name: 'l', path: '/home/user/dir/l', type: 'symlink', sizeBytes: 3, mode: 0o777, mtimeMs: 0, symlinkTarget }).symlinkTarget;
+    expect([rel('t.txt'), rel('../other/./t.txt'), rel('/etc//passwd'), rel('../../../../..')]).toEqual([
+      '/home/user/dir/t.txt',
+      '/home/user/other/t.txt',
+      '/etc/passwd',
+      '/',
+    ]);
     expect(entryInfo({ name: 'd', path: '/d', type: 'dir', sizeBytes: 4096, mode: 0o755, mtimeMs: 0 }).type).toBe('FILE_TYPE_DIRECTORY');
   });
 

@@ -324,6 +324,13 @@ describe('routing and auth', () => {
     await expect((await connect(OTHER)).isRunning()).resolves.toBe(false);
   });
 
+  it('without E2b-Sandbox-Id or a host, the sandbox the verified token names (the /files and /health of SDKs before 2.36)', async () => {
+    expect((await envd('/e2b/health', { 'x-access-token': tokenFor(SBX) })).status).toBe(204);
+    expect((await envd('/e2b/health', { 'x-access-token': `${tokenFor(SBX)}x` })).status).toBe(401);
+    expect((await envd('/e2b/health', { 'x-access-token': tokenFor(OTHER) })).status).toBe(502);
+    expect((await envd('/e2b/health', {})).status).toBe(400);
+  });
+
   it('tokens of a revoked key are refused', async () => {
     revoked.add(['key_revokedone'], Date.now() + 600_000);
     const r = await envd('/e2b/health', h({ 'x-access-token': tokenFor(SBX, 'key_revokedone') }));
@@ -456,7 +463,7 @@ describe('streams by hand', () => {
 
 // Last: stops the sandbox the other tests share.
 describe('a sandbox that stops', () => {
-  it('ends its watches and command streams, and then answers 502 everywhere', async () => {
+  it('cuts its watches and command streams, and then answers 502 everywhere', async () => {
     const sbx = await connect();
     const watched = path.join(dir, 'until-stop');
     fs.mkdirSync(watched);
@@ -479,7 +486,10 @@ describe('a sandbox that stops', () => {
     sandboxes.delete(SBX);
     await exitedP;
     expect(exited).toBeInstanceOf(Error);
-    expect(await waited).toBeInstanceOf(Error);
+    // The command's stream is cut, not ended in-band: the SDK probes /health, gets 502 and says the sandbox was killed.
+    const err = await waited;
+    expect(err).toBeInstanceOf(TimeoutError);
+    expect((err as Error).message).toMatch(/sandbox was killed/);
     expect(await sbx.isRunning()).toBe(false);
     await expect(sbx.files.read(path.join(dir, 'o'))).rejects.toBeInstanceOf(TimeoutError);
   });

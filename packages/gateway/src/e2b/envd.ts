@@ -1,7 +1,7 @@
 // E2B's in-sandbox daemon (envd) served by the gateway: routing by E2b-Sandbox-Id or the `<port>-<id>.<domain>`
 // Host, the sandbox's access token from X-Access-Token, then process.Process, filesystem.Filesystem, /files, /health.
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { SandglassError, type NodeKeys } from '@sandglass/core';
+import { SandglassError, verifyAccessToken, type NodeKeys } from '@sandglass/core';
 import { checkAccessToken } from '../auth.js';
 import type { Gateway } from '../gateway.js';
 import type { Sandbox } from '../sandbox.js';
@@ -54,13 +54,17 @@ function header(req: FastifyRequest, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The sandbox and port a request is for: its E2b-Sandbox-* headers, else (or consistent with them) its Host. */
-function targetOf(req: FastifyRequest, hostForm: boolean): { sandboxId: string; port: number } {
+/**
+ * The sandbox and port a request is for: its E2b-Sandbox-* headers, else (or consistent with them) its Host, else the
+ * sandbox its access token names once verified (`tokenSandbox`): the SDK releases before 2.36 send the headers on
+ * Connect RPCs only, not on /files and /health.
+ */
+function targetOf(req: FastifyRequest, hostForm: boolean, tokenSandbox: () => string | undefined): { sandboxId: string; port: number } {
   const host = HOST_FORM.exec(header(req, 'host') ?? '');
   if (hostForm && !host) throw new NotEnvdHost();
   const idHeader = header(req, 'e2b-sandbox-id');
   const portHeader = header(req, 'e2b-sandbox-port');
-  const sandboxId = idHeader ?? host?.[2];
+  const sandboxId = idHeader ?? host?.[2] ?? tokenSandbox();
   if (!sandboxId) throw new EdgeError(400, 'Send the sandbox id as E2b-Sandbox-Id (or use the <port>-<sandbox id>.<domain> host).');
   if (host && idHeader !== undefined && idHeader !== host[2]) throw new EdgeError(400, 'E2b-Sandbox-Id and the Host name a different sandbox.');
   if (portHeader !== undefined && !/^\d{1,5}$/.test(portHeader)) throw new EdgeError(400, 'E2b-Sandbox-Port must be a port number.');
@@ -107,7 +111,10 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
     scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
 
     scope.addHook('onRequest', async (req, reply) => {
-      const { sandboxId, port } = targetOf(req, opts.hostForm);
+      const token = header(req, 'x-access-token');
+      const { sandboxId, port } = targetOf(req, opts.hostForm, () =>
+        token === undefined ? undefined : verifyAccessToken(token, keys.accessToken, clock.nowMs()).sbx,
+      );
       if (port !== ENVD_PORT) {
         throw new EdgeError(
           502,
@@ -115,7 +122,6 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
         );
       }
       // The token first: whether a sandbox exists is told only to a holder of its token.
-      const token = header(req, 'x-access-token');
       if (!token) throw new SandglassError('unauthenticated', "Send the sandbox's envd access token as X-Access-Token.");
       checkAccessToken(token, sandboxId, keys, clock, gw.revokedKeys);
       const sbx = gw.sandboxes.get(sandboxId);
@@ -173,9 +179,14 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
         const timeoutMs = parseTimeoutMs(req.headers['connect-timeout-ms']);
         const body = await streamRequest(req.raw);
         reply.hijack();
-        const stream = new ServerStream(reply.raw, clock, { keepaliveS: parseKeepaliveS(req.headers['keepalive-ping-interval']), keepaliveMessage });
+        const ctx = ctxOf(req);
+        const stream = new ServerStream(reply.raw, clock, {
+          keepaliveS: parseKeepaliveS(req.headers['keepalive-ping-interval']),
+          keepaliveMessage,
+          cutIf: () => ctx.sbx.state !== 'running',
+        });
         try {
-          await run(ctxOf(req), body, stream, { clock, timeoutMs });
+          await run(ctx, body, stream, { clock, timeoutMs });
         } catch (err) {
           stream.end(err);
         }

@@ -1,5 +1,6 @@
 // Proto3 JSON of the envd messages the gateway serves (process.Process, filesystem.Filesystem): request decoders that
 // check every field they read and ignore the rest, and builders of the responses and stream events.
+import { posix } from 'node:path';
 import { ConnectError } from './connect.js';
 
 type Json = Record<string, unknown>;
@@ -323,7 +324,9 @@ export function entryInfo(st: StatLike): EntryInfo {
     owner: st.owner ?? '',
     group: st.group ?? '',
     modifiedTime: new Date(st.mtimeMs).toISOString(),
-    ...(st.symlinkTarget !== undefined ? { symlinkTarget: st.symlinkTarget } : {}),
+    // envd gives the absolute path a link resolves to, not the link's text: a relative target is taken from the
+    // link's own directory.
+    ...(st.symlinkTarget !== undefined ? { symlinkTarget: posix.resolve(posix.dirname(st.path), st.symlinkTarget) } : {}),
   };
 }
 

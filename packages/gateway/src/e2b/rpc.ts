@@ -112,11 +112,18 @@ export class ServerStream {
   #waiting: Array<() => void> = [];
   readonly closed: Promise<void>;
 
+  readonly #cutIf?: () => boolean;
+
+  /**
+   * `cutIf`: asked when the stream fails; true (the sandbox is gone) cuts the connection instead of sending the error
+   * in-band, as E2B's edge does when a sandbox dies: the SDK then probes /health (502) and says the sandbox was killed.
+   */
   constructor(
     private readonly res: ServerResponse,
     private readonly clock: Clock,
-    opts: { keepaliveS?: number; keepaliveMessage: unknown },
+    opts: { keepaliveS?: number; keepaliveMessage: unknown; cutIf?: () => boolean },
   ) {
+    this.#cutIf = opts.cutIf;
     res.writeHead(200, { 'content-type': 'application/connect+json', 'cache-control': 'no-store' });
     res.flushHeaders();
     this.#lastWriteMs = clock.nowMs();
@@ -156,6 +163,10 @@ export class ServerStream {
     if (this.#ended) return;
     this.#ended = true;
     this.#keepalive?.cancel();
+    if (err !== undefined && this.#cutIf?.()) {
+      this.res.destroy();
+      return;
+    }
     this.res.end(endStreamEnvelope(err === undefined ? undefined : toConnectError(err)));
   }
 

@@ -1240,6 +1240,12 @@ export interface components {
              * @description Refused from this time on (in the future); not with expiresInS.
              */
             expiresAt?: string;
+            /**
+             * @description sandglass: `sg_` and 43 base64url characters. e2b: `e2b_` and 64 hex digits, for E2B SDK releases that refuse any other key before sending it (docs/e2b.md). Both carry 256 random bits and are checked the same way.
+             * @default sandglass
+             * @enum {string}
+             */
+            format: "sandglass" | "e2b";
         };
         CreateApiKeyInTenantRequest: {
             /** @description Absent: the caller's own tenant. */
@@ -1253,6 +1259,11 @@ export interface components {
             expiresInS?: number;
             /** Format: date-time */
             expiresAt?: string;
+            /**
+             * @default sandglass
+             * @enum {string}
+             */
+            format: "sandglass" | "e2b";
         };
         Error: {
             error: {
