@@ -952,7 +952,7 @@ async function main(): Promise<void> {
   if (only === 'materialize') {
     const rs = await materializeBench(home, { rounds: quick ? 3 : 7 });
     printTable('Restore from the store: prepare', rs);
-    if (!quick) writeSection('materialize', materializeSection(hostLine(), rs));
+    if (!quick) writeSection('materialize', materializeSection(hostLine('none (no VM runs)'), rs));
     return;
   }
   if (only === 'density') {
