@@ -847,7 +847,8 @@ function ttiSection(header: string, rs: Row[], n: number): string {
     '`BENCH_TTI_BURST` caps the burst). As the public cross-vendor sandbox benchmark counts it: from the create (or ' +
     'fork) request to the first `python3 -V` that succeeds, through the SDK, 256 MiB guests, the warm pool at its ' +
     "default of 2. The burst is as many as the node's memory admission takes at once, at most n; forks are of one " +
-    "running sandbox holding 16 MiB of files and having touched 32 MiB more; a fork's host memory is its QEMU's PSS " +
+    'running sandbox holding 16 MiB of files and having touched 32 MiB more, from its latest snapshot (taken once, ' +
+    "untimed, before the forks); a fork's host memory is its QEMU's PSS " +
     'plus its RAM file pages on tmpfs that QEMU has not mapped. Peer figures are left out: none of their published ' +
     'numbers is available offline here to cite.\n\n' +
     `${mdRows(rs)}<!-- /tti phase -->\n`
@@ -945,6 +946,7 @@ async function main(): Promise<void> {
     const header = hostLine();
     const ttiRows: Row[] = [];
     for (const r of t.rows) addLatencyTo(ttiRows, r.what, r.samplesMs, [`p99 ${ms(pct(r.samplesMs, 99))}`, r.note]);
+    if (t.emptyOutputs > 0) ttiRows.push({ what: 'python3 -V exited 0 with no output', n: t.emptyOutputs, p50: '', p95: '', other: 'counted as ready' });
     printTable('Time to interactive', ttiRows);
     if (!quick) writeSection('tti', ttiSection(header, ttiRows, n));
     return;
