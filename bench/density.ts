@@ -87,9 +87,7 @@ async function measure(label: string, running: Running, n: number, samples: numb
       if (!vm) throw new Error(`sandbox ${s.id} has no VM`);
       const b = pssBreakdown(vm.pid);
       out.pss.push(b);
-      // Mapped RAM-file pages are in the PSS already (one mapper: their whole size); the rest is held on tmpfs only.
-      const mappedRam = Number(/^Rss:\s+(\d+) kB/m.exec(smapsOf(vm.pid, vm.memPath))?.[1] ?? 0) * 1024;
-      out.held.push(b.total + Math.max(0, statSync(vm.memPath).blocks * 512 - mappedRam));
+      out.held.push(vmHeldBytes(vm.pid, vm.memPath, b));
     }
     // Exec vs the agent's bare ping, interleaved on one sandbox so both see the same host load; the others go and
     // its own rolling snapshots wait, so neither idle guests nor captures compete with it for the two cores.
@@ -111,6 +109,15 @@ async function measure(label: string, running: Running, n: number, samples: numb
   } finally {
     await Promise.all(sbxs.map((s) => s.kill().catch(() => {})));
   }
+}
+
+/**
+ * Host memory one VM holds: its QEMU's PSS plus the pages of its RAM file on tmpfs that QEMU has not mapped (mapped
+ * ones are in the PSS already, one mapper: their whole size).
+ */
+export function vmHeldBytes(pid: number, memPath: string, pss = pssBreakdown(pid)): number {
+  const mappedRam = Number(/^Rss:\s+(\d+) kB/m.exec(smapsOf(pid, memPath))?.[1] ?? 0) * 1024;
+  return pss.total + Math.max(0, statSync(memPath).blocks * 512 - mappedRam);
 }
 
 /** The smaps block of `path`'s mapping in process `pid`. */

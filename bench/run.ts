@@ -25,6 +25,8 @@ import { filesBench } from './files.js';
 import { consoleBench } from './console.js';
 import { fleetBench, fleetOptions, type FleetResult } from './fleet.js';
 import { customTemplatesBench } from './custom-templates.js';
+import { ttiBench } from './tti.js';
+import { materializeBench } from './materialize.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -255,6 +257,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=cluster, BENCH_ONLY=e2b, BENCH_ONLY=replay and BENCH_ONLY=files also replace their own sections of docs/benchmarks.md;
  * BENCH_ONLY=fleet (bench/fleet.ts) replaces its section too: simulated gateways on the node API, no VMs;
  * BENCH_ONLY=cadence (bench/cadence.ts) soaks ten 5 s sandboxes and one 60 s one and replaces its own section;
+ * BENCH_ONLY=tti (bench/tti.ts, BENCH_TTI_N, BENCH_TTI_BURST) and BENCH_ONLY=materialize (bench/materialize.ts) replace theirs too;
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
  */
@@ -869,6 +872,33 @@ function customTemplatesSection(header: string, rs: Row[]): string {
   );
 }
 
+function ttiSection(header: string, rs: Row[], n: number): string {
+  return (
+    `<!-- tti phase -->\n## Time to interactive\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ${loadavg()} ` +
+    `at the end (other work shares this machine), in one run (\`BENCH_TTI_N=${n} BENCH_ONLY=tti npm run bench\`; ` +
+    '`BENCH_TTI_BURST` caps the burst). As the public cross-vendor sandbox benchmark counts it: from the create (or ' +
+    'fork) request to the first `python3 -V` that succeeds, through the SDK, 256 MiB guests, the warm pool at its ' +
+    "default of 2. The burst is as many as the node's memory admission takes at once, at most n; forks are of one " +
+    'running sandbox holding 16 MiB of files and having touched 32 MiB more, from its latest snapshot (taken once, ' +
+    "untimed, before the forks); a fork's host memory is its QEMU's PSS " +
+    'plus its RAM file pages on tmpfs that QEMU has not mapped. Peer figures are left out: none of their published ' +
+    'numbers is available offline here to cite.\n\n' +
+    `${mdRows(rs)}<!-- /tti phase -->\n`
+  );
+}
+
+function materializeSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- materialize phase -->\n## Restore from the store\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ` +
+    `${loadavg()} at the end (other work shares this machine), in one run (\`BENCH_ONLY=materialize npm run bench\`, ` +
+    'bench/materialize.ts): the "prepare" of a resume or fork on a node without the RAM image cached, for a 256 MiB ' +
+    "guest made from this home's template with 32 MiB of its RAM rewritten, from a local-disk store (files in the page " +
+    'cache). The baseline is the earlier path (one chunk at a time, RAM then state then disk), timed alternately with ' +
+    'the pipelined one in the same run.\n\n' +
+    `${mdRows(rs)}<!-- /materialize phase -->\n`
+  );
+}
+
 /** BENCH_RECONNECTS=connect: only the phase's Sandbox.connect rows, printed and not written to docs/benchmarks.md. */
 const connectOnly = process.env.BENCH_RECONNECTS === 'connect';
 
@@ -960,6 +990,25 @@ async function main(): Promise<void> {
     const header = hostLine();
     console.log(`${header}\nSnapshot cadence under load\n${cadenceTable(c.rows)}`);
     if (!quick) writeSection('cadence', cadenceSection(header, c));
+    return;
+  }
+  if (only === 'tti') {
+    const n = Number(process.env.BENCH_TTI_N ?? (quick ? 10 : 100));
+    const burst = process.env.BENCH_TTI_BURST === undefined ? undefined : Number(process.env.BENCH_TTI_BURST);
+    const t = await ttiBench({ home, port, n, burst });
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    const ttiRows: Row[] = [];
+    for (const r of t.rows) addLatencyTo(ttiRows, r.what, r.samplesMs, [`p99 ${ms(pct(r.samplesMs, 99))}`, r.note]);
+    if (t.emptyOutputs > 0) ttiRows.push({ what: 'python3 -V exited 0 with no output', n: t.emptyOutputs, p50: '', p95: '', other: 'counted as ready' });
+    printTable('Time to interactive', ttiRows);
+    if (!quick) writeSection('tti', ttiSection(header, ttiRows, n));
+    return;
+  }
+  if (only === 'materialize') {
+    const rs = await materializeBench(home, { rounds: quick ? 3 : 7 });
+    printTable('Restore from the store: prepare', rs);
+    if (!quick) writeSection('materialize', materializeSection(hostLine('none (no VM runs)'), rs));
     return;
   }
   if (only === 'density') {

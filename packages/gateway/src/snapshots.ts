@@ -2,8 +2,9 @@
 import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { failpoint, newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
-import type { ChunkStore } from '@sandglass/chunkstore';
+import type { ChunkStore, TenantStore } from '@sandglass/chunkstore';
 import {
+  baseChunkIds,
   CaptureScheduler,
   chunkDiskLayers,
   chunkMemory,
@@ -16,7 +17,9 @@ import {
   planRetention,
   MEMORY_CHUNK_BYTES,
   type Cadence,
+  type LocalBase,
   type ManifestBody,
+  type MemoryStats,
   type RetentionPolicy,
   type SnapshotReason,
 } from '@sandglass/snapshots';
@@ -32,6 +35,8 @@ import type { NetworkSpec } from './network.js';
 import { recordingManifestId } from './recording.js';
 
 export const MIN_SNAPSHOT_INTERVAL_S = 5;
+/** (tenant, template) pairs whose template-image chunk ids a node keeps (~0.3 MiB each for a 256 MiB template). */
+const BASE_IDS_KEPT = 16;
 export const DEFAULT_SNAPSHOT_INTERVAL_S = 60;
 
 /** What a restore of a snapshot starts from, and what the restored sandbox continues with. */
@@ -140,7 +145,7 @@ export class SnapshotManager {
    */
   private readonly lastTakenMs = new Map<string, number>();
   /** RAM images being written from the store, by path: two restores of one snapshot share one writer. */
-  private readonly materializing = new Map<string, Promise<void>>();
+  private readonly materializing = new Map<string, Promise<MemoryStats>>();
   private readonly random: Random;
   private readonly imageCacheBytes: number;
   /** The tenant of every snapshot image named since start (the cache's files are removed at start and stop). */
@@ -148,6 +153,11 @@ export class SnapshotManager {
   /** Restores being prepared (each settles, never rejects), by tenant. */
   private readonly preparing = new Map<Promise<void>, string>();
   private readonly captureTimes = new CaptureTimes(MIN_SNAPSHOT_INTERVAL_S);
+  /**
+   * Per tenant and template key, the ids the node's template RAM image has under the tenant's chunk-id key: a restore
+   * copies the chunks a snapshot shares with its template from the image instead of the store. Oldest dropped first.
+   */
+  private readonly baseIds = new Map<string, Promise<string[]>>();
 
   constructor(private readonly opts: SnapshotManagerOptions) {
     this.random = opts.random ?? systemRandom;
@@ -419,28 +429,29 @@ export class SnapshotManager {
   private async writeRestore(m: ManifestBody, dir: string, template: TemplateSnapshot): Promise<PreparedRestore> {
     // A resumed sandbox's next snapshot comes after this one, whatever the clock says now.
     this.lastTakenMs.set(m.sandboxId, Math.max(this.lastTakenMs.get(m.sandboxId) ?? 0, Date.parse(m.takenAt)));
+    const t0 = performance.now();
     const tenant = await this.opts.store.tenant(m.tenantId);
     const image = this.imagePath(m.snapshotId, m.tenantId);
-    // A second writer of the same image would truncate the first's temp file under it, and the first could rename a
-    // half-written image into place for its VM to map: concurrent restores of one snapshot wait on one writer.
-    let making = this.materializing.get(image);
-    if (!making && !existsSync(image)) {
-      making = materializeMemory(tenant, m, image).finally(() => this.materializing.delete(image));
-      this.materializing.set(image, making);
-    }
-    if (making) {
-      await making;
-      this.trimImageCache();
-    } else {
-      const now = new Date();
-      utimesSync(image, now, now);
-    }
     // The VM restored here is named like its run directory (the sandbox id).
     const vmId = basename(dir);
     const paths = prepareVmDir(dir, vmId);
     const statePath = join(dir, 'state.bin');
-    await materializeState(tenant, m, statePath);
-    await materializeDisk(tenant, m, paths.disk, template.diskPath);
+    const ms: Record<string, number> = {};
+    const timed = async <T>(phase: string, p: Promise<T>): Promise<T> => {
+      const v = await p;
+      ms[phase] = Math.round(performance.now() - t0);
+      return v;
+    };
+    // The three files are independent: written side by side, each pipelining its own chunk reads. All three end before
+    // this does, so a failed restore leaves no writer behind it (settle and a revocation's wipe rely on that).
+    const settled = await Promise.allSettled([
+      timed('memoryMs', this.restoreImage(tenant, m, image, template)),
+      timed('stateMs', materializeState(tenant, m, statePath)),
+      timed('diskMs', materializeDisk(tenant, m, paths.disk, template.diskPath)),
+    ]);
+    for (const r of settled) if (r.status === 'rejected') throw r.reason;
+    const memory = settled[0] as PromiseFulfilledResult<MemoryStats>;
+    this.opts.logger.info({ snapshotId: m.snapshotId, ...ms, ...memory.value }, 'restore prepared');
     chownToVm(paths.disk, vmId);
     return {
       source: {
@@ -453,6 +464,50 @@ export class SnapshotManager {
       commands: m.agent.commands as CommandRecord[],
       network: m.network as NetworkSpec | undefined,
     };
+  }
+
+  /**
+   * The snapshot's RAM image in the node's cache, written from the store unless there; returns where its chunks came
+   * from (all zero when it was cached).
+   */
+  private async restoreImage(tenant: TenantStore, m: ManifestBody, image: string, template: TemplateSnapshot): Promise<MemoryStats> {
+    // A second writer of the same image would truncate the first's temp file under it, and the first could rename a
+    // half-written image into place for its VM to map: concurrent restores of one snapshot wait on one writer.
+    let making = this.materializing.get(image);
+    if (!making && !existsSync(image)) {
+      const writing = this.localBase(tenant, m, template).then((base) => materializeMemory(tenant, m, image, { base }));
+      writing.finally(() => this.materializing.delete(image)).catch(() => {});
+      this.materializing.set(image, writing);
+      making = writing;
+    }
+    if (making) {
+      const stats = await making;
+      this.trimImageCache();
+      return stats;
+    }
+    const now = new Date();
+    utimesSync(image, now, now);
+    return { fromStore: 0, fromBase: 0, zero: 0 };
+  }
+
+  /**
+   * The node's tmpfs image of the snapshot's template with its ids under the tenant's key (computed once per tenant
+   * and template, then kept), or none when the template's RAM is not laid out like the snapshot's. The image is what
+   * every create on this node restores from unverified; a snapshot chunk is taken from it only where its keyed hash
+   * is the id the manifest names.
+   */
+  private async localBase(tenant: TenantStore, m: ManifestBody, template: TemplateSnapshot): Promise<LocalBase | undefined> {
+    if (m.memory.chunkBytes !== MEMORY_CHUNK_BYTES || template.config.memoryMib * 1024 * 1024 !== m.memory.sizeBytes) return undefined;
+    const path = await this.opts.ram.templateImage(template.key, template.memPath);
+    const key = `${m.tenantId}/${template.key}`;
+    let ids = this.baseIds.get(key);
+    if (!ids) {
+      ids = baseChunkIds(tenant, path, m.memory.sizeBytes, MEMORY_CHUNK_BYTES);
+      ids.catch(() => this.baseIds.delete(key));
+      this.baseIds.set(key, ids);
+      while (this.baseIds.size > BASE_IDS_KEPT) this.baseIds.delete(this.baseIds.keys().next().value!);
+    }
+    return { path, chunks: await ids };
   }
 
   /** Deletes a snapshot: the record first (so it is never offered again), then its manifest; GC frees its chunks. */

@@ -56,8 +56,30 @@ async function chunkFlatImage(
   shadowed?: ReadonlySet<number>,
 ): Promise<{ chunks: string[] } & ChunkTally> {
   const t = tally();
-  const count = Math.ceil(sizeBytes / chunkBytes);
-  const chunks = new Array<string>(count).fill(ZERO);
+  const chunks = new Array<string>(Math.ceil(sizeBytes / chunkBytes)).fill(ZERO);
+  await forEachChunk(path, sizeBytes, chunkBytes, async (index, data) => {
+    if (shadowed?.has(index)) return;
+    const id = tenant.chunkId(data);
+    if (parent?.[index] === id) {
+      lease.add(id);
+      chunks[index] = id;
+      return;
+    }
+    chunks[index] = await store(tenant, lease, data, t, id);
+  });
+  return { chunks, ...t };
+}
+
+/**
+ * Calls `visit` with each chunk of a flat image that is not all zeros, in order, past the file's end reading as zeros.
+ * `data` is a view of a read buffer reused once `visit` returns (or its promise settles).
+ */
+export async function forEachChunk(
+  path: string,
+  sizeBytes: number,
+  chunkBytes: number,
+  visit: (index: number, data: Buffer) => void | Promise<void>,
+): Promise<void> {
   const fh = await open(path, 'r');
   const buf = Buffer.allocUnsafe(READ_BYTES);
   try {
@@ -72,23 +94,15 @@ async function chunkFlatImage(
       // A RAM file shorter than the guest (never written at the end) reads as zeros there.
       if (got < want) buf.fill(0, got, want);
       for (let at = 0; at < want; at += chunkBytes) {
-        const index = (offset + at) / chunkBytes;
         const data = buf.subarray(at, Math.min(at + chunkBytes, want));
-        if (shadowed?.has(index) || isZeroChunk(data)) continue;
-        const id = tenant.chunkId(data);
-        if (parent?.[index] === id) {
-          lease.add(id);
-          chunks[index] = id;
-          continue;
-        }
+        if (isZeroChunk(data)) continue;
         // Awaited before the read buffer is reused for the next block.
-        chunks[index] = await store(tenant, lease, data, t, id);
+        await visit((offset + at) / chunkBytes, data);
       }
     }
   } finally {
     await fh.close();
   }
-  return { chunks, ...t };
 }
 
 /**
