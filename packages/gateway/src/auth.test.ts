@@ -27,6 +27,7 @@ const token = (sbx: string, key = KEYS.accessToken) => signAccessToken({ sbx, te
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
 const revokedKeys = new RevokedKeys();
+const publicPorts = new Map<string, Set<number>>();
 /** What handlers reached: any use of the gateway beyond its options is a handler at work. */
 const touched: string[] = [];
 const gw = new Proxy({} as Gateway, {
@@ -34,6 +35,8 @@ const gw = new Proxy({} as Gateway, {
     if (prop === 'opts') return { nodeSecret: SECRET, clock, events: { append: async () => touched.push('events.append') } };
     // Read once when the data plane is built, to check tokens against: part of authentication, not a handler.
     if (prop === 'revokedKeys') return revokedKeys;
+    // So is the map of ports open without a credential (read once too): none here.
+    if (prop === 'publicPorts') return publicPorts;
     if (prop === 'then') return undefined;
     touched.push(String(prop));
     throw new Error(`handler reached gw.${String(prop)}`);

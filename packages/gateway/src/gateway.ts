@@ -162,6 +162,12 @@ export class Gateway {
   readonly network: NetworkManager;
   /** API keys revoked on the control plane whose access tokens may still be unexpired. */
   readonly revokedKeys = new RevokedKeys();
+  /**
+   * Guest ports open to requests without a credential, per running sandbox (GuestPorts reads the map once, at build,
+   * and answers from it before any handler runs). A run's entry goes with it; a resume (any node) gets its ports back
+   * from the control plane, which folds the sandbox's port.visibility events.
+   */
+  readonly publicPorts = new Map<string, Set<number>>();
   /** Tenants whose key was revoked: their sandboxes stop and their plaintext on this node is wiped. */
   readonly revocation: TenantRevocation;
   readonly jail: JailContext;
@@ -221,6 +227,7 @@ export class Gateway {
       retention: opts.retention,
       gate: opts.captureGate,
       imageCacheBytes,
+      diskCacheDir: join(opts.home.root, 'disk-cache'),
     });
     const keys = opts.keys;
     this.revocation = new TenantRevocation({
@@ -485,6 +492,7 @@ export class Gateway {
       ram: this.ram,
       onGone: (s) => {
         this.sandboxes.delete(s.id);
+        this.publicPorts.delete(s.id);
         this.replays.delete(s.id);
         this.outputHubs.dropSandbox(s.id);
         this.network.detach(s.id);
@@ -529,7 +537,7 @@ export class Gateway {
     const replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
     const source = replay?.source;
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
-    if (kind === 'resume') for (const port of req.publicPorts ?? []) sbx.publicPorts.add(port);
+    if (kind === 'resume' && req.publicPorts !== undefined && req.publicPorts.length > 0) this.publicPorts.set(req.id, new Set(req.publicPorts));
     this.sandboxes.set(req.id, sbx);
     if (source) this.replays.set(req.id, source);
     const t0 = performance.now();
@@ -540,6 +548,7 @@ export class Gateway {
       sbx.abortIfEnded();
     } catch (err) {
       this.sandboxes.delete(req.id);
+      this.publicPorts.delete(req.id);
       rmSync(dir, { recursive: true, force: true });
       throw err;
     }

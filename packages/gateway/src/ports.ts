@@ -72,6 +72,8 @@ export class GuestPorts {
   readonly domain: string;
   readonly #hostForm: RegExp;
   readonly #urlKey: Buffer;
+  /** The gateway's public ports, per sandbox: read once here, so deciding a port needs no credential touches nothing else. */
+  readonly #public: Map<string, Set<number>>;
   readonly #open = new Map<string, number>();
   /** The bytes Node's parser read past an upgrade request's head, handed over with the socket. */
   readonly #upgradeHeads = new WeakMap<http.IncomingMessage, Buffer>();
@@ -81,6 +83,7 @@ export class GuestPorts {
     private readonly keys: NodeKeys,
     opts: { domain?: string } = {},
   ) {
+    this.#public = gw.publicPorts;
     this.domain = (opts.domain ?? DEFAULT_PORT_DOMAIN).toLowerCase();
     if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(this.domain)) throw new Error(`port domain ${opts.domain} is not a DNS name`);
     this.#hostForm = new RegExp(`^(\\d{1,5})-([A-Za-z0-9_]{1,64})\\.${this.domain.replaceAll('.', '\\.')}(?::\\d{1,5})?$`, 'i');
@@ -121,18 +124,21 @@ export class GuestPorts {
   }
 
   isPublic(sandboxId: string, port: number): boolean {
-    return this.gw.sandboxes.get(sandboxId)?.publicPorts.has(port) === true;
+    return this.#public.get(sandboxId)?.has(port) === true;
   }
 
   publicPorts(sandboxId: string): number[] {
-    return [...(this.gw.sandboxes.get(sandboxId)?.publicPorts ?? [])].sort((a, b) => a - b);
+    return [...(this.#public.get(sandboxId) ?? [])].sort((a, b) => a - b);
   }
 
   /** Opens or closes a port to requests without a credential; each change is an event of the sandbox. */
   async setPublic(sbx: Sandbox, port: number, open: boolean): Promise<void> {
-    if (sbx.publicPorts.has(port) === open) return;
-    if (open) sbx.publicPorts.add(port);
-    else sbx.publicPorts.delete(port);
+    const set = this.#public.get(sbx.id) ?? new Set<number>();
+    if (set.has(port) === open) return;
+    if (open) set.add(port);
+    else set.delete(port);
+    if (set.size > 0) this.#public.set(sbx.id, set);
+    else this.#public.delete(sbx.id);
     await sbx.record('port.visibility', { port, public: open });
   }
 

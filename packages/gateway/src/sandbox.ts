@@ -104,11 +104,6 @@ export class Sandbox {
   readonly dir: string;
   readonly startedAt: string;
   readonly commands = new Map<string, CommandRecord>();
-  /**
-   * Guest ports open to requests without a credential (GuestPorts serves them). They live as long as this run of the
-   * sandbox; a resume (any node) gets them back from the control plane, which folds the sandbox's port.visibility events.
-   */
-  readonly publicPorts = new Set<number>();
   readonly files: SandboxFiles;
   #state: SandboxState = 'starting';
   #vm?: Vm;
