@@ -1,6 +1,6 @@
 // A template's build spec: `sandglass.template.yaml` and the Dockerfile subset, both read into one normalized TemplateSpec.
+import { createRequire } from 'node:module';
 import { posix } from 'node:path';
-import { LineCounter, parseDocument } from 'yaml';
 import { checkEnvs, invalidField, isEnvName } from './envs.js';
 import type { NetworkPolicy } from './types.js';
 
@@ -191,8 +191,29 @@ const TOP_KEYS = ['name', 'from', 'memoryMib', 'vcpus', 'diskMib', 'envs', 'user
 const STEP_KINDS = ['run', 'copy'] as const;
 const STEP_KEYS = ['name', ...STEP_KINDS, 'user', 'workdir', 'envs'] as const;
 
+/** The part of the `yaml` package this file uses. */
+interface YamlModule {
+  LineCounter: new () => { linePos(offset: number): { line: number } };
+  parseDocument(text: string, opts: object): { errors: Array<{ pos: [number, number]; message: string }>; toJS(opts: { maxAliasCount: number }): unknown };
+}
+
+const load = createRequire(import.meta.url);
+
+/**
+ * `yaml` is an optional peer of the SDK (an install pulls in only ws): loaded when a YAML spec is read, so Dockerfile
+ * builds and `spec` objects need nothing more.
+ */
+function yamlModule(): YamlModule {
+  try {
+    return load('yaml') as YamlModule;
+  } catch {
+    throw invalidField('file', 'is YAML, which needs the `yaml` package (npm install yaml@2); or pass the spec as an object, or a Dockerfile');
+  }
+}
+
 /** Reads `sandglass.template.yaml` (text) into a TemplateSpec; a bad field is invalid_argument naming it. */
 export function parseTemplateYaml(text: string): ParsedTemplateFile {
+  const { LineCounter, parseDocument } = yamlModule();
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { prettyErrors: false, uniqueKeys: true, lineCounter });
   const err = doc.errors[0];
