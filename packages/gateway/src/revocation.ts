@@ -31,6 +31,7 @@ export interface TenantPlaintext {
  * leaves it behind (tests/byok.test.ts lists the tmpfs and run directories after a revocation and finds nothing).
  * - each sandbox's guest RAM file on tmpfs (`<vm>.mem`) and its run directory (qcow2 overlays with the guest's disk
  *   writes, device state, sockets);
+ * - the restored disk deltas kept on disk for forks of snapshots with large ones (`disk-cache/snap-<id>.qcow2`);
  * - the snapshot RAM images cached on tmpfs for forks and resumes (`snap-<id>.img`); a capture's RAM copy in flight
  *   (`<snap>.capture`) becomes one when it commits or is removed when it fails, and the wipe waits for it; so it does
  *   for a restore being prepared (its image's temporary file, device state and overlay) and a sandbox still starting;

@@ -65,6 +65,7 @@ async function setup() {
   const snapshots = new SnapshotManager({
     store,
     ram: new RamFiles(join(dir, 'home'), dir),
+    diskCacheDir: join(dir, 'disk-cache'),
     events: { append: () => {} },
     accel: 'tcg',
     cpu: 'max',
@@ -73,7 +74,7 @@ async function setup() {
     retention: DEFAULT_RETENTION,
   });
   const chunkFile = (id: string) => join(dir, 'store', 'chunks', 'ten_a', id.slice(0, 2), id);
-  return { dir, m, ram, template, snapshots, chunkFile };
+  return { dir, m, ram, template, snapshots, chunkFile, tenant, store };
 }
 
 it("takes the chunks a snapshot shares with its template from the node's image, and only those", async () => {
@@ -99,4 +100,46 @@ it('refuses a corrupt chunk the template does not share, and leaves no RAM image
   expect(readdirSync(join(dir, ramRoot)).filter((n) => n.startsWith('snap-'))).toEqual([]);
   expect(existsSync(join(dir, ramRoot, 'snap-snap_a.img'))).toBe(false);
   await snapshots.stop();
+});
+
+it("keeps a large disk delta on the node's disk: a second restore copies it, a revocation finds it, a delete drops it", async () => {
+  const { dir, m, template, snapshots, chunkFile, tenant } = await setup();
+  // 10 MiB of written clusters: past the size under which a delta is written from the store each time.
+  const clusters: Array<[number, string]> = [];
+  for (let i = 0; i < 160; i++) clusters.push([i * CHUNK, (await tenant.put(randomBytes(CHUNK))).id]);
+  const big = { ...m, snapshotId: 'snap_big', disk: { ...m.disk, sizeBytes: 16 << 20, clusters } } satisfies ManifestBody;
+  const first = await snapshots.prepareRestore(big, join(dir, 'run', 'sbx_1'), template);
+  const cached = join(dir, 'disk-cache', 'snap-snap_big.qcow2');
+  expect(existsSync(cached)).toBe(true);
+  expect(snapshots.imagesOf('ten_a')).toContain(cached);
+  expect(snapshots.imagesOf('ten_other')).toEqual([]);
+  // Gone from the store now: the second restore never asks it for the disk.
+  for (const [, id] of clusters) rmSync(chunkFile(id));
+  const second = await snapshots.prepareRestore(big, join(dir, 'run', 'sbx_2'), template);
+  const disk = (p: typeof first) => readFileSync((p.source.disk as { prepared: string }).prepared);
+  expect(disk(second).equals(disk(first))).toBe(true);
+  await snapshots.delete('ten_a', 'sbx_a', 'snap_big', 'user');
+  expect(existsSync(cached)).toBe(false);
+  await snapshots.stop();
+});
+
+it('writes a small disk delta from the store each time, and empties the disk cache an earlier process left', async () => {
+  const { dir, m, template, snapshots } = await setup();
+  await snapshots.prepareRestore(m, join(dir, 'run', 'sbx_1'), template);
+  expect(readdirSync(join(dir, 'disk-cache'))).toEqual([]);
+  writeFileSync(join(dir, 'disk-cache', 'snap-snap_old.qcow2'), 'an earlier process');
+  await snapshots.stop();
+  const again = new SnapshotManager({
+    store: (snapshots as unknown as { opts: { store: ChunkStore } }).opts.store,
+    ram: new RamFiles(join(dir, 'home'), dir),
+    diskCacheDir: join(dir, 'disk-cache'),
+    events: { append: () => {} },
+    accel: 'tcg',
+    cpu: 'max',
+    clock: new ManualClock(Date.UTC(2026, 0, 1)),
+    logger: createLogger('test', 'silent'),
+    retention: DEFAULT_RETENTION,
+  });
+  expect(readdirSync(join(dir, 'disk-cache'))).toEqual([]);
+  await again.stop();
 });

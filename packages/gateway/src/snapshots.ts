@@ -1,5 +1,5 @@
 // The node's time machine: rolling live snapshots of running sandboxes into the chunk store, restores for resume and fork, retention and GC.
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
+import { constants as fsc, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { failpoint, newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
 import type { ChunkStore, TenantStore } from '@sandglass/chunkstore';
@@ -118,7 +118,18 @@ export interface SnapshotManagerOptions {
   gate?: CaptureGate;
   /** How long a pause or manual snapshot waits for a running sweep; a rolling capture never waits (the next run retries). */
   gateWaitMs?: number;
+  /**
+   * Where restored disk deltas are kept on the node's disk (emptied at start): a fork of a snapshot with a large disk
+   * delta (a custom template's) copies the node's file instead of decrypting the delta from the store again.
+   */
+  diskCacheDir?: string;
+  /** Ceiling on that cache (least recently used dropped first). */
+  diskCacheBytes?: number;
 }
+
+/** A disk delta smaller than this is written from the store each time: the copy would save next to nothing. */
+const DISK_CACHE_MIN_BYTES = 8 * 1024 * 1024;
+const DEFAULT_DISK_CACHE_BYTES = 8 * 1024 * 1024 * 1024;
 
 interface Pending {
   reason: SnapshotReason;
@@ -157,11 +168,18 @@ export class SnapshotManager {
    * Per tenant and template key, the ids the node's template RAM image has under the tenant's chunk-id key: a restore
    * copies the chunks a snapshot shares with its template from the image instead of the store. Oldest dropped first.
    */
+  /** Disk deltas being written into the disk cache: concurrent restores of one snapshot wait on one writer. */
+  private readonly diskMaking = new Map<string, Promise<void>>();
   private readonly baseIds = new Map<string, Promise<string[]>>();
 
   constructor(private readonly opts: SnapshotManagerOptions) {
     this.random = opts.random ?? systemRandom;
     this.imageCacheBytes = opts.imageCacheBytes ?? defaultImageCacheBytes();
+    // An earlier process's files have no tenant on record here, so a revocation could not find them: they go now.
+    if (opts.diskCacheDir) {
+      rmSync(opts.diskCacheDir, { recursive: true, force: true });
+      mkdirSync(opts.diskCacheDir, { recursive: true, mode: 0o700 });
+    }
     this.scheduler = new CaptureScheduler({ clock: opts.clock, random: this.random, concurrency: opts.concurrency ?? 2 });
   }
 
@@ -447,7 +465,7 @@ export class SnapshotManager {
     const settled = await Promise.allSettled([
       timed('memoryMs', this.restoreImage(tenant, m, image, template)),
       timed('stateMs', materializeState(tenant, m, statePath)),
-      timed('diskMs', materializeDisk(tenant, m, paths.disk, template.diskPath)),
+      timed('diskMs', this.restoreDisk(tenant, m, paths.disk, template)),
     ]);
     for (const r of settled) if (r.status === 'rejected') throw r.reason;
     const memory = settled[0] as PromiseFulfilledResult<MemoryStats>;
@@ -464,6 +482,64 @@ export class SnapshotManager {
       commands: m.agent.commands as CommandRecord[],
       network: m.network as NetworkSpec | undefined,
     };
+  }
+
+  /**
+   * The snapshot's disk delta (a qcow2 over the template's disk) at `path`: written from the store, or — for a large
+   * delta, forked again and again like a custom template's — copied from the node's cache of it, which is written from
+   * the store once (one writer per snapshot, under a temporary name until every cluster is verified).
+   */
+  private async restoreDisk(tenant: TenantStore, m: ManifestBody, path: string, template: TemplateSnapshot): Promise<void> {
+    const dir = this.opts.diskCacheDir;
+    if (dir === undefined || m.disk.clusters.length * m.disk.clusterBytes < DISK_CACHE_MIN_BYTES) {
+      return materializeDisk(tenant, m, path, template.diskPath);
+    }
+    const cached = this.diskCachePath(m.snapshotId, m.tenantId);
+    let making = this.diskMaking.get(cached);
+    if (!making && !existsSync(cached)) {
+      const tmp = `${cached}.tmp-${newId('req')}`;
+      const writing = materializeDisk(tenant, m, tmp, template.diskPath).then(
+        () => renameSync(tmp, cached),
+        (err: unknown) => {
+          rmSync(tmp, { force: true });
+          throw err;
+        },
+      );
+      writing.finally(() => this.diskMaking.delete(cached)).catch(() => {});
+      this.diskMaking.set(cached, writing);
+      making = writing;
+    }
+    if (making) {
+      await making;
+      this.trimDiskCache();
+    } else {
+      const now = new Date();
+      utimesSync(cached, now, now);
+    }
+    // A reflink where the file system has them; else a plain copy of the delta's allocated clusters.
+    copyFileSync(cached, path, fsc.COPYFILE_FICLONE);
+  }
+
+  /** Noted with its tenant like a RAM image, so a revocation finds it (imagesOf). */
+  private diskCachePath(snapshotId: string, tenantId: string): string {
+    this.imageTenants.set(snapshotId, tenantId);
+    return join(this.opts.diskCacheDir!, `snap-${snapshotId}.qcow2`);
+  }
+
+  private trimDiskCache(): void {
+    const dir = this.opts.diskCacheDir!;
+    const files = readdirSync(dir)
+      .filter((n) => n.startsWith('snap-') && n.endsWith('.qcow2'))
+      .map((n) => {
+        const st = statSync(join(dir, n), { throwIfNoEntry: false });
+        return { p: join(dir, n), bytes: st ? st.blocks * 512 : 0, used: st?.mtimeMs ?? 0 };
+      })
+      .sort((a, b) => b.used - a.used);
+    let total = 0;
+    for (const f of files) {
+      total += f.bytes;
+      if (total > (this.opts.diskCacheBytes ?? DEFAULT_DISK_CACHE_BYTES)) rmSync(f.p, { force: true });
+    }
   }
 
   /**
@@ -515,6 +591,7 @@ export class SnapshotManager {
     await this.opts.events.append({ type: 'snapshot.deleted', tenantId, sandboxId, data: { snapshotId, why } });
     await (await this.opts.store.tenant(tenantId)).deleteManifest(snapshotId);
     rmSync(this.imagePath(snapshotId, tenantId), { force: true });
+    if (this.opts.diskCacheDir) rmSync(join(this.opts.diskCacheDir, `snap-${snapshotId}.qcow2`), { force: true });
     this.imageTenants.delete(snapshotId);
   }
 
@@ -596,10 +673,17 @@ export class SnapshotManager {
     return join(this.opts.ram.root, `snap-${snapshotId}.img`);
   }
 
-  /** The snapshot RAM images of a tenant this node has cached or is making (plaintext of its guests' memory). */
+  /**
+   * The snapshot RAM images and disk deltas of a tenant this node has cached or is making (plaintext of its guests'
+   * memory and disks). A cache file being written is under a temporary name: a revocation waits for it (settle).
+   */
   imagesOf(tenantId: string): string[] {
     const paths: string[] = [];
-    for (const [snapshotId, t] of this.imageTenants) if (t === tenantId) paths.push(join(this.opts.ram.root, `snap-${snapshotId}.img`));
+    for (const [snapshotId, t] of this.imageTenants) {
+      if (t !== tenantId) continue;
+      paths.push(join(this.opts.ram.root, `snap-${snapshotId}.img`));
+      if (this.opts.diskCacheDir) paths.push(join(this.opts.diskCacheDir, `snap-${snapshotId}.qcow2`));
+    }
     return paths;
   }
 
