@@ -154,11 +154,8 @@ export class SandboxService {
       throw new SandglassError('template_not_ready', `Template ${template.name} failed to build; rebuild it before creating sandboxes from it.`);
     if (template.status !== 'ready') throw new SandglassError('template_not_ready', `Template ${template.name} is still being built; retry shortly.`);
     const network = req.network === undefined ? undefined : checkNetwork(req.network, 'network');
-    const secrets = req.secrets ?? [];
-    const dup = secrets.findIndex((name, i) => secrets.indexOf(name) !== i);
-    if (dup >= 0) throw invalidArgument(`secrets[${dup}]`, `names ${secrets[dup]} twice`);
     // Secrets without a network policy are allowed: the placeholders exist, but nothing can be reached to use them on.
-    await this.deps.secrets.checkExist(who.tenantId, secrets);
+    const secrets = await this.#requestSecrets(who, req.secrets);
     const envs = checkEnvs(req.envs ?? {}, 'envs');
     const envNames = Object.keys(envs);
 
@@ -232,10 +229,7 @@ export class SandboxService {
       );
     }
     const network = checkNetwork(req.network ?? {}, 'network');
-    const secrets = req.secrets ?? [];
-    const dup = secrets.findIndex((name, i) => secrets.indexOf(name) !== i);
-    if (dup >= 0) throw invalidArgument(`secrets[${dup}]`, `names ${secrets[dup]} twice`);
-    await this.deps.secrets.checkExist(who.tenantId, secrets);
+    const secrets = await this.#requestSecrets(who, req.secrets);
     const envs = checkEnvs({ ...(JSON.parse(version.envs) as Record<string, string>), ...(req.envs ?? {}) }, 'envs');
     const envNames = Object.keys(envs);
     const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: version.memory_mib, vcpus: version.vcpus });
@@ -829,6 +823,15 @@ export class SandboxService {
       ...(placeholdersContentId === undefined ? {} : { placeholdersContentId }),
       exchanges,
     };
+  }
+
+  /** A create's secret names: each once, each the tenant's. */
+  async #requestSecrets(who: Principal, names: string[] | undefined): Promise<string[]> {
+    const secrets = names ?? [];
+    const dup = secrets.findIndex((name, i) => secrets.indexOf(name) !== i);
+    if (dup >= 0) throw invalidArgument(`secrets[${dup}]`, `names ${secrets[dup]} twice`);
+    await this.deps.secrets.checkExist(who.tenantId, secrets);
+    return secrets;
   }
 
   async #saveEnvs(sandboxId: string, tenantId: string, envs: Record<string, string>): Promise<void> {
