@@ -113,7 +113,7 @@ export class GatewayClient {
     await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/timeout`, { expiresAt }, this.#requestTimeoutMs);
   }
 
-  async takeSnapshot(gateway: GatewayEndpoint, sandboxId: string, req: { name?: string }): Promise<GatewaySnapshotReply> {
+  async takeSnapshot(gateway: GatewayEndpoint, sandboxId: string, req: { name?: string; compact?: boolean }): Promise<GatewaySnapshotReply> {
     return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/snapshots`, req, this.#createTimeoutMs)) as GatewaySnapshotReply;
   }
 

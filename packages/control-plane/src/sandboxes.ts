@@ -438,9 +438,12 @@ export class SandboxService {
     return (await q.orderBy('taken_at', 'desc').orderBy('id', 'desc').execute()).map(toSnapshot);
   }
 
-  async takeSnapshot(who: Principal, id: string, name?: string): Promise<Snapshot> {
+  async takeSnapshot(who: Principal, id: string, name?: string, opts: { compact?: boolean } = {}): Promise<Snapshot> {
     const row = await this.#running(who, id, 'snapshot');
-    const reply = await this.deps.gatewayClient.takeSnapshot(await this.#gatewayOf(row), id, name === undefined ? {} : { name });
+    const reply = await this.deps.gatewayClient.takeSnapshot(await this.#gatewayOf(row), id, {
+      ...(name === undefined ? {} : { name }),
+      ...(opts.compact === true ? { compact: true } : {}),
+    });
     return reply.snapshot;
   }
 

@@ -10,7 +10,16 @@ import type { ChunkStore } from '@sandglass/chunkstore';
 import type { KeyProvider } from '@sandglass/kms';
 import type { RetentionPolicy } from '@sandglass/snapshots';
 import { Sandbox, sandboxDir, type HealthPolicy, type SandboxOptions } from './sandbox.js';
-import { templateKey, TemplateStore, templateSource, vmConfig, type TemplateProgress, type TemplateRegistry, type TemplateSnapshot } from './templates.js';
+import {
+  templateKey,
+  templatePrep,
+  TemplateStore,
+  templateSource,
+  vmConfig,
+  type TemplateProgress,
+  type TemplateRegistry,
+  type TemplateSnapshot,
+} from './templates.js';
 import { checkSize, defaultGuestBudgetMib, nodeSizes, type NodeSizes } from './sizes.js';
 import { WarmPool } from './pool.js';
 import { defaultImageCacheBytes, RamFiles, reapOrphanRamDirs } from './ram.js';
@@ -590,9 +599,12 @@ export class Gateway {
     return sbx;
   }
 
-  async snapshotSandbox(id: string, name: string | null): Promise<SnapshotInfo> {
+  /** `compact`: the guest first runs a template's memory prep, so the snapshot's RAM holds only its live pages. */
+  async snapshotSandbox(id: string, name: string | null, opts: { compact?: boolean } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(id);
     sbx.requireRunning();
+    const prep = opts.compact === true ? templatePrep(this.accel) : undefined;
+    if (prep !== undefined) await sbx.runInternal(['/bin/sh', '-c', prep], 120_000);
     return this.snapshots.snapshotNow(sbx, 'manual', name);
   }
 

@@ -59,7 +59,7 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     // ---- snapshots: take, pause, resume, fork, delete, interval, maintenance ----
     route('POST', '/internal/v1/sandboxes/{id}/snapshots', async (req, reply) => {
       const name = req.body?.name ?? null;
-      return reply.status(201).send({ snapshot: await gw.snapshotSandbox(req.params.id, name) });
+      return reply.status(201).send({ snapshot: await gw.snapshotSandbox(req.params.id, name, { compact: req.body?.compact === true }) });
     });
     route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({
       snapshot: await gw.pauseSandbox(req.params.id),

@@ -7,7 +7,7 @@ import type { Vm } from '@sandglass/vmm';
 import type { AgentClient, InputResult, ProtocolViolation, SignalName } from '@sandglass/agent-client';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import type { PolicyInput } from '@sandglass/egress';
-import { mapAgentError } from './agent-link.js';
+import { mapAgentError, runToExit } from './agent-link.js';
 import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
 import type { RamFiles } from './ram.js';
 import type { NetworkSpec } from './network.js';
@@ -397,6 +397,12 @@ export class Sandbox {
     if ((await vm.diskBytes()) >= bytes) return;
     await vm.growDisk(bytes);
     await agent.diskGrow(bytes, { timeoutMs: 30_000 });
+  }
+
+  /** Runs a node-side command in the guest as root to its exit (not one of the sandbox's commands); non-zero fails. */
+  async runInternal(argv: string[], timeoutMs: number): Promise<void> {
+    const code = await runToExit(this.requireRunning(), argv, { timeoutMs });
+    if (code !== 0) throw new SandglassError('snapshot_failed', `${argv[0]} in the guest exited with code ${code}; nothing was captured.`);
   }
 
   /** Appends one of this sandbox's events (through the node's per-sandbox quota). */

@@ -969,6 +969,8 @@ export interface components {
         };
         TakeSnapshotRequest: {
             name?: components["schemas"]["SnapshotName"];
+            /** @description First drop the guest's page cache and zero its freed memory (at most 192 MiB of it), as a platform template's snapshot is prepared: the snapshot's RAM then holds only live pages, so it stores less and every fork of it (a custom template's version) copies less. Costs the guest its page cache. */
+            compact?: boolean;
         };
         NameSnapshotRequest: {
             /** @description The new name, by the rules of SnapshotName; null removes it (and the pin that came with it). */

@@ -1765,6 +1765,8 @@ export interface operations {
             content: {
                 "application/json": {
                     name?: string;
+                    /** @description First drop the guest's page cache and zero its freed memory, as a template's snapshot is prepared. */
+                    compact?: boolean;
                 };
             };
         };
