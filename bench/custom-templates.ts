@@ -44,7 +44,8 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
       'memoryMib: 512',
       `diskMib: ${deltaMib + 2048}`,
       'steps:',
-      `  - run: head -c ${deltaMib}M /dev/urandom > /opt/blob && sync`,
+      // The run's name in the first step: no earlier run's cached steps are reused, so the first build is cold.
+      `  - run: head -c ${deltaMib}M /dev/urandom > /opt/blob && echo ${name} > /opt/bench-run && sync`,
       `  - run: echo ${last} > /etc/bench-version`,
       '',
     ].join('\n');
