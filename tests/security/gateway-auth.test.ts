@@ -57,7 +57,16 @@ function idsFor(path: string): Record<string, string> {
         : path.startsWith('/v1/api-keys/')
           ? 'key_aaaaaaaaaaaaaaaaaaaa'
           : a.id;
-  return { id, port: '3000', cid: aCommandId, requestId: 'apr_aaaaaaaaaaaaaaaaaaaa', name: 'AUTHH_SECRET', contentId: 'c'.repeat(64), key: 'a'.repeat(64), tenantId: aTenantId };
+  return {
+    id,
+    port: '3000',
+    cid: aCommandId,
+    requestId: 'apr_aaaaaaaaaaaaaaaaaaaa',
+    name: 'AUTHH_SECRET',
+    contentId: 'c'.repeat(64),
+    key: 'a'.repeat(64),
+    tenantId: aTenantId,
+  };
 }
 
 /** A body that passes validation, so a request that got past auth would reach the handler and act. */
