@@ -169,7 +169,7 @@ export class SnapshotManager {
    * copies the chunks a snapshot shares with its template from the image instead of the store. Oldest dropped first.
    */
   /** Disk deltas being written into the disk cache: concurrent restores of one snapshot wait on one writer. */
-  private readonly diskMaking = new Map<string, Promise<void>>();
+  private readonly diskMaking = new Map<string, Promise<true>>();
   private readonly baseIds = new Map<string, Promise<string[]>>();
 
   constructor(private readonly opts: SnapshotManagerOptions) {
@@ -495,27 +495,20 @@ export class SnapshotManager {
       return materializeDisk(tenant, m, path, template.diskPath);
     }
     const cached = this.diskCachePath(m.snapshotId, m.tenantId);
-    let making = this.diskMaking.get(cached);
-    if (!making && !existsSync(cached)) {
-      const tmp = `${cached}.tmp-${newId('req')}`;
-      const writing = materializeDisk(tenant, m, tmp, template.diskPath).then(
-        () => renameSync(tmp, cached),
+    const tmp = `${cached}.tmp-${newId('req')}`;
+    const written = await cachedFile(this.diskMaking, cached, () =>
+      materializeDisk(tenant, m, tmp, template.diskPath).then(
+        () => {
+          renameSync(tmp, cached);
+          return true as const;
+        },
         (err: unknown) => {
           rmSync(tmp, { force: true });
           throw err;
         },
-      );
-      writing.finally(() => this.diskMaking.delete(cached)).catch(() => {});
-      this.diskMaking.set(cached, writing);
-      making = writing;
-    }
-    if (making) {
-      await making;
-      this.trimDiskCache();
-    } else {
-      const now = new Date();
-      utimesSync(cached, now, now);
-    }
+      ),
+    );
+    if (written !== undefined) this.trimDiskCache();
     // A reflink where the file system has them; else a plain copy of the delta's allocated clusters.
     copyFileSync(cached, path, fsc.COPYFILE_FICLONE);
   }
@@ -547,23 +540,12 @@ export class SnapshotManager {
    * from (all zero when it was cached).
    */
   private async restoreImage(tenant: TenantStore, m: ManifestBody, image: string, template: TemplateSnapshot): Promise<MemoryStats> {
-    // A second writer of the same image would truncate the first's temp file under it, and the first could rename a
-    // half-written image into place for its VM to map: concurrent restores of one snapshot wait on one writer.
-    let making = this.materializing.get(image);
-    if (!making && !existsSync(image)) {
-      const writing = this.localBase(tenant, m, template).then((base) => materializeMemory(tenant, m, image, { base }));
-      writing.finally(() => this.materializing.delete(image)).catch(() => {});
-      this.materializing.set(image, writing);
-      making = writing;
-    }
-    if (making) {
-      const stats = await making;
-      this.trimImageCache();
-      return stats;
-    }
-    const now = new Date();
-    utimesSync(image, now, now);
-    return { fromStore: 0, fromBase: 0, zero: 0 };
+    const stats = await cachedFile(this.materializing, image, () =>
+      this.localBase(tenant, m, template).then((base) => materializeMemory(tenant, m, image, { base })),
+    );
+    if (stats === undefined) return { fromStore: 0, fromBase: 0, zero: 0 };
+    this.trimImageCache();
+    return stats;
   }
 
   /**
@@ -711,4 +693,23 @@ export class SnapshotManager {
   async stop(): Promise<void> {
     await this.scheduler.stop();
   }
+}
+
+/**
+ * A node cache file made by one writer: a second writer would truncate the first's temporary file under it, and the
+ * first could rename a half-written file into place, so concurrent restores of one snapshot wait on the one in
+ * `writers`. Answers what the write answered, or undefined when the file was there already (its use time touched).
+ */
+async function cachedFile<T>(writers: Map<string, Promise<T>>, path: string, write: () => Promise<T>): Promise<T | undefined> {
+  let making = writers.get(path);
+  if (!making && !existsSync(path)) {
+    const writing = write();
+    writing.finally(() => writers.delete(path)).catch(() => {});
+    writers.set(path, writing);
+    making = writing;
+  }
+  if (making) return making;
+  const now = new Date();
+  utimesSync(path, now, now);
+  return undefined;
 }
