@@ -1,5 +1,8 @@
 // Time travel says when it falls behind: overloaded captures on a one-slot server give one snapshot.behind per sandbox,
-// shown in the API's cadence, and one snapshot.caught_up once the load drops.
+// shown in the API's cadence, and one snapshot.caught_up once the load drops. The overload has margin over how fast one
+// capture is: eight sandboxes on one slot fall behind unless a capture of a writing guest takes
+// under about 0.9 s (a 5 s interval, 2.5 s of grace, a round of eight); under TCG here one takes about 1.6 s. Four
+// sandboxes were too few on a quiet machine: their round fitted in 6.3 s and only one fell behind.
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox, type SandboxEvent } from '@sandglass/sdk';
 import { OwnServer } from './own-server.js';
@@ -7,8 +10,8 @@ import { OwnServer } from './own-server.js';
 const server = new OwnServer('snapshot-cadence');
 afterAll(() => server.dispose());
 
-/** Rewrites 2 MiB of random data every half second: every capture has fresh pages and disk clusters to chunk. */
-const WRITER = `nohup sh -c 'while true; do head -c 2097152 /dev/urandom > /root/noise.tmp && mv /root/noise.tmp /root/noise; sleep 0.5; done' >/dev/null 2>&1 & echo $! > /root/writer.pid`;
+/** Rewrites 4 MiB of random data every half second: every capture has fresh pages and disk clusters to chunk. */
+const WRITER = `nohup sh -c 'while true; do head -c 4194304 /dev/urandom > /root/noise.tmp && mv /root/noise.tmp /root/noise; sleep 0.5; done' >/dev/null 2>&1 & echo $! > /root/writer.pid`;
 
 async function cadenceEvents(sbx: Sandbox): Promise<SandboxEvent[]> {
   return (await sbx.events({ types: ['snapshot'] })).filter((e) => e.type === 'snapshot.behind' || e.type === 'snapshot.caught_up');
@@ -24,9 +27,9 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs: num
 
 describe('snapshot cadence', () => {
   it('reports each overloaded sandbox behind exactly once, and the one left caught up once the load drops', async () => {
-    // One capture slot: four sandboxes each asking for a snapshot every 5 s, with a writer running, cannot all be kept.
+    // One capture slot: eight sandboxes each asking for a snapshot every 5 s, with a writer running, cannot all be kept.
     const s = await server.up({ SANDGLASS_CAPTURE_CONCURRENCY: '1' });
-    const sandboxes = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create({ ...s.config, timeoutS: 900, snapshotIntervalS: 5 })));
+    const sandboxes = await Promise.all(Array.from({ length: 8 }, () => Sandbox.create({ ...s.config, timeoutS: 900, snapshotIntervalS: 5 })));
     for (const sbx of sandboxes) await sbx.commands.run(WRITER);
     await until(
       'a snapshot.behind of every sandbox',
