@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KNOWN_ERROR_CODES } from '@sandglass/sdk';
 import { adminKey, apiUrl } from './helpers.js';
 
 const run = promisify(execFile);
@@ -18,7 +19,13 @@ const PYTHON = '/usr/bin/python3';
 describe('the Python SDK', () => {
   const venv = mkdtempSync(join(tmpdir(), 'sandglass-py-'));
   const py = join(venv, 'bin/python');
-  const env = { PATH: process.env.PATH ?? '', HOME: venv, PYTHONDONTWRITEBYTECODE: '1', SANDGLASS_URL: apiUrl, SANDGLASS_API_KEY: adminKey };
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '',
+    HOME: venv,
+    PYTHONDONTWRITEBYTECODE: '1',
+    SANDGLASS_URL: apiUrl,
+    SANDGLASS_API_KEY: adminKey,
+  };
   const failure = (what: string) => (err: { stdout: string; stderr: string }) => {
     throw new Error(`${what} failed:\n${err.stdout}\n${err.stderr}`);
   };
@@ -29,6 +36,12 @@ describe('the Python SDK', () => {
     await run(py, ['-m', 'pip', 'install', '--no-index', '--no-build-isolation', '--quiet', join(root, 'sdks/python')]);
   }, 300_000);
   afterAll(() => rmSync(venv, { recursive: true, force: true }));
+
+  it("knows every catalogued code in the TypeScript SDK's family, with its status and retryable", async () => {
+    const r = await run(py, ['-c', 'import json, sandglass; print(json.dumps(sandglass.KNOWN_ERROR_CODES))'], { cwd: venv, env });
+    const ts = Object.fromEntries(Object.entries(KNOWN_ERROR_CODES).map(([code, c]) => [code, [c.family, c.status, c.retryable]]));
+    expect(JSON.parse(r.stdout)).toEqual(ts);
+  });
 
   it('passes its pytest suite against the test server, installed from its pyproject.toml', async () => {
     // From the venv's site-packages, not the source tree: pytest runs in the venv, beside no sandglass/ folder.

@@ -7,7 +7,16 @@ from typing import List
 
 import pytest
 
-from sandglass import CommandExitError, CommandTimeoutError, NotFoundError, Sandbox, SandglassError, Secrets
+from sandglass import (
+    CommandExitError,
+    CommandTimeoutError,
+    ConnectionFailedError,
+    InvalidArgumentError,
+    NotFoundError,
+    Sandbox,
+    SandglassError,
+    Secrets,
+)
 
 
 def test_run_streams_stdout_to_the_callback_and_returns_the_result(sbx: Sandbox) -> None:
@@ -94,9 +103,15 @@ def test_errors_carry_the_catalogue_codes() -> None:
     with pytest.raises(NotFoundError) as e:
         Sandbox.connect("sbx_doesnotexist0000000000")
     assert e.value.code == "sandbox_not_found" and e.value.request_id
-    with pytest.raises(SandglassError) as bad:
+    with pytest.raises(InvalidArgumentError) as bad:
         Sandbox.create(memory_mib=1)
-    assert bad.value.code == "invalid_argument" and bad.value.status == 400
+    assert bad.value.code == "invalid_argument" and bad.value.status == 400 and bad.value.retryable is False
+    with pytest.raises(ConnectionFailedError) as down:
+        Sandbox.list(api_url="http://127.0.0.1:1")
+    assert down.value.code == "connection_failed"
+    with pytest.raises(InvalidArgumentError) as source:
+        Sandbox.fork("not-a-source")
+    assert source.value.details["field"] == "from" and isinstance(source.value, SandglassError)
     assert Sandbox.kill("sbx_doesnotexist0000000000") is False
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import AuthenticationError, SandglassError, error_from_response
+from .errors import AuthenticationError, SandglassError, error_from_response, error_of
 
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
 Query = Mapping[str, Union[str, int, bool, None]]
@@ -151,7 +151,7 @@ def send(
     except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as err:
         conn.close()
         if reused is None:
-            raise SandglassError("connection_failed", f"{method} {base}{path}: {err}") from err
+            raise error_of("connection_failed", f"{method} {base}{path}: {err}") from err
         # The server closed the idle connection before our request reached it: once more, on a new one.
         conn = cls(host, target.port, timeout=timeout_s)
         try:
@@ -159,14 +159,14 @@ def send(
             raw = conn.getresponse()
         except OSError as again:
             conn.close()
-            raise SandglassError("connection_failed", f"{method} {base}{path}: {again}") from again
+            raise error_of("connection_failed", f"{method} {base}{path}: {again}") from again
     except OSError as err:
         conn.close()
-        raise SandglassError("connection_failed", f"{method} {base}{path}: {err}") from err
+        raise error_of("connection_failed", f"{method} {base}{path}: {err}") from err
     res = Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw, conn)
     if 300 <= raw.status < 400:
         res.close()
-        raise SandglassError("protocol_error", f"{method} {path} was redirected to {raw.getheader('location')}; not followed", status=raw.status)
+        raise error_of("protocol_error", f"{method} {path} was redirected to {raw.getheader('location')}; not followed", status=raw.status)
     if raw.status >= 400:
         text = res.read()
         try:
@@ -202,7 +202,7 @@ class DataPlane:
 
     def _adopt(self, access: Dict[str, Any]) -> Dict[str, Any]:
         if not access.get("token") or not access.get("gatewayUrl") or not access.get("expiresAt"):
-            raise SandglassError("protocol_error", f"the control plane returned an unusable access grant for {self.sandbox_id}")
+            raise error_of("protocol_error", f"the control plane returned an unusable access grant for {self.sandbox_id}")
         expires = datetime.fromisoformat(access["expiresAt"].replace("Z", "+00:00")).timestamp()
         self._refresh_at = expires - min(60.0, max(0.0, (expires - time.time()) / 2))
         self._access = access

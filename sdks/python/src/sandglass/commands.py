@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ._http import DataPlane, path_of
-from .errors import CommandExitError, CommandTimeoutError, SandglassError
+from .errors import CommandExitError, CommandTimeoutError, SandglassError, error_of
 
 DEFAULT_COMMAND_TIMEOUT_MS = 60_000
 OutputCallback = Callable[[str], None]
@@ -46,7 +46,7 @@ class _Records:
         while len(buf) - at >= 4:
             (n,) = struct.unpack_from(">I", buf, at)
             if n == 0:
-                raise SandglassError("protocol_error", "output record of length 0")
+                raise error_of("protocol_error", "output record of length 0")
             if len(buf) - at - 4 < n:
                 break
             out.append(buf[at + 4 : at + 4 + n])
@@ -141,8 +141,8 @@ class CommandHandle:
                     return CommandResult(exit_code_of(msg), self.stdout, self.stderr, bool(msg.get("timedOut")), msg.get("signal"))
                 elif msg.get("type") == "error":
                     err = msg.get("error", msg)
-                    raise SandglassError(str(err.get("code", "protocol_error")), str(err.get("message", "output stream error")))
-        raise SandglassError("disconnected", f"output of {self.id} ended before the command exited; reattach with commands.connect('{self.id}', from_offset={self.output_offset})")
+                    raise error_of(str(err.get("code", "protocol_error")), str(err.get("message", "output stream error")))
+        raise error_of("disconnected", f"output of {self.id} ended before the command exited; reattach with commands.connect('{self.id}', from_offset={self.output_offset})")
 
     def send_stdin(self, data: "str | bytes") -> None:
         self._commands.send_stdin(self.id, data)
