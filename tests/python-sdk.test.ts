@@ -1,14 +1,15 @@
 // The Python SDK (sdks/python) against the real server and VMs: Debian's pytest runs its suite with the server's URL
 // and key, the package installed into a fresh virtual environment from its pyproject.toml, offline; then the README's
-// Python example runs as it is written.
+// Python example runs as it is written. Its approvals test reaches a real HTTPS upstream on loopback through the egress proxy.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { KNOWN_ERROR_CODES } from '@sandglass/sdk';
+import { startHttpsUpstream, type Upstream } from '../packages/egress/src/test-support.js';
 import { adminKey, apiUrl } from './helpers.js';
 
 const run = promisify(execFile);
@@ -26,6 +27,7 @@ describe('the Python SDK', () => {
     SANDGLASS_URL: apiUrl,
     SANDGLASS_API_KEY: adminKey,
   };
+  let upstream: Upstream | undefined;
   const failure = (what: string) => (err: { stdout: string; stderr: string }) => {
     throw new Error(`${what} failed:\n${err.stdout}\n${err.stderr}`);
   };
@@ -34,8 +36,13 @@ describe('the Python SDK', () => {
     // --system-site-packages: pytest and setuptools come from Debian; pip fetches nothing (--no-index, no build isolation).
     await run(PYTHON, ['-m', 'venv', '--system-site-packages', venv]);
     await run(py, ['-m', 'pip', 'install', '--no-index', '--no-build-isolation', '--quiet', join(root, 'sdks/python')]);
+    upstream = await startHttpsUpstream(inject('egressPki'), inject('egressUpstreamPorts')[0]);
+    env.SANDGLASS_TEST_UPSTREAM = `api.example.test:${upstream.port}`;
   }, 300_000);
-  afterAll(() => rmSync(venv, { recursive: true, force: true }));
+  afterAll(async () => {
+    await upstream?.close();
+    rmSync(venv, { recursive: true, force: true });
+  });
 
   it("knows every catalogued code in the TypeScript SDK's family, with its status and retryable", async () => {
     const r = await run(py, ['-c', 'import json, sandglass; print(json.dumps(sandglass.KNOWN_ERROR_CODES))'], { cwd: venv, env });

@@ -1,7 +1,8 @@
-"""The asyncio client against real VMs: commands run concurrently on one event loop, files, background and reconnect."""
+"""The asyncio client against real VMs: concurrent commands on one event loop, files, background, reconnect, a terminal."""
 from __future__ import annotations
 
 import asyncio
+from typing import List
 
 from sandglass import AsyncSandbox, CommandExitError
 
@@ -22,5 +23,23 @@ def test_async_sandbox_runs_commands_concurrently_and_moves_files() -> None:
                 raise AssertionError("exit 4 did not raise")
             except CommandExitError as e:
                 assert e.result.exit_code == 4
+
+    asyncio.run(main())
+
+
+def test_async_terminal_takes_keystrokes_resizes_and_reports_its_exit() -> None:
+    async def main() -> None:
+        async with await AsyncSandbox.create(timeout_s=600) as sbx:
+            seen: List[bytes] = []
+            term = await sbx.pty.create(cols=90, rows=20, cmd="read line; stty size; echo got:$line; exit 6", on_data=seen.append)
+            # The resize is answered before the keystrokes go: `read` returns only after it, so stty sees the new size.
+            await term.resize(110, 35)
+            await term.send_input("typed\n")
+            exit_ = await term.wait()
+            out = b"".join(seen).replace(b"\r", b"")
+            assert exit_.exit_code == 6
+            assert b"35 110\n" in out and b"got:typed\n" in out
+            assert (await sbx.timeline_with_cadence())["cadence"]["intervalS"] > 0
+            assert "command.started" in [e["type"] for e in await sbx.events(types=["command"])]
 
     asyncio.run(main())

@@ -1,5 +1,7 @@
 """sandglass: the Python client of Sandglass (standard library only), shaped like the TypeScript SDK and E2B's."""
-from .aio import AsyncCommandHandle, AsyncSandbox
+from .aio import AsyncCommandHandle, AsyncPty, AsyncPtyHandle, AsyncSandbox
+from .apikeys import ApiKeys
+from .audit import AUDIT_EXPORT_FORMAT, AuditExportFailure, AuditExportOk, AuditExportVerdict, audit_key_id, format_audit_verdict, verify_audit_export
 from .commands import DEFAULT_COMMAND_TIMEOUT_MS, CommandHandle, CommandResult, Commands
 from .errors import (
     KNOWN_ERROR_CODES,
@@ -20,10 +22,18 @@ from .errors import (
 from .files import Files
 from .pty import Pty, PtyHandle
 from .sandbox import Sandbox, Secrets, parse_fork_source
+from .template import Template
 
 __all__ = [
+    "AUDIT_EXPORT_FORMAT",
+    "ApiKeys",
     "AsyncCommandHandle",
+    "AsyncPty",
+    "AsyncPtyHandle",
     "AsyncSandbox",
+    "AuditExportFailure",
+    "AuditExportOk",
+    "AuditExportVerdict",
     "AuthenticationError",
     "CommandExitError",
     "CommandHandle",
@@ -46,6 +56,10 @@ __all__ = [
     "SandglassError",
     "SandglassTimeoutError",
     "Secrets",
+    "Template",
     "UnavailableError",
+    "audit_key_id",
+    "format_audit_verdict",
     "parse_fork_source",
+    "verify_audit_export",
 ]

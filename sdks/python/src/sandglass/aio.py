@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from .commands import CommandHandle, CommandResult, Commands
 from .files import Files
+from .pty import DataCallback, Pty, PtyHandle
 from .sandbox import Sandbox
 
 
@@ -77,6 +78,47 @@ class AsyncFiles:
         await asyncio.to_thread(self._f.remove, path, recursive=recursive)
 
 
+class AsyncPtyHandle:
+    def __init__(self, handle: PtyHandle) -> None:
+        self._h = handle
+        self.id = handle.id
+
+    @property
+    def output_offset(self) -> int:
+        return self._h.output_offset
+
+    async def send_input(self, data: Union[str, bytes]) -> None:
+        await asyncio.to_thread(self._h.send_input, data)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await asyncio.to_thread(self._h.resize, cols, rows)
+
+    async def kill(self) -> bool:
+        return await asyncio.to_thread(self._h.kill)
+
+    async def wait(self) -> CommandResult:
+        """As PtyHandle.wait: on_data is called from the worker thread that follows the output."""
+        return await asyncio.to_thread(self._h.wait)
+
+
+class AsyncPty:
+    def __init__(self, pty: Pty) -> None:
+        self._p = pty
+
+    async def create(self, **kw: Any) -> AsyncPtyHandle:
+        """As Pty.create (cols, rows, on_data, cmd, envs, cwd, user, timeout_ms)."""
+        return AsyncPtyHandle(await asyncio.to_thread(lambda: self._p.create(**kw)))
+
+    async def connect(self, pty_id: str, *, from_offset: int = 0, on_data: Optional[DataCallback] = None) -> AsyncPtyHandle:
+        return AsyncPtyHandle(self._p.connect(pty_id, from_offset=from_offset, on_data=on_data))
+
+    async def resize(self, pty_id: str, cols: int, rows: int) -> None:
+        await asyncio.to_thread(self._p.resize, pty_id, cols, rows)
+
+    async def kill(self, pty_id: str) -> bool:
+        return await asyncio.to_thread(self._p.kill, pty_id)
+
+
 class AsyncSandbox:
     """Sandbox for asyncio: the same methods as coroutines (`await AsyncSandbox.create()`, `async with`)."""
 
@@ -85,6 +127,7 @@ class AsyncSandbox:
         self.id = sandbox.id
         self.commands = AsyncCommands(sandbox.commands)
         self.files = AsyncFiles(sandbox.files)
+        self.pty = AsyncPty(sandbox.pty)
 
     @classmethod
     async def create(cls, template: Optional[str] = None, **kw: Any) -> "AsyncSandbox":
@@ -109,8 +152,29 @@ class AsyncSandbox:
     async def kill(self) -> bool:
         return await asyncio.to_thread(Sandbox.kill, self.id, api_url=self.sync.config.api_url, api_key=self.sync.config.api_key)
 
-    async def snapshot(self, *, name: Optional[str] = None) -> Dict[str, Any]:
-        return await asyncio.to_thread(self.sync.snapshot, name=name)
+    async def snapshot(self, *, name: Optional[str] = None, compact: Optional[bool] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.snapshot, name=name, compact=compact)
+
+    async def timeline_with_cadence(self) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.timeline_with_cadence)
+
+    async def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.set_snapshot_interval, snapshot_interval_s, best_effort=best_effort)
+
+    async def events(self, *, after_seq: Optional[int] = None, types: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.events, after_seq=after_seq, types=types)
+
+    async def approvals(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.approvals)
+
+    async def approve(self, request_id: str, *, ttl_s: Optional[int] = None) -> None:
+        await asyncio.to_thread(self.sync.approve, request_id, ttl_s=ttl_s)
+
+    async def deny(self, request_id: str) -> None:
+        await asyncio.to_thread(self.sync.deny, request_id)
+
+    async def export_audit(self) -> str:
+        return await asyncio.to_thread(self.sync.export_audit)
 
     async def timeline(self) -> List[Dict[str, Any]]:
         return await asyncio.to_thread(self.sync.timeline)

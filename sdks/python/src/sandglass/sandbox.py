@@ -2,18 +2,24 @@
 Shaped like the TypeScript SDK (packages/sdk/src/sandbox.ts) and like E2B's Python SDK where the two meet."""
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Callable, Dict, List, Optional
+import threading
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set
 
 from ._http import Config, ControlPlane, DataPlane, path_of, resolve_config
 from .commands import Commands
-from .errors import NotFoundError, SandglassError
+from .errors import NotFoundError, error_of
 from .files import Files
 from .pty import Pty
 
 
 def _connection(api_url: Optional[str], api_key: Optional[str], request_timeout_s: Optional[float]) -> ControlPlane:
     return ControlPlane(resolve_config(api_url, api_key, request_timeout_s))
+
+
+# The largest page of events the control plane serves.
+EVENTS_PAGE = 1000
 
 
 def _sandbox_path(sandbox_id: str, *rest: str) -> str:
@@ -27,7 +33,7 @@ def parse_fork_source(source: str) -> Dict[str, str]:
     m = re.fullmatch(r"(sbx_[A-Za-z0-9]+)(?:@(.+))?", source, re.S)
     if m:
         return {"sandboxId": m.group(1)} if m.group(2) is None else {"sandboxId": m.group(1), "at": m.group(2)}
-    raise SandglassError(
+    raise error_of(
         "invalid_argument",
         f"'{source}' is not a fork source: give a snapshot id (snap_…), a sandbox id (sbx_…) or sbx_…@<ISO time>",
         status=400,
@@ -61,6 +67,29 @@ def _kill_by_id(sandbox_id: str, *, api_url: Optional[str] = None, api_key: Opti
 def _kill_this(self: "Sandbox") -> bool:
     self._cp.request("DELETE", _sandbox_path(self.id)).read()
     return True
+
+
+def _decide(cp: ControlPlane, request_id: str, body: Dict[str, Any]) -> None:
+    cp.request("POST", path_of("v1", "approvals", request_id), json_body=body).read()
+
+
+def _approve_by_id(request_id: str, *, sandbox_id: str, ttl_s: Optional[int] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+    """Lets a request held for approval use its secret (Sandbox.approve(id, sandbox_id=…) or sbx.approve(id)); with
+    ttl_s, also the sandbox's later uses of it until then."""
+    _decide(_connection(api_url, api_key, None), request_id, {"sandboxId": sandbox_id, "decision": "approve", "ttlS": ttl_s})
+
+
+def _approve_this(self: "Sandbox", request_id: str, *, ttl_s: Optional[int] = None) -> None:
+    _decide(self._cp, request_id, {"sandboxId": self.id, "decision": "approve", "ttlS": ttl_s})
+
+
+def _deny_by_id(request_id: str, *, sandbox_id: str, api_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+    """Refuses a request held for approval: the sandbox's client gets egress_approval_denied."""
+    _decide(_connection(api_url, api_key, None), request_id, {"sandboxId": sandbox_id, "decision": "deny"})
+
+
+def _deny_this(self: "Sandbox", request_id: str) -> None:
+    _decide(self._cp, request_id, {"sandboxId": self.id, "decision": "deny"})
 
 
 class Sandbox:
@@ -122,6 +151,27 @@ class Sandbox:
         return list(_connection(api_url, api_key, None).json("GET", "/v1/sandboxes", query={"state": state})["sandboxes"])
 
     kill = _ClassOrInstance(_kill_by_id, _kill_this)
+    approve = _ClassOrInstance(_approve_by_id, _approve_this)
+    deny = _ClassOrInstance(_deny_by_id, _deny_this)
+
+    @staticmethod
+    def delete_snapshot(snapshot_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        """Deletes a snapshot, pinned or not; sandboxes already forked from it keep running."""
+        _connection(api_url, api_key, None).request("DELETE", path_of("v1", "snapshots", snapshot_id)).read()
+
+    @staticmethod
+    def name_snapshot(snapshot_id: str, name: Optional[str], *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Dict[str, Any]:
+        """Names (which pins) or renames a snapshot; None removes the name. Answers the snapshot as it is now."""
+        cp = _connection(api_url, api_key, None)
+        # The name goes even when None: a JSON null is what removes it.
+        res = cp.request("PATCH", path_of("v1", "snapshots", snapshot_id), body=json.dumps({"name": name}).encode(), content_type="application/json")
+        return dict(res.json())
+
+    @staticmethod
+    def audit_public_key(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Dict[str, Any]:
+        """The public key the deployment signs audit exports with ({"keyId", "publicKeyPem", ...}): fetch it once and
+        keep it apart from the exports; a key fetched next to a forged export proves nothing."""
+        return dict(_connection(api_url, api_key, None).json("GET", "/v1/audit/public-key"))
 
     @classmethod
     def resume(
@@ -162,9 +212,10 @@ class Sandbox:
     def set_timeout(self, timeout_s: int) -> Dict[str, Any]:
         return dict(self._cp.json("POST", _sandbox_path(self.id, "timeout"), json_body={"timeoutS": timeout_s}))
 
-    def snapshot(self, *, name: Optional[str] = None) -> Dict[str, Any]:
-        """Takes a snapshot now; a named one is kept until deleted."""
-        return dict(self._cp.json("POST", _sandbox_path(self.id, "snapshots"), json_body={"name": name}))
+    def snapshot(self, *, name: Optional[str] = None, compact: Optional[bool] = None) -> Dict[str, Any]:
+        """Takes a snapshot now; a named one is kept until deleted. compact=True first drops the guest's page cache and
+        zeroes its freed memory: a smaller snapshot to fork from (a template's)."""
+        return dict(self._cp.json("POST", _sandbox_path(self.id, "snapshots"), json_body={"name": name, "compact": compact}))
 
     def timeline(self) -> List[Dict[str, Any]]:
         return list(self._cp.json("GET", _sandbox_path(self.id, "snapshots"))["snapshots"])
@@ -177,8 +228,80 @@ class Sandbox:
         """Replaces the egress policy (`host[:port] [METHOD] [/path-prefix]` rules; deny wins, default deny)."""
         return dict(self._cp.json("PUT", _sandbox_path(self.id, "network"), json_body={"allow": allow, "deny": deny})["network"])
 
-    def events(self) -> List[Dict[str, Any]]:
-        return list(self._cp.json("GET", _sandbox_path(self.id, "events"))["events"])
+    def timeline_with_cadence(self) -> Dict[str, Any]:
+        """The timeline and the snapshot cadence in one answer: {"snapshots": [...], "cadence": {...}}, the interval asked
+        for against the one achieved, and whether the sandbox is behind (the snapshot.behind event says why)."""
+        return dict(self._cp.json("GET", _sandbox_path(self.id, "snapshots")))
+
+    def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> Dict[str, Any]:
+        """Sets the seconds between rolling snapshots (5…86400). One the node can never keep for this size is refused
+        (`snapshot_interval_unachievable`, details["minimumS"]) unless best_effort."""
+        body = {"snapshotIntervalS": snapshot_interval_s, "bestEffort": best_effort}
+        return dict(self._cp.json("POST", _sandbox_path(self.id, "snapshot-interval"), json_body=body))
+
+    def events(self, *, after_seq: Optional[int] = None, types: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+        """The sandbox's events in log order, every page; types=["egress", "secret"] keeps those families only."""
+        out: List[Dict[str, Any]] = []
+        type_filter = ",".join(types) if types else None
+        while True:
+            query = {"afterSeq": after_seq, "limit": EVENTS_PAGE, "type": type_filter}
+            page = list(self._cp.json("GET", _sandbox_path(self.id, "events"), query=query)["events"])
+            out.extend(page)
+            if len(page) < EVENTS_PAGE:
+                return out
+            after_seq = int(page[-1]["seq"])
+
+    def approvals(self) -> List[Dict[str, Any]]:
+        """Requests of the sandbox's egress held until someone approves using a secret in them."""
+        return list(self._cp.json("GET", _sandbox_path(self.id, "approvals"))["approvals"])
+
+    def on_approval_request(
+        self,
+        callback: Callable[[Dict[str, Any]], None],
+        *,
+        interval_s: float = 1.0,
+        on_error: Optional[Callable[[BaseException], None]] = None,
+    ) -> Callable[[], None]:
+        """Polls for held requests in a daemon thread and calls `callback` once for each new one (decide it with approve
+        or deny). Failures to poll and exceptions of the callback go to on_error, or are dropped and polling goes on.
+        Returns the function that stops it."""
+        stopped = threading.Event()
+
+        def poll() -> None:
+            seen: Set[str] = set()
+            while not stopped.is_set():
+                try:
+                    pending = self.approvals()
+                    # Only ids still pending are remembered, so the set stays as small as the queue.
+                    fresh = [r for r in pending if r["requestId"] not in seen]
+                    seen = {r["requestId"] for r in pending}
+                    for request in fresh:
+                        if stopped.is_set():
+                            break
+                        try:
+                            callback(request)
+                        except Exception as err:  # noqa: BLE001 — the callback's failure is the caller's to hear
+                            if on_error is not None:
+                                on_error(err)
+                except Exception as err:  # noqa: BLE001
+                    if on_error is not None:
+                        on_error(err)
+                stopped.wait(interval_s)
+
+        threading.Thread(target=poll, name=f"sandglass-approvals-{self.id}", daemon=True).start()
+        return stopped.set
+
+    def export_audit(self) -> str:
+        """The sandbox's signed audit export (JSON lines: header, events, trailer), which verify_audit_export checks."""
+        return self._cp.request("GET", _sandbox_path(self.id, "audit", "export"), timeout_s=None).read().decode("utf-8")
+
+    def export_audit_to(self, out: BinaryIO) -> int:
+        """Streams the export into a binary file as it arrives, for long sessions; answers the bytes written."""
+        written = 0
+        for chunk in self._cp.request("GET", _sandbox_path(self.id, "audit", "export"), timeout_s=None).iter_chunks():
+            out.write(chunk)
+            written += len(chunk)
+        return written
 
     def __enter__(self) -> "Sandbox":
         return self
