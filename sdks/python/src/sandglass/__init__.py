@@ -21,6 +21,7 @@ from .errors import (
 )
 from .files import Files
 from .pty import Pty, PtyHandle
+from .replay import ReplayFork, compare_command, format_replay_report
 from .sandbox import Sandbox, Secrets, parse_fork_source
 from .template import Template
 
@@ -52,6 +53,7 @@ __all__ = [
     "ProtocolError",
     "Pty",
     "PtyHandle",
+    "ReplayFork",
     "Sandbox",
     "SandglassError",
     "SandglassTimeoutError",
@@ -59,7 +61,9 @@ __all__ = [
     "Template",
     "UnavailableError",
     "audit_key_id",
+    "compare_command",
     "format_audit_verdict",
+    "format_replay_report",
     "parse_fork_source",
     "verify_audit_export",
 ]

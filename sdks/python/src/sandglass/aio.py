@@ -149,6 +149,11 @@ class AsyncSandbox:
     async def list(**kw: Any) -> List[Dict[str, Any]]:
         return await asyncio.to_thread(Sandbox.list, **kw)
 
+    @staticmethod
+    async def replay(source: "str | AsyncSandbox", **kw: Any) -> Dict[str, Any]:
+        """As Sandbox.replay; `prepare` is called from the worker thread with the synchronous fork."""
+        return await asyncio.to_thread(Sandbox.replay, source.sync if isinstance(source, AsyncSandbox) else source, **kw)
+
     async def kill(self) -> bool:
         return await asyncio.to_thread(Sandbox.kill, self.id, api_url=self.sync.config.api_url, api_key=self.sync.config.api_key)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from datetime import datetime
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set
 
 from ._http import Config, ControlPlane, DataPlane, path_of, resolve_config
@@ -12,6 +13,7 @@ from .commands import Commands
 from .errors import NotFoundError, error_of
 from .files import Files
 from .pty import Pty
+from .replay import ReplayFork, run_replay
 
 
 def _connection(api_url: Optional[str], api_key: Optional[str], request_timeout_s: Optional[float]) -> ControlPlane:
@@ -153,6 +155,46 @@ class Sandbox:
     kill = _ClassOrInstance(_kill_by_id, _kill_this)
     approve = _ClassOrInstance(_approve_by_id, _approve_this)
     deny = _ClassOrInstance(_deny_by_id, _deny_this)
+
+    @staticmethod
+    def replay(
+        source: "str | Sandbox",
+        *,
+        from_creation: bool = False,
+        snapshot_id: Optional[str] = None,
+        at: "Optional[datetime | str]" = None,
+        until: "Optional[datetime | str]" = None,
+        nondeterministic: Optional[List[str]] = None,
+        input_timeout_ms: int = 60_000,
+        timeout_s: int = 600,
+        keep_fork: bool = False,
+        prepare: Optional[Callable[[ReplayFork], None]] = None,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Replays a sandbox: forks it in replay mode at a snapshot (its first, snapshot_id, or its latest at or before
+        `at`) or at its creation (from_creation, the default when no snapshot precedes its first input) and re-issues
+        every recorded input after it, up to `until`, in order, with the guest's clock and entropy from the recording
+        and egress answered only from the recorded exchanges. `prepare(fork)` runs in the fork first ("what if the
+        snapshot had been this way"); commands whose argv holds a `nondeterministic` string may print otherwise.
+        Answers the report (the TypeScript SDK's ReplayReport): per input same or different, and the first divergence."""
+        if isinstance(source, Sandbox) and api_url is None and api_key is None:
+            cp, source_id = source._cp, source.id
+        else:
+            cp, source_id = _connection(api_url, api_key, None), source.id if isinstance(source, Sandbox) else source
+        return run_replay(
+            cp,
+            source_id,
+            from_creation=from_creation,
+            snapshot_id=snapshot_id,
+            at=at,
+            until=until,
+            nondeterministic=nondeterministic,
+            input_timeout_ms=input_timeout_ms,
+            timeout_s=timeout_s,
+            keep_fork=keep_fork,
+            prepare=prepare,
+        )
 
     @staticmethod
     def delete_snapshot(snapshot_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
