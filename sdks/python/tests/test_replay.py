@@ -18,10 +18,12 @@ def session() -> Iterator[tuple]:
     start = src.snapshot(name="py-replay-start")["id"]
     src.files.write("/root/app/data.txt", "twelve bytes")
     src.files.make_dir("/root/out")
-    cat = src.commands.run("cat", background=True, stdin=True)
-    cat.send_stdin("alice\n")
-    cat.close_stdin()
-    assert cat.wait().stdout == "alice\n"
+    # It ends when a file appears, not on its input: the gateway records an input after the agent took it, so an input
+    # that ends a command can be logged after the exit it caused, and a replay would wait for that exit first.
+    greet = src.commands.run("read name; echo hello $name; until [ -e /root/go ]; do sleep 0.05; done", background=True, stdin=True)
+    greet.send_stdin("alice\n")
+    src.files.write("/root/go", "")
+    assert greet.wait().stdout == "hello alice\n"
     assert src.commands.run("cat /root/config.txt").stdout == "mode=original\n"
     src.commands.exec(["python3", "-c", RANDOM])
     src.files.rename("/root/app/data.txt", "/root/app/data2.txt")
