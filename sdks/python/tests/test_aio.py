@@ -41,5 +41,6 @@ def test_async_terminal_takes_keystrokes_resizes_and_reports_its_exit() -> None:
             assert b"35 110\n" in out and b"got:typed\n" in out
             assert (await sbx.timeline_with_cadence())["cadence"]["intervalS"] > 0
             assert "command.started" in [e["type"] for e in await sbx.events(types=["command"])]
+            assert all(p["public"] is False for p in await sbx.ports.list())
 
     asyncio.run(main())

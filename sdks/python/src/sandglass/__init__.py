@@ -1,5 +1,5 @@
 """sandglass: the Python client of Sandglass (standard library only), shaped like the TypeScript SDK and E2B's."""
-from .aio import AsyncCommandHandle, AsyncPty, AsyncPtyHandle, AsyncSandbox
+from .aio import AsyncCommandHandle, AsyncPorts, AsyncPty, AsyncPtyHandle, AsyncSandbox
 from .apikeys import ApiKeys
 from .audit import AUDIT_EXPORT_FORMAT, AuditExportFailure, AuditExportOk, AuditExportVerdict, audit_key_id, format_audit_verdict, verify_audit_export
 from .commands import DEFAULT_COMMAND_TIMEOUT_MS, CommandHandle, CommandResult, Commands
@@ -20,6 +20,7 @@ from .errors import (
     UnavailableError,
 )
 from .files import Files
+from .ports import DEFAULT_PORT_DOMAIN, Ports
 from .pty import Pty, PtyHandle
 from .replay import ReplayFork, compare_command, format_replay_report
 from .sandbox import Sandbox, Secrets, parse_fork_source
@@ -29,6 +30,7 @@ __all__ = [
     "AUDIT_EXPORT_FORMAT",
     "ApiKeys",
     "AsyncCommandHandle",
+    "AsyncPorts",
     "AsyncPty",
     "AsyncPtyHandle",
     "AsyncSandbox",
@@ -44,12 +46,14 @@ __all__ = [
     "ConflictError",
     "ConnectionFailedError",
     "DEFAULT_COMMAND_TIMEOUT_MS",
+    "DEFAULT_PORT_DOMAIN",
     "Files",
     "InternalError",
     "InvalidArgumentError",
     "KNOWN_ERROR_CODES",
     "NotFoundError",
     "PermissionDeniedError",
+    "Ports",
     "ProtocolError",
     "Pty",
     "PtyHandle",

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from .commands import CommandHandle, CommandResult, Commands
 from .files import Files
+from .ports import Ports
 from .pty import DataCallback, Pty, PtyHandle
 from .sandbox import Sandbox
 
@@ -119,6 +120,20 @@ class AsyncPty:
         return await asyncio.to_thread(self._p.kill, pty_id)
 
 
+class AsyncPorts:
+    def __init__(self, ports: Ports) -> None:
+        self._p = ports
+
+    async def list(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self._p.list)
+
+    async def url(self, port: int, *, expires_in_s: Optional[int] = None, form: str = "host") -> Dict[str, str]:
+        return await asyncio.to_thread(self._p.url, port, expires_in_s=expires_in_s, form=form)
+
+    async def set_public(self, port: int, public: bool) -> None:
+        await asyncio.to_thread(self._p.set_public, port, public)
+
+
 class AsyncSandbox:
     """Sandbox for asyncio: the same methods as coroutines (`await AsyncSandbox.create()`, `async with`)."""
 
@@ -128,6 +143,7 @@ class AsyncSandbox:
         self.commands = AsyncCommands(sandbox.commands)
         self.files = AsyncFiles(sandbox.files)
         self.pty = AsyncPty(sandbox.pty)
+        self.ports = AsyncPorts(sandbox.ports)
 
     @classmethod
     async def create(cls, template: Optional[str] = None, **kw: Any) -> "AsyncSandbox":

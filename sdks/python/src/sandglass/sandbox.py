@@ -12,6 +12,7 @@ from ._http import Config, ControlPlane, DataPlane, path_of, resolve_config
 from .commands import Commands
 from .errors import NotFoundError, error_of
 from .files import Files
+from .ports import Ports
 from .pty import Pty
 from .replay import ReplayFork, run_replay
 
@@ -105,6 +106,12 @@ class Sandbox:
         self.commands = Commands(dp)
         self.files = Files(dp)
         self.pty = Pty(dp, self.commands)
+        self.ports = Ports(dp)
+
+    def get_host(self, port: int) -> str:
+        """`<port>-<sandbox id>.<domain>:<gateway port>`, the host name of a guest port, like E2B's get_host (see
+        Ports.host)."""
+        return self.ports.host(port)
 
     @property
     def config(self) -> Config:
