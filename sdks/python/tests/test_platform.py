@@ -154,7 +154,11 @@ def test_the_audit_export_verifies_offline_and_each_tampering_is_told_apart(sbx:
     other = Ed25519PrivateKey.generate().public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     trailer = json.loads(lines[-1])
     trailer["signature"] = trailer["signature"][::-1]
+    head_rewritten = dict(json.loads(lines[-1]), headHash="f" * 64)
     cases = {
+        "header": verify_audit_export("\n".join(['{"format":"other"}'] + lines[1:]), key["publicKeyPem"]),
+        "event": verify_audit_export("\n".join(lines[:1] + ['{"id":"evt_x"}'] + lines[2:]), key["publicKeyPem"]),
+        "head": verify_audit_export("\n".join(lines[:-1] + [json.dumps(head_rewritten)]), key["publicKeyPem"]),
         "hash": verify_audit_export(edited, key["publicKeyPem"]),
         "link": verify_audit_export(swapped, key["publicKeyPem"]),
         "count": verify_audit_export(cut, key["publicKeyPem"]),
