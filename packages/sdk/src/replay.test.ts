@@ -2,7 +2,7 @@
 // when no snapshot precedes its first input.
 import { describe, expect, it } from 'vitest';
 import { SandglassError } from './errors.js';
-import { chooseStart } from './replay.js';
+import { chooseStart, deliveryOrder } from './replay.js';
 import type { SandboxEvent } from './types.js';
 
 let seq = 0;
@@ -35,5 +35,19 @@ describe('chooseStart', () => {
     for (const opts of [{ snapshotId: 'snap_other' }, { at: '2026-12-01T09:00:00Z' }]) {
       expect(() => chooseStart(events, opts)).toThrow(SandglassError);
     }
+  });
+});
+
+describe('deliveryOrder', () => {
+  const cmd = (type: string, id: string, at: string) => ev(type, at, { commandId: id });
+  it('puts an input logged after the exit it caused back before that exit, and leaves the rest in log order', () => {
+    const started = cmd('command.started', 'cmd_a', '01');
+    const write = cmd('command.input', 'cmd_a', '02');
+    const exited = cmd('command.exited', 'cmd_a', '03');
+    const other = cmd('command.started', 'cmd_b', '03');
+    const eof = cmd('command.input', 'cmd_a', '04');
+    const later = cmd('command.input', 'cmd_b', '05');
+    expect(deliveryOrder([started, write, exited, other, eof, later])).toEqual([started, write, eof, exited, other, later]);
+    expect(deliveryOrder([started, write, eof, exited])).toEqual([started, write, eof, exited]);
   });
 });

@@ -54,6 +54,27 @@ const ms = (t: Date | string) => (t instanceof Date ? t.getTime() : Date.parse(t
 /** The events a replay re-issues. */
 const INPUT_TYPES = new Set(['command.started', 'command.input', 'file.written', 'file.tar_written', 'file.removed', 'file.renamed', 'file.dir_created']);
 
+/**
+ * The log in the order its inputs reached the guest. The gateway records a `command.input` once the agent has answered
+ * with the output offset it arrived at, so an input that ends its command (stdin EOF, a signal) can be logged after
+ * the `command.exited` it caused. The agent took it while the command ran, so it goes back before that exit; the
+ * replay would otherwise wait for an exit that only that input brings about.
+ */
+export function deliveryOrder(events: readonly SandboxEvent[]): SandboxEvent[] {
+  const exited = new Set<string>();
+  const late = new Map<string, SandboxEvent[]>();
+  for (const e of events) {
+    const id = String(e.data.commandId);
+    if (e.type === 'command.exited') exited.add(id);
+    else if (e.type === 'command.input' && exited.has(id)) late.set(id, [...(late.get(id) ?? []), e]);
+  }
+  const moved = new Set([...late.values()].flat());
+  return events.flatMap((e) => {
+    if (moved.has(e)) return [];
+    return e.type === 'command.exited' ? [...(late.get(String(e.data.commandId)) ?? []), e] : [e];
+  });
+}
+
 /** Where a replay starts: a snapshot, or (snapshotId null) the moment the sandbox was created. */
 interface Start {
   snapshotId: string | null;
@@ -199,7 +220,7 @@ export async function runReplay(cp: ControlPlane, sourceId: string, opts: Replay
 
   try {
     await opts.prepare?.({ id: fork.id, commands, files });
-    for (const e of events) {
+    for (const e of deliveryOrder(events)) {
       if (Date.parse(e.at) <= fromMs || Date.parse(e.at) > untilMs) continue;
       const d = e.data as Record<string, unknown>;
       const base = { seq: e.seq };

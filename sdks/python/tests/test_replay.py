@@ -76,3 +76,15 @@ def test_compare_command_tells_timing_from_a_real_difference() -> None:
     assert compare_command(o, dict(interleaved, output=dict(interleaved["output"], stdoutSha256="x")))["verdict"] == "different"
     assert compare_command(o, dict(interleaved, output=dict(interleaved["output"], stdoutSha256="x")), nondeterministic=True)["verdict"] == "nondeterministic"
     assert compare_command(o, dict(o, exitCode=1), nondeterministic=True)["verdict"] == "different"
+
+
+def test_delivery_order_puts_an_input_back_before_the_exit_it_caused() -> None:
+    from sandglass.replay import delivery_order
+
+    def ev(seq: int, type_: str, cid: str) -> dict:
+        return {"seq": seq, "type": type_, "at": "2026-12-01T10:00:00Z", "data": {"commandId": cid}}
+
+    started, write, exited, other, eof, later = (ev(1, "command.started", "a"), ev(2, "command.input", "a"), ev(3, "command.exited", "a"),
+                                                 ev(4, "command.started", "b"), ev(5, "command.input", "a"), ev(6, "command.input", "b"))
+    assert delivery_order([started, write, exited, other, eof, later]) == [started, write, eof, exited, other, later]
+    assert delivery_order([started, write, eof, exited]) == [started, write, eof, exited]

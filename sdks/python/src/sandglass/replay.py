@@ -50,6 +50,29 @@ def _events(cp: ControlPlane, sandbox_id: str, type_filter: Optional[str] = None
         after = int(page[-1]["seq"])
 
 
+def delivery_order(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The log in the order its inputs reached the guest (the TypeScript SDK's deliveryOrder): an input logged after the
+    command.exited it caused (a stdin EOF, a signal; the gateway logs an input once the agent answered) goes back before
+    that exit, since the agent took it while the command ran."""
+    exited: set = set()
+    late: Dict[str, List[Dict[str, Any]]] = {}
+    for e in events:
+        cid = str(e["data"].get("commandId"))
+        if e["type"] == "command.exited":
+            exited.add(cid)
+        elif e["type"] == "command.input" and cid in exited:
+            late.setdefault(cid, []).append(e)
+    moved = {id(e) for group in late.values() for e in group}
+    out: List[Dict[str, Any]] = []
+    for e in events:
+        if id(e) in moved:
+            continue
+        if e["type"] == "command.exited":
+            out.extend(late.get(str(e["data"].get("commandId")), []))
+        out.append(e)
+    return out
+
+
 def choose_start(events: List[Dict[str, Any]], *, from_creation: bool = False, snapshot_id: Optional[str] = None, at: Optional[Time] = None) -> Dict[str, Any]:
     """Where a replay starts ({"snapshotId", "takenAt"}; snapshotId None: the sandbox's creation): the named snapshot,
     the latest at or before `at`, the creation (the default when no snapshot precedes the first input), else the first."""
@@ -246,7 +269,7 @@ def run_replay(
     try:
         if prepare is not None:
             prepare(ReplayFork(fork["id"], commands, files))
-        for e in events:
+        for e in delivery_order(events):
             if e["type"] not in _INPUT_TYPES and e["type"] != "command.exited":
                 continue
             when = _seconds(e["at"])
