@@ -1,8 +1,8 @@
 // Density (BENCH_ONLY=density): host memory per idle sandbox, how many fit before placement refuses, exec vs ping.
 import { readFileSync, statSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
 import { Sandbox } from '@sandglass/sdk';
 import { start, type Running } from '@sandglass/server';
+import { agentTrue, cowProbe, privateBytes, smapsOf, type CowProbe } from './density-cow.js';
 
 export interface DensityRow {
   what: string;
@@ -55,6 +55,12 @@ interface Measured {
   pss: PssBreakdown[];
   /** Per VM: its PSS plus the pages of its RAM file on tmpfs that QEMU has not mapped (host memory all the same). */
   held: number[];
+  /** Per VM: its QEMU's resident set (shared pages counted whole). */
+  rss: number[];
+  /** Per VM: pages its QEMU alone maps (what its PSS tends to as the number of QEMUs grows). */
+  privateBytes: number[];
+  /** Tmpfs the node's caches held meanwhile (the template's RAM image, snapshot images), shared by every VM. */
+  cacheBytes: number;
   pingMs: number[];
   runMs: number[];
   agentTrueMs: number[];
@@ -81,13 +87,26 @@ async function measure(label: string, running: Running, n: number, samples: numb
     }
     for (const s of sbxs) await waitForSnapshot(s, 180_000);
     await new Promise((r) => setTimeout(r, 3000));
-    const out: Measured = { label, pss: [], held: [], pingMs: [], runMs: [], agentTrueMs: [] };
+    const out: Measured = {
+      label,
+      pss: [],
+      held: [],
+      rss: [],
+      privateBytes: [],
+      cacheBytes: running.gateway.ram.cacheBytes(),
+      pingMs: [],
+      runMs: [],
+      agentTrueMs: [],
+    };
     for (const s of sbxs) {
       const vm = running.gateway.sandboxes.get(s.id)?.vm;
       if (!vm) throw new Error(`sandbox ${s.id} has no VM`);
       const b = pssBreakdown(vm.pid);
       out.pss.push(b);
       out.held.push(vmHeldBytes(vm.pid, vm.memPath, b));
+      const rollup = readFileSync(`/proc/${vm.pid}/smaps_rollup`, 'utf8');
+      out.rss.push(Number(/^Rss:\s+(\d+) kB/m.exec(rollup)?.[1] ?? 0) * 1024);
+      out.privateBytes.push(privateBytes(rollup));
     }
     // Exec vs the agent's bare ping, interleaved on one sandbox so both see the same host load; the others go and
     // its own rolling snapshots wait, so neither idle guests nor captures compete with it for the two cores.
@@ -103,7 +122,7 @@ async function measure(label: string, running: Running, n: number, samples: numb
       t = performance.now();
       await s.commands.run('true');
       out.runMs.push(performance.now() - t);
-      out.agentTrueMs.push(await agentTrue(running, s.id));
+      out.agentTrueMs.push((await agentTrue(agent)).ms);
     }
     return out;
   } finally {
@@ -118,37 +137,6 @@ async function measure(label: string, running: Running, n: number, samples: numb
 export function vmHeldBytes(pid: number, memPath: string, pss = pssBreakdown(pid)): number {
   const mappedRam = Number(/^Rss:\s+(\d+) kB/m.exec(smapsOf(pid, memPath))?.[1] ?? 0) * 1024;
   return pss.total + Math.max(0, statSync(memPath).blocks * 512 - mappedRam);
-}
-
-/** The smaps block of `path`'s mapping in process `pid`. */
-function smapsOf(pid: number, path: string): string {
-  const text = readFileSync(`/proc/${pid}/smaps`, 'utf8');
-  const at = text.indexOf(` ${path}\n`);
-  if (at < 0) return '';
-  const next = text.slice(at + path.length + 2).search(/^[0-9a-f]+-[0-9a-f]+ /m);
-  return text.slice(at, next < 0 ? undefined : at + path.length + 2 + next);
-}
-
-/** `/bin/true` started and awaited through the agent alone (no HTTP, no shell): what the guest itself costs. */
-async function agentTrue(running: Running, sandboxId: string): Promise<number> {
-  const agent = running.gateway.get(sandboxId).requireRunning();
-  const id = `bench_${randomBytes(6).toString('hex')}`;
-  let onEvent: ((ev: { event: string; id?: string }) => void) | undefined;
-  const exited = new Promise<void>((resolve) => {
-    onEvent = (ev) => {
-      if (ev.event === 'proc.exit' && ev.id === id) resolve();
-    };
-    agent.on('event', onEvent as never);
-  });
-  const t0 = performance.now();
-  try {
-    await agent.procStart({ id, argv: ['/bin/true'], env: {}, stdin: false });
-    await exited;
-    return performance.now() - t0;
-  } finally {
-    agent.off('event', onEvent as never);
-    await agent.procForget(id).catch(() => {});
-  }
 }
 
 /** Creates sandboxes until the gateway refuses one; returns how many it admitted and the refusal's code. */
@@ -186,24 +174,30 @@ async function withServer<T>(home: string, port: number, env: Record<string, str
 
 export interface DensityResult {
   rows: DensityRow[];
+  probe: CowProbe;
   capacityMib: number;
   admitted: number;
 }
 
 /**
  * Baseline first: QEMU with transparent huge pages as before (SANDGLASS_QEMU_THP=on), then as now, each with `n`
- * idle sandboxes in one server. Then placement: the node's guest-memory budget, and a server with a small budget
+ * idle sandboxes in one server (BENCH_DENSITY_N), and in the second server the copy-on-write probe (bench/density-cow.ts)
+ * with as many VMs. Then placement: the node's guest-memory budget, and a server with a small budget
  * (SANDGLASS_GUEST_MEMORY_BUDGET_MIB) filled until it refuses, to show the refusal is where the budget says.
  */
 export async function densityBench(opts: { home: string; port: number; quick: boolean }): Promise<DensityResult> {
-  const n = opts.quick ? 3 : 8;
+  const n = Number(process.env.BENCH_DENSITY_N ?? (opts.quick ? 3 : 8));
   const samples = opts.quick ? 10 : 30;
   const before = await withServer(opts.home, opts.port, { SANDGLASS_QEMU_THP: 'on' }, (r) => measure('before (SANDGLASS_QEMU_THP=on)', r, n, samples));
   let capacityMib = 0;
+  let probe: CowProbe | undefined;
   const after = await withServer(opts.home, opts.port, { SANDGLASS_QEMU_THP: undefined }, async (r) => {
     capacityMib = r.gateway.memory().capacityMib;
-    return measure('now', r, n, samples);
+    const m = await measure('now', r, n, samples);
+    probe = await cowProbe(r, opts.home, n);
+    return m;
   });
+  if (!probe) throw new Error('the copy-on-write probe did not run');
   const smallBudget = 4 * 256;
   const filled = await withServer(opts.home, opts.port, { SANDGLASS_GUEST_MEMORY_BUDGET_MIB: String(smallBudget) }, (r) => fillUntilRefused(r, 8));
 
@@ -223,9 +217,17 @@ export async function densityBench(opts: { home: string; port: number; quick: bo
       n: m.held.length,
       p50: mib(median(m.held)),
       p95: mib(p95(m.held)),
-      other: 'what the host really holds per sandbox',
+      other: `what the host really holds per sandbox; RSS ${mib(median(m.rss))}, QEMU's private pages ${mib(median(m.privateBytes))}`,
+    });
+    rows.push({
+      what: `  the same + the node's tmpfs caches / n, ${m.label}`,
+      n: m.held.length,
+      p50: mib(median(m.held) + m.cacheBytes / m.held.length),
+      p95: mib(p95(m.held) + m.cacheBytes / m.held.length),
+      other: `caches ${mib(m.cacheBytes)} (the template's RAM image, snapshot images)`,
     });
   }
+  rows.push(...probeRows(probe));
   for (const m of [before, after]) {
     const ratio = median(m.runMs) / median(m.pingMs);
     rows.push({ what: `agent ping round trip (baseline), ${m.label}`, n: m.pingMs.length, p50: ms(median(m.pingMs)), p95: ms(p95(m.pingMs)), other: '' });
@@ -252,7 +254,40 @@ export async function densityBench(opts: { home: string; port: number; quick: bo
     p95: '',
     other: `then ${filled.code}; expected ${smallBudget / 256}`,
   });
-  return { rows, capacityMib, admitted: filled.admitted };
+  return { rows, probe, capacityMib, admitted: filled.admitted };
+}
+
+/** The probe's rows: the same measures for VMs sharing the template image, and its capture checked after a restore. */
+function probeRows(p: CowProbe): DensityRow[] {
+  const pss = p.vms.map((v) => v.pss);
+  // Pages of the image no probe VM maps are in no PSS; the VMs share them. The largest one VM maps stands for the
+  // union of mapped pages (a lower bound), so this overstates each VM's share a little.
+  const unmapped = Math.max(0, p.imageBytes - Math.max(...p.vms.map((v) => v.mappedImageBytes)));
+  const held = pss.map((x) => x + unmapped / pss.length);
+  const c = p.capture;
+  return [
+    {
+      what: 'PSS per idle 256 MiB VM, template RAM image mapped privately (probe, QEMU without the jail)',
+      n: pss.length,
+      p50: mib(median(pss)),
+      p95: mib(p95(pss)),
+      other: `RSS ${mib(median(p.vms.map((v) => v.rss)))}, QEMU's private pages ${mib(median(p.vms.map((v) => v.privateBytes)))}; its own (copy-on-write) pages ${mib(median(p.vms.map((v) => v.cowBytes)))}, template pages mapped ${mib(median(p.vms.map((v) => v.mappedImageBytes)))}`,
+    },
+    {
+      what: '  PSS + the unmapped rest of the shared template image / n, probe',
+      n: held.length,
+      p50: mib(median(held)),
+      p95: mib(p95(held)),
+      other: `image ${mib(p.imageBytes)} on tmpfs, shared by all; no RAM file per VM`,
+    },
+    {
+      what: 'capture of a probe VM: guest stopped for device state + its own pages',
+      n: 1,
+      p50: ms(c.pausedMs),
+      p95: '',
+      other: `device state ${(c.stateBytes / 1024).toFixed(0)} KiB, own pages ${mib(c.cowBytes)}; restored into an ordinary VM: 8 MiB tmpfs file ${c.intact ? 'intact' : 'DIFFERS'}, /bin/true exit ${c.trueExit}`,
+    },
+  ];
 }
 
 /** The density phase's section of docs/benchmarks.md, between markers, so a BENCH_ONLY=density run replaces it alone. */
@@ -262,7 +297,10 @@ export function densitySection(header: string, rows: DensityRow[]): string {
     `<!-- density phase -->\n## Density and exec\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header} (\`BENCH_ONLY=density\`). ` +
     'Idle 256 MiB sandboxes with rolling snapshots on (each has taken one), first with QEMU given transparent huge ' +
     'pages as before (`SANDGLASS_QEMU_THP=on`), then as now, in one run. PSS is split by mapping (docs/design/density.md); the ' +
-    "second row of each adds the pages of the VM's RAM file on tmpfs that QEMU has not mapped. Ping is the agent's " +
+    "second row of each adds the pages of the VM's RAM file on tmpfs that QEMU has not mapped, the third the node's " +
+    'tmpfs caches divided among the sandboxes. The probe rows restore as many VMs in the second server with the ' +
+    "template's RAM image mapped privately (copy-on-write, QEMU outside the jail: bench/density-cow.ts), then capture " +
+    "one as docs/design/density.md proposes and check the restored guest. Ping is the agent's " +
     'own round trip on the same sandbox, interleaved with the exec. The last row fills a server started with ' +
     '`SANDGLASS_GUEST_MEMORY_BUDGET_MIB` until it refuses.\n\n' +
     `${table}<!-- /density phase -->\n`

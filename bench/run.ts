@@ -260,6 +260,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=tti (bench/tti.ts, BENCH_TTI_N, BENCH_TTI_BURST) and BENCH_ONLY=materialize (bench/materialize.ts) replace theirs too;
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
+ * BENCH_ONLY=density (bench/density.ts, BENCH_DENSITY_N idle sandboxes, the copy-on-write probe of bench/density-cow.ts) replaces its section.
  */
 const only = process.env.BENCH_ONLY;
 

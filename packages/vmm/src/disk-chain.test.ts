@@ -89,3 +89,17 @@ describe('a VM whose QEMU reports its disk chain', () => {
     expect(readFileSync(victim, 'utf8')).toBe('VICTIM LAYER');
   });
 });
+
+describe('a VM whose RAM is mapped privately', () => {
+  // Its RAM file is the template's image, not its memory: a capture copying it would lose every page the guest wrote.
+  it('refuses live and paused snapshots before it stops the guest, and copies nothing', async () => {
+    const { vm, qmp, dir } = await setup();
+    vm.privateRam = true;
+    const copy = join(dir, '..', 'copy.mem');
+    const live = vm.captureLive({ statePath: join(dir, '..', 'state'), memCopyPath: copy, newLayerPath: join(dir, 'next.qcow2') });
+    await expect(live).rejects.toMatchObject({ code: 'internal', message: expect.stringMatching(/maps its RAM privately/) });
+    await expect(vm.saveSnapshot(join(dir, '..', 'state'))).rejects.toMatchObject({ code: 'internal' });
+    expect(qmp.commands.map((c) => c.execute)).not.toContain('stop');
+    expect(existsSync(copy)).toBe(false);
+  });
+});

@@ -1,10 +1,11 @@
 import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { processStartTime } from '@sandglass/core';
 import { chownToVm, jailContext, jailerArgv, killLeftoverVms, releaseVmIdentity, sealTemplate, type JailContext } from './jail.js';
+import { restoreVm } from './qemu.js';
 
 function ctx(recordDir?: string): JailContext {
   return { mode: 'jailed', cgroups: true, jailerPath: '/x/jailer', recordDir, instanceId: 'me', uidBase: 2_000_000, uidCount: 10 };
@@ -86,6 +87,28 @@ describe.runIf(jailContext().mode === 'jailed')('files a VM could have swapped f
       expect(lstatSync(join(tpl, 'disk.qcow2')).mode & 0o777).toBe(0o644);
     } finally {
       rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a privately mapped RAM image', () => {
+  // QEMU 7.2 opens a private RAM file read-write: a jailed QEMU given a shared template image could rewrite every
+  // other VM's unwritten pages. The refusal comes before anything is created or started.
+  it.runIf(jailContext().mode === 'jailed')('is refused for a jailed QEMU, and no run directory is made', async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), 'sg-private-ram-')), 'vm');
+    try {
+      const spec = {
+        id: 'privram',
+        dir,
+        config: { memoryMib: 16, vcpus: 1, accel: 'tcg' as const },
+        memPath: '/nonexistent.img',
+        statePath: '/nonexistent',
+        diskPath: '/nonexistent.qcow2',
+      };
+      await expect(restoreVm({ ...spec, privateRam: true })).rejects.toMatchObject({ code: 'internal', message: expect.stringMatching(/outside the jail/) });
+      expect(existsSync(dir)).toBe(false);
+    } finally {
+      rmSync(dirname(dir), { recursive: true, force: true });
     }
   });
 });

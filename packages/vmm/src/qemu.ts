@@ -109,6 +109,14 @@ export interface RestoreSpec {
    * migrated "host connected" state of the virtio-serial port stays true, so the guest agent never sees a hangup.
    */
   beforeLoad?: (vm: Vm) => Promise<void>;
+  /**
+   * Maps `memPath` privately (QEMU's `share=off`): guest writes go to QEMU's own copy-on-write pages and the file is
+   * never written, so VMs restored from one template image share its unwritten pages. Only without the jail (a
+   * measurement, docs/design/density.md): QEMU 7.2 opens a private RAM file read-write, and a jailed QEMU given a
+   * shared image writable could change every other VM's unwritten pages. Snapshots read guest RAM from the file, so
+   * the VM refuses them (`Vm.privateRam`).
+   */
+  privateRam?: boolean;
 }
 
 export interface ExitInfo {
@@ -167,7 +175,7 @@ export function qemuEnv(env: NodeJS.ProcessEnv = process.env): Record<string, st
 // QEMU itself (device emulation, TCG cache, page tables) on top of guest RAM.
 const VMM_OVERHEAD_MIB = 192;
 
-function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: string, diskPath: string): string[] {
+function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: string, diskPath: string, shareRam = true): string[] {
   // biome-ignore format: QEMU arguments read as one flag and its value per line
   return [
     '-name', `sandglass-${id}`,
@@ -176,7 +184,7 @@ function machineArgs(id: string, paths: VmPaths, config: VmConfig, memPath: stri
     '-cpu', config.cpu ?? (config.accel === 'kvm' ? 'host' : 'max'),
     '-smp', String(config.vcpus),
     '-m', `${config.memoryMib}M`,
-    '-object', `memory-backend-file,id=mem,size=${config.memoryMib}M,mem-path=${memPath},share=on`,
+    '-object', `memory-backend-file,id=mem,size=${config.memoryMib}M,mem-path=${memPath},share=${shareRam ? 'on' : 'off'}`,
     '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
     '-sandbox', SANDBOX_ARGS,
     '-chardev', `socket,id=qmp,path=${paths.qmpSocket},server=on,wait=off`,
@@ -354,6 +362,8 @@ export class Vm {
 
   /** Where this VM's record lies (see VmRecord): it names QEMU's pid, which under the jailer is not the child's. */
   record?: string;
+  /** RAM mapped privately (RestoreSpec.privateRam): the file is not the guest's memory, so nothing may be read from it. */
+  privateRam = false;
   private qemuPid?: number;
 
   /** QEMU's pid (the jailer's child once it exec'd QEMU, or the child itself without a jail). */
@@ -409,6 +419,7 @@ export class Vm {
    * the stream is small and the pause is short. The VM is left stopped.
    */
   async saveSnapshot(statePath: string): Promise<{ pausedMs: number; stateBytes: number }> {
+    this.#requireSharedRam();
     const t0 = performance.now();
     await this.requireQmp().execute('stop');
     const stateBytes = await this.#migrateDeviceState(statePath);
@@ -424,6 +435,7 @@ export class Vm {
    */
   async captureLive(opts: { statePath: string; memCopyPath: string; newLayerPath: string }): Promise<LiveCapture> {
     const qmp = this.requireQmp();
+    this.#requireSharedRam();
     if (dirname(opts.newLayerPath) !== this.paths.dir) throw new SandglassError('internal', `a new disk layer must lie in ${this.paths.dir}`);
     const frozenLayer = this.#layers[0]!;
     const t0 = performance.now();
@@ -565,6 +577,11 @@ export class Vm {
     return received;
   }
 
+  /** A snapshot reads guest RAM from the VM's file: with a private mapping that file lacks every page the guest wrote. */
+  #requireSharedRam(): void {
+    if (this.privateRam) throw new SandglassError('internal', `VM ${this.id} maps its RAM privately; its RAM file is not its memory and no snapshot is taken`);
+  }
+
   requireQmp(): QmpClient {
     if (!this.qmp || this.qmp.isClosed) throw new SandglassError('vm_failed', `VM ${this.id} has no QMP connection`);
     return this.qmp;
@@ -700,12 +717,19 @@ export async function bootVm(spec: BootSpec): Promise<Vm> {
  * stream, RAM is already in the VM's own file. The VM is left paused: the caller links the agent, then calls `resume`.
  */
 export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
+  if (spec.privateRam && jailContext().mode === 'jailed') {
+    throw new SandglassError(
+      'internal',
+      `VM ${spec.id}: a privately mapped RAM image needs QEMU outside the jail (SANDGLASS_JAIL=off); see docs/design/density.md`,
+    );
+  }
   const paths = prepareVmDir(spec.dir, spec.id);
   const stateFd = openSync(spec.statePath, 'r');
   let vm: Vm;
   try {
-    const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath), '-incoming', 'defer'];
+    const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath, !spec.privateRam), '-incoming', 'defer'];
     vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, { disk: spec.diskPath, extraFds: [stateFd] });
+    vm.privateRam = spec.privateRam === true;
   } finally {
     closeSync(stateFd);
   }
