@@ -64,6 +64,12 @@ const STEPS = [
     hint: 'fix the package.json files named above, then `npm install --no-audit --no-fund` and commit package-lock.json',
   },
   {
+    name: 'boundaries',
+    what: 'allowed package edges, no import cycle or deep import, clocked code on its Clock (scripts/check-boundaries.mjs)',
+    run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-boundaries.mjs')]) }),
+    hint: 'import through the package index (or an exported subpath) within the EDGES table of scripts/check-boundaries.mjs; take time and timers from the Clock',
+  },
+  {
     name: 'gen',
     what: 'generated files match spec/ (tsx scripts/gen.ts --check)',
     run: () => ({ status: run(bin('tsx'), [join(repo, 'scripts/gen.ts'), '--check']) }),
