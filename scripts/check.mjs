@@ -58,16 +58,16 @@ function goCheck() {
 /** In order, cheapest first, so the common mistakes fail within seconds. */
 const STEPS = [
   {
-    name: 'deps',
-    what: 'each package declares what it imports (scripts/check-deps.mjs)',
-    run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-deps.mjs')]) }),
-    hint: 'fix the package.json files named above, then `npm install --no-audit --no-fund` and commit package-lock.json',
-  },
-  {
     name: 'boundaries',
     what: 'allowed package edges, no import cycle or deep import, clocked code on its Clock (scripts/check-boundaries.mjs)',
     run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-boundaries.mjs')]) }),
     hint: 'import through the package index (or an exported subpath) within the EDGES table of scripts/check-boundaries.mjs; take time and timers from the Clock',
+  },
+  {
+    name: 'deps',
+    what: 'each package declares what it imports (scripts/check-deps.mjs)',
+    run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-deps.mjs')]) }),
+    hint: 'fix the package.json files named above, then `npm install --no-audit --no-fund` and commit package-lock.json',
   },
   {
     name: 'gen',
