@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Holds the boundaries that review would otherwise hold by discipline: which workspace package may import which (the
 // table below; anything else fails), no import cycle among files or packages, nobody reaching into another package's
-// files, and no bare wall clock or timer in the code that must replay deterministically (it takes core's Clock).
+// files, no bare wall clock or timer in the code that must replay deterministically (it takes core's Clock), and
+// no file named in docs/ARCHITECTURE.md that is not there.
 // Plain Node without dependencies. Usage: node scripts/check-boundaries.mjs
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
 import { buildConfigsOf, importStatementsOf, listRootFiles, listWorkspaces, packageOf, repo, resolveRelative, stripComments, walk } from './source-imports.mjs';
 
@@ -204,9 +205,19 @@ for (const dir of CLOCKED) {
   }
 }
 
+// docs/ARCHITECTURE.md is the map a newcomer reads first: each file it names must be where it says, also after a move.
+const MAP = 'docs/ARCHITECTURE.md';
+const mapText = readFileSync(join(repo, MAP), 'utf8');
+for (const m of mapText.matchAll(/`((?:packages|agent|spec|docs|scripts|tests|deploy|bin|jailer|sdks)\/[^`\s]+)`/g)) {
+  const path = m[1];
+  // A pattern (`packages/<name>`, `*.generated.ts`) or a build output is not a file of the tree.
+  if (/[<*{]/.test(path) || path.includes('/dist/')) continue;
+  if (!existsSync(join(repo, path))) problems.push(`${MAP}:${mapText.slice(0, m.index).split('\n').length}: names ${path}, which does not exist`);
+}
+
 if (problems.length > 0) {
   for (const p of problems) console.error(p);
   console.error(`check-boundaries: ${problems.length} problem(s)`);
   process.exit(1);
 }
-console.log(`check-boundaries: ${workspaces.length} packages within their edges, no import cycle, clocked code on its Clock`);
+console.log(`check-boundaries: ${workspaces.length} packages within their edges, no import cycle, clocked code on its Clock, ${MAP}'s files there`);
