@@ -174,9 +174,15 @@ for (const c of cycles(packageGraph)) problems.push(`scripts/check-boundaries.mj
 // Type-only imports are erased from the JavaScript, so only value imports can make a module see another half-initialised.
 for (const c of cycles(valueImports)) problems.push(`import cycle: ${c.map(rel).join(' → ')}`);
 
-/** Whether the `(` just before `at` opens the parameters of a method being declared (`setInterval(key: string): void {`), not a call. */
+/**
+ * Whether the `(` just before `at` opens the parameters of a method being declared (`setInterval(key: string): void {`
+ * on a line of its own), not a call (`x ? setTimeout(f, 1) : y` is one).
+ */
 function declaresMethod(text, at) {
   if (text[at - 1] !== '(') return false;
+  const lineStart = text.lastIndexOf('\n', at - 1) + 1;
+  const name = text.slice(lineStart, at).replace(/[\w$]+\s*\($/, '');
+  if (!/^\s*(?:(?:public|private|protected|static|async|readonly|override)\s+)*$/.test(name)) return false;
   let depth = 1;
   let i = at;
   for (; i < text.length && depth > 0; i++) depth += text[i] === '(' ? 1 : text[i] === ')' ? -1 : 0;
