@@ -109,10 +109,18 @@ func TestExampleExchangesAgainstTheAgent(t *testing.T) {
 			h.send(f.Type, f.Channel, payload)
 		}
 		for _, want := range ex.Events {
-			name := want["event"]
-			f := h.waitFor(fmt.Sprint(name), func(f frame) bool {
+			// The event of this exchange: its name, and the process or stream the host chose.
+			f := h.waitFor(fmt.Sprint(want["event"]), func(f frame) bool {
 				var e map[string]any
-				return f.typ == frameEvent && json.Unmarshal(f.payload, &e) == nil && e["event"] == name
+				if f.typ != frameEvent || json.Unmarshal(f.payload, &e) != nil {
+					return false
+				}
+				for _, k := range []string{"event", "id", "streamId"} {
+					if w, ok := want[k]; ok && e[k] != w {
+						return false
+					}
+				}
+				return true
 			})
 			var got any
 			json.Unmarshal(f.payload, &got)
