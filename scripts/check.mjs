@@ -61,7 +61,7 @@ const STEPS = [
     name: 'boundaries',
     what: 'allowed package edges, no import cycle or deep import, clocked code on its Clock, the architecture map current (scripts/check-boundaries.mjs)',
     run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-boundaries.mjs')]) }),
-    hint: 'import through the package index (or an exported subpath) within the EDGES table of scripts/check-boundaries.mjs; take time and timers from the Clock',
+    hint: 'import through the package index (or an exported subpath) within the EDGES table of scripts/check-boundaries.mjs; take time and timers from the Clock; name files in docs/ARCHITECTURE.md where they are',
   },
   {
     name: 'deps',
