@@ -17,6 +17,7 @@ import (
 
 type testHost struct {
 	t       *testing.T
+	a       *agent
 	backlog []frame // frames waitFor passed over, searched first by later waits
 	w       io.Writer
 	frames  chan frame
@@ -36,7 +37,7 @@ func startTestAgent(t *testing.T) *testHost {
 		return nil
 	})
 	go a.serveConn(agentR, agentW, closeAll)
-	h := &testHost{t: t, w: hostW, frames: make(chan frame, 1024), close: func() { closeAll.Close() }}
+	h := &testHost{t: t, a: a, w: hostW, frames: make(chan frame, 1024), close: func() { closeAll.Close() }}
 	go func() {
 		defer close(h.frames)
 		for {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LocalKeyring, TenantKeys as Providers } from '@sandglass/kms';
 import { Sandbox, TenantKeys } from '@sandglass/sdk';
-import { softHsm } from '../packages/kms/src/softhsm-fixture.js';
+import { softHsm } from '@sandglass/kms/softhsm-fixture';
 
 export interface KeysBenchRow {
   what: string;

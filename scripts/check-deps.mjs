@@ -15,106 +15,15 @@
 //   "devDependencies"), or an unused "devDependencies" entry (`@types/x` counts as used when `x` is).
 // - The root's own code (tests/, bench/, scripts/, deploy/, bin/, *.config.ts) imports only what the root declares or a workspace package.
 // - One version of each external package across all package.json files.
-// node: builtins (and bare builtin names) are not dependencies. Imports are found by a lexical scan (comments removed,
-// string literals kept): `import … from`, `export … from`, side-effect `import '…'`, `import('…')` and `require('…')`.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { builtinModules } from 'node:module';
-import { dirname, join, relative, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const SOURCE = /\.(ts|tsx|mts|cts|js|mjs|cjs)$/;
-const builtins = new Set(builtinModules);
-
-function readJson(path) {
-  return JSON.parse(readFileSync(path, 'utf8'));
-}
-
-function walk(dir, out = []) {
-  let entries;
-  try {
-    entries = readdirSync(dir, { withFileTypes: true });
-  } catch {
-    return out;
-  }
-  for (const e of entries) {
-    if (e.name === 'node_modules' || e.name.startsWith('.')) continue;
-    const p = join(dir, e.name);
-    if (e.isDirectory()) walk(p, out);
-    else if (SOURCE.test(e.name)) out.push(p);
-  }
-  return out;
-}
-
-/** Removes comments but keeps string contents, so `// import x from 'y'` in a comment is not an import. */
-function stripComments(text) {
-  const pattern = String.raw`\/\*[\s\S]*?\*\/|(^|[^:\\\x22\x27\x60])\/\/[^\n]*|(\x27(?:[^\x27\\\n]|\\.)*\x27|\x22(?:[^\x22\\\n]|\\.)*\x22|\x60(?:[^\x60\\]|\\.)*\x60)`;
-  return text.replace(new RegExp(pattern, 'g'), (_m, pre, str) => (str !== undefined ? str : pre !== undefined ? pre : ''));
-}
-
-// Quotes are written \x22 and \x27 here so this file's own regular expressions do not read as strings to stripComments.
-const Q = String.raw`[\x22\x27]`;
-const SPEC = String.raw`([^\x22\x27\n]+)`;
-const IMPORT_PATTERNS = [
-  // import x from 'm'; import { a, type b } from 'm'; import type T from 'm'; export { a } from 'm'; export * from 'm'
-  new RegExp(String.raw`(?:^|[\s;}])(?:import|export)\s+(?:type\s+)?[\w$*{}\s,]*?\s*from\s*${Q}${SPEC}${Q}`, 'g'),
-  // import 'm' (side effects only)
-  new RegExp(String.raw`(?:^|[\s;}])import\s*${Q}${SPEC}${Q}`, 'g'),
-  // import('m'), require('m')
-  new RegExp(String.raw`(?:\bimport|\brequire)\s*\(\s*${Q}${SPEC}${Q}\s*\)`, 'g'),
-];
-
-/** Specifiers a file imports, in order. */
-function importsOf(file) {
-  const text = stripComments(readFileSync(file, 'utf8'));
-  const specs = [];
-  for (const re of IMPORT_PATTERNS) for (const m of text.matchAll(re)) specs.push(m[1]);
-  return specs;
-}
-
-/** `@scope/name/sub` → `@scope/name`; `name/sub` → `name`; undefined for relative paths and builtins. */
-function packageOf(spec) {
-  if (spec.startsWith('.') || spec.startsWith('/') || spec.startsWith('node:')) return undefined;
-  const parts = spec.split('/');
-  const name = spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
-  return builtins.has(name) ? undefined : name;
-}
-
-/** The source file a relative specifier names (`./x.js` is `./x.ts` on disk), if it exists. */
-function resolveRelative(from, spec) {
-  const base = resolve(dirname(from), spec);
-  for (const candidate of [base, base.replace(/\.js$/, '.ts'), base.replace(/\.mjs$/, '.mts'), `${base}.ts`, join(base, 'index.ts')]) {
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // try the next spelling
-    }
-  }
-  return undefined;
-}
+// node: builtins (and bare builtin names) are not dependencies. Imports are found by the lexical scan of
+// scripts/source-imports.mjs.
+import { join, relative } from 'node:path';
+import { buildConfigsOf, importsOf, listRootFiles, listWorkspaces, packageOf, readJson, repo, resolveRelative, walk } from './source-imports.mjs';
 
 const root = readJson(join(repo, 'package.json'));
-const packagesDir = join(repo, 'packages');
-const workspaces = readdirSync(packagesDir, { withFileTypes: true })
-  .filter((e) => e.isDirectory())
-  .map((e) => ({ dir: join(packagesDir, e.name), manifest: readJson(join(packagesDir, e.name, 'package.json')) }));
+const workspaces = listWorkspaces();
 const workspaceNames = new Set(workspaces.map((w) => w.manifest.name));
-
-const rootFiles = [
-  ...walk(join(repo, 'tests')),
-  ...walk(join(repo, 'bench')),
-  ...walk(join(repo, 'scripts')),
-  ...walk(join(repo, 'deploy')),
-  ...walk(join(repo, 'bin')).concat(readdirSync(join(repo, 'bin')).map((f) => join(repo, 'bin', f))),
-  ...readdirSync(repo)
-    .filter((f) => /\.config\.(ts|mts|js|mjs)$/.test(f))
-    .map((f) => join(repo, f)),
-].filter((f, i, all) => all.indexOf(f) === i && statSync(f).isFile());
-/** A package's build configuration (packages/console's vite.config.ts): build-time code, so its imports are devDependencies. */
-const buildConfigsOf = (dir) =>
-  readdirSync(dir)
-    .filter((f) => /\.config\.(ts|mts|js|mjs)$/.test(f))
-    .map((f) => join(dir, f));
+const rootFiles = listRootFiles();
 const packageFiles = workspaces.flatMap((w) => [...walk(join(w.dir, 'src')), ...buildConfigsOf(w.dir)]);
 
 // Who imports whom (relative imports only, across the whole repo): a file nobody imports is an entry point.

@@ -58,6 +58,12 @@ function goCheck() {
 /** In order, cheapest first, so the common mistakes fail within seconds. */
 const STEPS = [
   {
+    name: 'boundaries',
+    what: 'allowed package edges, no import cycle or deep import, clocked code on its Clock, the architecture map current (scripts/check-boundaries.mjs)',
+    run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-boundaries.mjs')]) }),
+    hint: 'import through the package index (or an exported subpath) within the EDGES table of scripts/check-boundaries.mjs; take time and timers from the Clock; name files in docs/ARCHITECTURE.md where they are',
+  },
+  {
     name: 'deps',
     what: 'each package declares what it imports (scripts/check-deps.mjs)',
     run: () => ({ status: run(process.execPath, [join(repo, 'scripts/check-deps.mjs')]) }),

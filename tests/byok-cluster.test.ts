@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '@sandglass/db';
 import { Sandbox } from '@sandglass/sdk';
-import { softHsm, type SoftHsm } from '../packages/kms/src/softhsm-fixture.js';
+import { softHsm, type SoftHsm } from '@sandglass/kms/softhsm-fixture';
 import { Cluster, waitFor } from './cluster-harness.js';
 import { home as sharedHome } from './helpers.js';
 

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '@sandglass/db';
 import { unseal } from '@sandglass/kms';
 import { Sandbox, TenantKeys } from '@sandglass/sdk';
-import { softHsm, type SoftHsm } from '../packages/kms/src/softhsm-fixture.js';
+import { softHsm, type SoftHsm } from '@sandglass/kms/softhsm-fixture';
 import { adminKey, api, apiUrl, checkResponsesAgainstSpec, home } from './helpers.js';
 
 checkResponsesAgainstSpec();

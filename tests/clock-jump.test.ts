@@ -2,7 +2,7 @@
 // "latest" is read by taken-at time, so a pause stamped before an earlier snapshot lost the writes between them).
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
-import { rawRequest } from '../packages/gateway/src/test-support.js';
+import { rawRequest } from '@sandglass/gateway/test-support';
 import { OwnServer } from './own-server.js';
 
 const server = new OwnServer('clock-jump');

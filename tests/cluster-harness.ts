@@ -16,8 +16,8 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createTestDatabase, startPostgres, type TestPostgres } from '../packages/db/src/test-postgres.js';
-import { startS3Server, type TestS3Server } from '../packages/chunkstore/src/test-s3.js';
+import { createTestDatabase, startPostgres, type TestPostgres } from '@sandglass/db/test-postgres';
+import { startS3Server, type TestS3Server } from '@sandglass/chunkstore/test-s3';
 
 const bin = fileURLToPath(new URL('../bin/sandglass', import.meta.url));
 

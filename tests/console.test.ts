@@ -4,7 +4,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
+import { startHttpsUpstream } from '@sandglass/egress/test-support';
 import { type Browser, chromium, type Page, type WebSocketRoute } from 'playwright-core';
 import { DEFAULT_CONSOLE_LIMITS } from '@sandglass/control-plane';
 import { Sandbox } from '@sandglass/sdk';

@@ -16,7 +16,7 @@ import {
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
-import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
+import { startHttpsUpstream } from '@sandglass/egress/test-support';
 import { offLoopback } from './e2b-env.js';
 import { adminKey, api, gatewayUrl } from './helpers.js';
 

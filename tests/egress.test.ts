@@ -3,7 +3,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { inject, afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, Secrets } from '@sandglass/sdk';
-import { startHttpsUpstream, type Upstream } from '../packages/egress/src/test-support.js';
+import { startHttpsUpstream, type Upstream } from '@sandglass/egress/test-support';
 import { api, apiUrl, checkResponsesAgainstSpec, config, home } from './helpers.js';
 
 checkResponsesAgainstSpec();

@@ -4,8 +4,8 @@ import { existsSync, mkdirSync, readFileSync, rmSync, createWriteStream, writeFi
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
-import { makeUpstreamPki } from '../packages/egress/src/test-support.js';
-import { softHsmConf } from '../packages/kms/src/softhsm-fixture.js';
+import { makeUpstreamPki } from '@sandglass/egress/test-support';
+import { softHsmConf } from '@sandglass/kms/softhsm-fixture';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 let server: ChildProcess | undefined;

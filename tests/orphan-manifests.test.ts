@@ -4,7 +4,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
-import { rawRequest } from '../packages/gateway/src/test-support.js';
+import { rawRequest } from '@sandglass/gateway/test-support';
 import { OwnServer } from './own-server.js';
 
 const server = new OwnServer('orphan-manifests');

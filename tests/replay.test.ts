@@ -2,7 +2,7 @@
 // clock) re-run in a fork answers the same, with no network; a file changed in the fork shows as the first divergence.
 import { inject, afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, Secrets, type ReplayReport } from '@sandglass/sdk';
-import { startHttpsUpstream, type Upstream } from '../packages/egress/src/test-support.js';
+import { startHttpsUpstream, type Upstream } from '@sandglass/egress/test-support';
 import { api, config } from './helpers.js';
 
 const pki = inject('egressPki');

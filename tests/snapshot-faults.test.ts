@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from '
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox, SandglassError } from '@sandglass/sdk';
-import { rawRequest } from '../packages/gateway/src/test-support.js';
+import { rawRequest } from '@sandglass/gateway/test-support';
 import { OwnServer } from './own-server.js';
 
 const server = new OwnServer('snapshot-faults');

@@ -3,8 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
-import { openDatabase } from '../packages/db/src/index.js';
-import { createTestDatabase, startPostgres } from '../packages/db/src/test-postgres.js';
+import { openDatabase } from '@sandglass/db';
+import { createTestDatabase, startPostgres } from '@sandglass/db/test-postgres';
 
 declare module 'vitest' {
   export interface ProvidedContext {

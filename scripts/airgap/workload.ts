@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Sandbox, Secrets } from '@sandglass/sdk';
-import { makeUpstreamPki, startHttpsUpstream } from '../../packages/egress/src/test-support.js';
+import { makeUpstreamPki, startHttpsUpstream } from '@sandglass/egress/test-support';
 
 function arg(i: number, name: string): string {
   const v = process.argv[2 + i];

@@ -24,8 +24,8 @@ import { EventLog } from '@sandglass/events';
 import { ChunkStore, LocalDiskBackend } from '@sandglass/chunkstore';
 import { LocalKeyring } from '@sandglass/kms';
 import { Sandbox, Secrets, type SandboxInfo } from '@sandglass/sdk';
-import { makeUpstreamPki, startHttpsUpstream, type Upstream } from '../../packages/egress/src/test-support.js';
-import { rawRequest } from '../../packages/gateway/src/test-support.js';
+import { makeUpstreamPki, startHttpsUpstream, type Upstream } from '@sandglass/egress/test-support';
+import { rawRequest } from '@sandglass/gateway/test-support';
 
 const bin = fileURLToPath(new URL('../../bin/sandglass', import.meta.url));
 const UPSTREAM_HOST = 'api.chaos.test';

@@ -5,8 +5,8 @@ import { networkInterfaces } from 'node:os';
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sandbox, Secrets } from '@sandglass/sdk';
-import { internalRange } from '../../packages/egress/src/address.js';
-import { startHttpsUpstream, startHttpUpstream, type Upstream } from '../../packages/egress/src/test-support.js';
+import { internalRange } from '@sandglass/egress';
+import { startHttpsUpstream, startHttpUpstream, type Upstream } from '@sandglass/egress/test-support';
 import { api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl } from '../helpers.js';
 
 checkResponsesAgainstSpec();

@@ -8,15 +8,7 @@ import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { deriveNodeKeys, loadNodeSecret } from '@sandglass/core';
-import {
-  errorCodeOf,
-  fillPath,
-  pathVariants,
-  rawRequest,
-  specOperations,
-  type RawResponse,
-  type SpecOperation,
-} from '../../packages/gateway/src/test-support.js';
+import { errorCodeOf, fillPath, pathVariants, rawRequest, specOperations, type RawResponse, type SpecOperation } from '@sandglass/gateway/test-support';
 import { api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl, home } from '../helpers.js';
 
 checkResponsesAgainstSpec();

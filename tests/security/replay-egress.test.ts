@@ -3,7 +3,7 @@
 // the upstreams, as traps counting accepted TCP sockets, see none during the replay, in the kept fork, or once it resumed.
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sandbox, Secrets } from '@sandglass/sdk';
-import { startHttpsUpstream, startHttpUpstream, type Upstream } from '../../packages/egress/src/test-support.js';
+import { startHttpsUpstream, startHttpUpstream, type Upstream } from '@sandglass/egress/test-support';
 import { checkResponsesAgainstSpec, config } from '../helpers.js';
 
 checkResponsesAgainstSpec();

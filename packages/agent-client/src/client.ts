@@ -9,6 +9,7 @@ import { AGENT_STREAM_BIT, FrameMux, type AgentTransport, type CallOptions, type
 import { FileReadStream, NetConnection } from './streams.js';
 import type {
   AgentEvent,
+  AgentParams,
   AttachResult,
   FileStat,
   FileWriteFailedEvent,
@@ -24,6 +25,9 @@ import type {
   SignalName,
   SyncResult,
 } from './types.js';
+
+/** A host→agent stream's params as its caller gives them: the client picks the stream id. */
+type StreamParams<M extends 'file.write' | 'file.writeTar'> = Omit<AgentParams[M], 'streamId'>;
 
 export interface AgentClientOptions {
   /** Default for calls without their own timeoutMs; 0 waits forever. */
@@ -175,18 +179,18 @@ export class AgentClient extends EventEmitter {
   hello(opts?: CallOptions): Promise<HelloResult> {
     const nonce = randomBytes(16);
     this.mux.resync(nonce);
-    return this.call('hello', { version: 1, resync: nonce.toString('hex') }, opts);
+    return this.call('hello', { version: 1, resync: nonce.toString('hex') } satisfies AgentParams['hello'], opts);
   }
 
   async ping(opts?: CallOptions): Promise<void> {
-    await this.call('ping', {}, opts);
+    await this.call('ping', {} satisfies AgentParams['ping'], opts);
   }
 
   /** Sends fresh host randomness and the host clock; call after every restore. */
   sync(opts: CallOptions & { timeUnixNs?: bigint; entropy?: Buffer } = {}): Promise<SyncResult> {
     const entropy = opts.entropy ?? randomBytes(64);
     const timeUnixNs = opts.timeUnixNs ?? hostClockNs();
-    return this.call('sync', { timeUnixNs: timeUnixNs.toString(), entropy: entropy.toString('base64') }, opts);
+    return this.call('sync', { timeUnixNs: timeUnixNs.toString(), entropy: entropy.toString('base64') } satisfies AgentParams['sync'], opts);
   }
 
   /**
@@ -198,7 +202,7 @@ export class AgentClient extends EventEmitter {
   }
 
   procStart(params: ProcStartParams, opts?: CallOptions): Promise<{ pid: number }> {
-    return this.call('proc.start', { stdin: false, ...params }, opts);
+    return this.call('proc.start', { stdin: false, ...params } satisfies AgentParams['proc.start'], opts);
   }
 
   /**
@@ -240,7 +244,7 @@ export class AgentClient extends EventEmitter {
     });
     let result: AttachResult;
     try {
-      result = await this.call<AttachResult>('proc.attach', { id, streamId, fromOffset, window: windowBytes }, opts);
+      result = await this.call<AttachResult>('proc.attach', { id, streamId, fromOffset, window: windowBytes } satisfies AgentParams['proc.attach'], opts);
     } catch (err) {
       this.mux.unregister(streamId);
       throw err;
@@ -249,7 +253,7 @@ export class AgentClient extends EventEmitter {
       ...result,
       detach: async () => {
         if (!this.mux.unregister(streamId)) return;
-        await this.call('proc.detach', { streamId });
+        await this.call('proc.detach', { streamId } satisfies AgentParams['proc.detach']);
       },
     };
   }
@@ -257,46 +261,46 @@ export class AgentClient extends EventEmitter {
   /** Resolves once the bytes are written, with the process's output offset when they arrived. */
   async procStdin(id: string, data?: Buffer | string, opts: CallOptions & { eof?: boolean } = {}): Promise<InputResult> {
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : (data ?? Buffer.alloc(0));
-    return inputResult(await this.call('proc.stdin', { id, data: bytes.toString('base64'), eof: opts.eof ?? false }, opts));
+    return inputResult(await this.call('proc.stdin', { id, data: bytes.toString('base64'), eof: opts.eof ?? false } satisfies AgentParams['proc.stdin'], opts));
   }
 
   async procSignal(id: string, signal: SignalName, opts?: CallOptions): Promise<InputResult> {
-    return inputResult(await this.call('proc.signal', { id, signal }, opts));
+    return inputResult(await this.call('proc.signal', { id, signal } satisfies AgentParams['proc.signal'], opts));
   }
 
   async procResize(id: string, cols: number, rows: number, opts?: CallOptions): Promise<InputResult> {
-    return inputResult(await this.call('proc.resize', { id, cols, rows }, opts));
+    return inputResult(await this.call('proc.resize', { id, cols, rows } satisfies AgentParams['proc.resize'], opts));
   }
 
   async procList(opts?: CallOptions): Promise<ProcInfo[]> {
-    return (await this.call<{ processes: ProcInfo[] }>('proc.list', {}, opts)).processes;
+    return (await this.call<{ processes: ProcInfo[] }>('proc.list', {} satisfies AgentParams['proc.list'], opts)).processes;
   }
 
   async procForget(id: string, opts?: CallOptions): Promise<void> {
-    await this.call('proc.forget', { id }, opts);
+    await this.call('proc.forget', { id } satisfies AgentParams['proc.forget'], opts);
   }
 
   stat(path: string, opts?: CallOptions): Promise<FileStat> {
-    return this.call('file.stat', { path }, opts);
+    return this.call('file.stat', { path } satisfies AgentParams['file.stat'], opts);
   }
 
   async list(path: string, opts: CallOptions & { depth?: number } = {}): Promise<FileStat[]> {
-    return (await this.call<{ entries: FileStat[] }>('file.list', { path, depth: opts.depth ?? 1 }, opts)).entries;
+    return (await this.call<{ entries: FileStat[] }>('file.list', { path, depth: opts.depth ?? 1 } satisfies AgentParams['file.list'], opts)).entries;
   }
 
   /** With `owner`, every directory the call created is chowned to that guest user (name or uid) and its group. */
   async mkdir(path: string, opts: CallOptions & { parents?: boolean; owner?: string | number } = {}): Promise<{ created: boolean }> {
-    const params: Record<string, unknown> = { path, parents: opts.parents ?? true };
+    const params: AgentParams['file.mkdir'] = { path, parents: opts.parents ?? true };
     if (opts.owner !== undefined) params.owner = String(opts.owner);
     return this.call('file.mkdir', params, opts);
   }
 
   async remove(path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
-    await this.call('file.remove', { path, recursive: opts.recursive ?? false }, opts);
+    await this.call('file.remove', { path, recursive: opts.recursive ?? false } satisfies AgentParams['file.remove'], opts);
   }
 
   async rename(from: string, to: string, opts?: CallOptions): Promise<void> {
-    await this.call('file.rename', { from, to }, opts);
+    await this.call('file.rename', { from, to } satisfies AgentParams['file.rename'], opts);
   }
 
   /**
@@ -317,7 +321,7 @@ export class AgentClient extends EventEmitter {
     });
     this.mux.register(streamId, { granter, data: (p) => stream.onData(p), end: (err) => stream.onEnd(err) });
     try {
-      const { sizeBytes } = await this.call<{ sizeBytes?: number }>(method, { path, streamId, window: windowBytes }, opts);
+      const { sizeBytes } = await this.call<{ sizeBytes?: number }>(method, { path, streamId, window: windowBytes } satisfies AgentParams[typeof method], opts);
       stream.sizeBytes = sizeBytes ?? 0;
       return stream;
     } catch (err) {
@@ -358,7 +362,7 @@ export class AgentClient extends EventEmitter {
     data: Uint8Array | string | Readable | AsyncIterable<Uint8Array | string>,
     opts: WriteFileOptions = {},
   ): Promise<{ sizeBytes: number }> {
-    const params: Record<string, unknown> = { path, parents: opts.parents ?? true, append: opts.append ?? false };
+    const params: StreamParams<'file.write'> = { path, parents: opts.parents ?? true, append: opts.append ?? false };
     if (opts.mode !== undefined) params.mode = opts.mode;
     if (opts.owner !== undefined) params.owner = String(opts.owner);
     const { sizeBytes } = await this.sendStream('file.write', params, data, opts);
@@ -375,7 +379,7 @@ export class AgentClient extends EventEmitter {
     data: Uint8Array | Readable | AsyncIterable<Uint8Array>,
     opts: WriteTarOptions = {},
   ): Promise<{ entries: number; sizeBytes: number }> {
-    const params: Record<string, unknown> = { path };
+    const params: StreamParams<'file.writeTar'> = { path };
     if (opts.owner !== undefined) params.owner = String(opts.owner);
     const ev = await this.sendStream('file.writeTar', params, data, opts);
     return { entries: Number.isSafeInteger(ev.entries) ? ev.entries! : 0, sizeBytes: ev.sizeBytes };
@@ -391,9 +395,9 @@ export class AgentClient extends EventEmitter {
    * grants a `window` (file.writeTar), bytes go out only within the credit the agent grants (WINDOW frames); otherwise
    * the transport's backpressure paces them.
    */
-  private async sendStream(
-    method: string,
-    params: Record<string, unknown>,
+  private async sendStream<M extends 'file.write' | 'file.writeTar'>(
+    method: M,
+    params: StreamParams<M>,
     data: Uint8Array | string | Readable | AsyncIterable<Uint8Array | string>,
     opts: CallOptions,
   ): Promise<FileWrittenEvent> {
@@ -481,7 +485,7 @@ export class AgentClient extends EventEmitter {
    * reconnects and restores.
    */
   async envDefaults(env: Record<string, string>, opts?: CallOptions): Promise<void> {
-    await this.call('env.defaults', { env }, opts);
+    await this.call('env.defaults', { env } satisfies AgentParams['env.defaults'], opts);
   }
 
   /**
@@ -489,7 +493,7 @@ export class AgentClient extends EventEmitter {
    * `block_resize`); answers the filesystem's new size. Waits for the guest kernel to notice the resize.
    */
   async diskGrow(bytes: number, opts?: CallOptions): Promise<{ bytes: number }> {
-    return this.call('disk.grow', { bytes }, opts);
+    return this.call('disk.grow', { bytes } satisfies AgentParams['disk.grow'], opts);
   }
 
   /**
@@ -499,7 +503,7 @@ export class AgentClient extends EventEmitter {
    * reconnects and restores, the connections it relayed do not.
    */
   netListen(port: number, opts: NetListenOptions = {}): Promise<{ port: number }> {
-    const params: Record<string, unknown> = { port, address: opts.address ?? '127.0.0.1' };
+    const params: AgentParams['net.listen'] = { port, address: opts.address ?? '127.0.0.1' };
     if (opts.windowBytes !== undefined) params.window = opts.windowBytes;
     return this.call('net.listen', params, opts);
   }
@@ -533,7 +537,7 @@ export class AgentClient extends EventEmitter {
       bidirectional: true,
     };
     this.mux.register(streamId, handler);
-    const params: Record<string, unknown> = { streamId, port, window: windowBytes };
+    const params: AgentParams['net.dial'] = { streamId, port, window: windowBytes };
     if (opts.address !== undefined) params.address = opts.address;
     let reply: { recvWindow?: number };
     try {
@@ -552,7 +556,7 @@ export class AgentClient extends EventEmitter {
 
   /** The guest's listening TCP sockets (not the egress relay's listener), sorted by port. */
   async netPorts(opts?: CallOptions): Promise<ListeningPort[]> {
-    const { ports } = await this.call<{ ports?: unknown }>('net.ports', {}, opts);
+    const { ports } = await this.call<{ ports?: unknown }>('net.ports', {} satisfies AgentParams['net.ports'], opts);
     // The guest writes this list: only well-formed entries reach the caller.
     if (!Array.isArray(ports)) return [];
     return ports
@@ -562,7 +566,7 @@ export class AgentClient extends EventEmitter {
 
   /** Stops the relay listener and resets every connection it relayed (their NetConnections are destroyed). */
   async netClose(opts?: CallOptions): Promise<void> {
-    await this.call('net.close', {}, opts);
+    await this.call('net.close', {} satisfies AgentParams['net.close'], opts);
   }
 
   /**
@@ -575,7 +579,7 @@ export class AgentClient extends EventEmitter {
     const entry: WatchEntry = { onEvent, onEnd: opts.onEnd };
     this.watches.set(watchId, entry);
     try {
-      await this.call('fs.watch', { watchId, path, recursive: opts.recursive ?? false }, opts);
+      await this.call('fs.watch', { watchId, path, recursive: opts.recursive ?? false } satisfies AgentParams['fs.watch'], opts);
     } catch (err) {
       if (this.watches.get(watchId) === entry) this.watches.delete(watchId);
       throw err;
@@ -585,7 +589,7 @@ export class AgentClient extends EventEmitter {
   /** Ends a watch: no event of it is delivered once this is called. Unknown ids are ignored. */
   async unwatch(watchId: string, opts?: CallOptions): Promise<void> {
     if (!this.watches.delete(watchId)) return;
-    await this.call('fs.unwatch', { watchId }, opts);
+    await this.call('fs.unwatch', { watchId } satisfies AgentParams['fs.unwatch'], opts);
   }
 
   /** Closes the transport; pending calls reject with agent_disconnected. */

@@ -18,5 +18,5 @@ export { AgentError, MAX_AGENT_MESSAGE_CHARS } from './errors.js';
 export type { AgentTransport, CallOptions, ProtocolViolation } from './mux.js';
 export { FileReadStream, NetConnection } from './streams.js';
 export { connectUnix, connectUnixSocket, type ConnectUnixOptions } from './connect.js';
-export { encodeFrame, FrameDecoder, FrameType, MAX_DATA_BYTES, MAX_FRAME_LENGTH, type Frame } from './frame.js';
+export { encodeFrame, encodeJsonFrame, FrameDecoder, FrameType, MAX_DATA_BYTES, MAX_FRAME_LENGTH, type Frame } from './frame.js';
 export type * from './types.js';

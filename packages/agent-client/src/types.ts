@@ -81,12 +81,22 @@ export interface ErrorInfo {
   message: string;
 }
 
+/** SHA-256 (hex) of everything a process wrote, and of each stream, hashed as written: what a replay compares. */
+export interface OutputDigests {
+  sha256: string;
+  stdoutSha256: string;
+  stderrSha256: string;
+  stdoutBytes: number;
+  stderrBytes: number;
+}
+
 export interface ProcExitEvent {
   event: 'proc.exit';
   id: string;
   exitCode: number | null;
   signal: string | null;
   outputBytes: number;
+  output: OutputDigests;
 }
 
 export interface FileWrittenEvent {
@@ -142,3 +152,75 @@ export type FsEventOp = 'create' | 'write' | 'remove' | 'rename' | 'chmod';
 export type FsEvent = { event: 'fs.event'; watchId: string; op: FsEventOp; name: string } | { event: 'fs.event'; watchId: string; op: 'overflow' };
 
 export type AgentEvent = ProcExitEvent | FileWrittenEvent | FileWriteFailedEvent | { event: string; [key: string]: unknown };
+
+/** A method's params or result with no fields. */
+export type NoFields = Record<never, never>;
+
+/** What the host sends each method (spec/agent-protocol.md); the client's calls are checked against it. */
+export interface AgentParams {
+  hello: { version: number; resync?: string };
+  ping: NoFields;
+  sync: { timeUnixNs: string; entropy: string };
+  'proc.start': ProcStartParams;
+  'proc.attach': { id: string; streamId: number; fromOffset: number; window?: number };
+  'proc.detach': { streamId: number };
+  'proc.stdin': { id: string; data?: string; eof?: boolean };
+  'proc.signal': { id: string; signal: SignalName };
+  'proc.resize': { id: string; cols: number; rows: number };
+  'proc.list': NoFields;
+  'proc.forget': { id: string };
+  'file.stat': { path: string };
+  'file.list': { path: string; depth?: number };
+  'file.mkdir': { path: string; parents?: boolean; owner?: string };
+  'file.remove': { path: string; recursive?: boolean };
+  'file.rename': { from: string; to: string };
+  'file.read': { path: string; streamId: number; window?: number };
+  'file.readTar': { path: string; streamId: number; window?: number };
+  'file.write': { path: string; streamId: number; mode?: number; parents?: boolean; append?: boolean; owner?: string };
+  'file.writeTar': { path: string; streamId: number; owner?: string };
+  'fs.watch': { watchId: string; path: string; recursive?: boolean };
+  'fs.unwatch': { watchId: string };
+  'env.defaults': { env: Record<string, string> };
+  'disk.grow': { bytes: number };
+  'net.listen': { port: number; address?: string; window?: number };
+  'net.close': NoFields;
+  'net.dial': { streamId: number; port: number; address?: string; window?: number };
+  'net.ports': NoFields;
+}
+
+/**
+ * What a conforming agent answers each method. The guest is hostile: code that acts on a reply still checks each
+ * field it reads; this is the contract the agent is held to (agent/protocol_test.go), not a promise about the bytes.
+ */
+export interface AgentResults {
+  hello: HelloResult;
+  ping: NoFields;
+  sync: SyncResult;
+  'proc.start': { pid: number };
+  'proc.attach': AttachResult;
+  'proc.detach': NoFields;
+  'proc.stdin': { outputOffset: number };
+  'proc.signal': { outputOffset: number };
+  'proc.resize': { outputOffset: number };
+  'proc.list': { processes: ProcInfo[] };
+  'proc.forget': NoFields;
+  'file.stat': FileStat;
+  'file.list': { entries: FileStat[] };
+  'file.mkdir': { created: boolean };
+  'file.remove': NoFields;
+  'file.rename': NoFields;
+  'file.read': { sizeBytes: number };
+  'file.readTar': NoFields;
+  'file.write': { window: number };
+  'file.writeTar': { window: number };
+  'fs.watch': NoFields;
+  'fs.unwatch': NoFields;
+  'env.defaults': NoFields;
+  'disk.grow': { bytes: number };
+  'net.listen': { port: number };
+  'net.close': NoFields;
+  'net.dial': { recvWindow: number; peer: string };
+  'net.ports': { ports: ListeningPort[] };
+}
+
+export type AgentMethod = keyof AgentParams;

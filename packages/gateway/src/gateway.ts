@@ -3,7 +3,7 @@ import { readdirSync, rmSync } from 'node:fs';
 import { statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
-import { SandglassError, lockHome, type Clock, type GatewayApi, type HomeLayout, type Logger } from '@sandglass/core';
+import { SandglassError, lockHome, type Clock, type GatewayApi, type HomeLayout, type Logger, type Timer } from '@sandglass/core';
 import { configureJail, killLeftoverVms, type Accel, type AccelChoice, type JailContext } from '@sandglass/vmm';
 import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
@@ -274,7 +274,14 @@ export class Gateway {
     try {
       const t = await this.templates.ensure(BASE_TEMPLATE.name, vmConfig(BASE_TEMPLATE.memoryMib, BASE_TEMPLATE.vcpus, this.accel, this.cpu), onProgress);
       this.baseStatus = { status: 'ready', key: t.key };
-      this.pool ??= new WarmPool(t, this.opts.warmPoolSize ?? DEFAULT_WARM_POOL, (id) => sandboxDir(this.opts.home.run, id), this.ram, this.opts.logger);
+      this.pool ??= new WarmPool(
+        t,
+        this.opts.warmPoolSize ?? DEFAULT_WARM_POOL,
+        (id) => sandboxDir(this.opts.home.run, id),
+        this.ram,
+        this.opts.logger,
+        this.opts.clock,
+      );
       this.pool.refill();
       return t;
     } catch (err) {
@@ -313,11 +320,11 @@ export class Gateway {
       () => this.buildFailures.delete(key),
       (err: unknown) => this.buildFailures.set(key, { err, atMs: this.opts.clock.nowMs() }),
     );
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     const waited = new Promise<undefined>((resolve) => {
-      timer = setTimeout(() => resolve(undefined), this.opts.templateWaitMs ?? TEMPLATE_WAIT_MS);
+      timer = this.opts.clock.setTimeout(() => resolve(undefined), this.opts.templateWaitMs ?? TEMPLATE_WAIT_MS);
     });
-    const t = await Promise.race([build, waited]).finally(() => clearTimeout(timer));
+    const t = await Promise.race([build, waited]).finally(() => timer?.cancel());
     if (t) return t;
     const b = this.templates.building(config);
     const phase = b?.phase ?? 'start';

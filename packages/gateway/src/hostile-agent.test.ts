@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { ManualClock, systemClock, type Clock } from '@sandglass/core';
-import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
+import { HostileAgent } from '@sandglass/agent-client/hostile-agent';
 import { EventQuota, type GatewayEvent } from './events.js';
 import type { Sandbox } from './sandbox.js';
 import { sandboxOnDouble } from './sandbox-double.js';

@@ -1,8 +1,8 @@
 // A sandbox's own envs reach the agent's env.defaults under the egress variables and secret placeholders, which win.
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger, Redacted } from '@sandglass/core';
-import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
-import { encodeJsonFrame, FrameType } from '../../agent-client/src/frame.js';
+import { HostileAgent } from '@sandglass/agent-client/hostile-agent';
+import { encodeJsonFrame, FrameType } from '@sandglass/agent-client';
 import { NetworkManager, type ResolvedSecret } from './network.js';
 
 let agent: HostileAgent | undefined;

@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { deriveNodeKeys, signAccessToken, systemClock } from '@sandglass/core';
 import { FrameType } from '@sandglass/agent-client';
-import { HostileAgent } from '../../agent-client/src/hostile-agent.js';
+import { HostileAgent } from '@sandglass/agent-client/hostile-agent';
 import type { Gateway } from './gateway.js';
 import { OUTPUT_LOW_WATER_BYTES, OUTPUT_WINDOW_BYTES } from './output-pacing.js';
 import { createDataPlaneServer } from './server.js';

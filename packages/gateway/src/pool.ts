@@ -1,7 +1,7 @@
 // A small pool of template restores kept running and warmed, so a create is a hand-over instead of a restore.
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
-import type { Logger } from '@sandglass/core';
+import type { Clock, Logger } from '@sandglass/core';
 import { runToExit } from './agent-link.js';
 import { restoreSnapshot, type Restored } from './restore.js';
 import { templateSource, type TemplateSnapshot } from './templates.js';
@@ -36,6 +36,7 @@ export class WarmPool {
     private readonly runDir: (id: string) => string,
     private readonly ram: RamFiles,
     private readonly log: Logger,
+    private readonly clock: Clock,
   ) {}
 
   get available(): number {
@@ -46,7 +47,7 @@ export class WarmPool {
   take(): Warm | undefined {
     const w = this.ready.shift();
     // Refill a moment later: the sandbox just handed out runs its first commands without a restore competing for CPU.
-    setTimeout(() => this.refill(), REFILL_DELAY_MS).unref();
+    this.clock.setTimeout(() => this.refill(), REFILL_DELAY_MS);
     return w;
   }
 

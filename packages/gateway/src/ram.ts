@@ -1,6 +1,19 @@
 // Guest RAM files on tmpfs: every VM maps its own file shared, so a live snapshot reads guest memory straight from it.
 import { createHash } from 'node:crypto';
-import { closeSync, constants as fsc, existsSync, lstatSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  constants as fsc,
+  existsSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import { homeLockHeld, processRecordAlive, processStartTime } from '@sandglass/core';
@@ -31,6 +44,15 @@ export function heldBytes(path: string): number {
   } catch {
     return 0;
   }
+}
+
+/**
+ * Marks a cache file used now, for eviction by least recent use. The time is the file system's, not a Clock's:
+ * eviction compares it with the mtimes the kernel gave freshly written files, so it must be on the same clock.
+ */
+export function markUsed(path: string): void {
+  const now = new Date();
+  utimesSync(path, now, now);
 }
 
 function readJson(path: string): { pid?: unknown; startTime?: unknown; home?: unknown } | undefined {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, systemClock, type Clock } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
-import type { HostileAgent } from '../../agent-client/src/hostile-agent.js';
+import type { HostileAgent } from '@sandglass/agent-client/hostile-agent';
 import type { GatewayEvents } from './events.js';
 import type { RamFiles } from './ram.js';
 import { Sandbox } from './sandbox.js';

@@ -1,8 +1,8 @@
 import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ManualClock, type Clock } from '@sandglass/core';
-import { HostileAgent, type HostileCall } from '../../agent-client/src/hostile-agent.js';
-import { encodeJsonFrame, FrameType } from '../../agent-client/src/frame.js';
+import { HostileAgent, type HostileCall } from '@sandglass/agent-client/hostile-agent';
+import { encodeJsonFrame, FrameType } from '@sandglass/agent-client';
 import type { GatewayEvent } from './events.js';
 import type { Sandbox } from './sandbox.js';
 import { sandboxOnDouble } from './sandbox-double.js';

@@ -1,5 +1,5 @@
 // The node's time machine: rolling live snapshots of running sandboxes into the chunk store, restores for resume and fork, retention and GC.
-import { constants as fsc, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
+import { constants as fsc, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { failpoint, newId, SandglassError, systemRandom, type Clock, type Logger, type Random } from '@sandglass/core';
 import type { ChunkStore, TenantStore } from '@sandglass/chunkstore';
@@ -27,7 +27,7 @@ import { chownToVm, prepareVmDir, type Accel } from '@sandglass/vmm';
 import { inProcessGate, type CaptureGate } from './capture-gate.js';
 import { CaptureTimes } from './capture-times.js';
 import type { GatewayEvents } from './events.js';
-import { defaultImageCacheBytes, heldBytes, type RamFiles } from './ram.js';
+import { defaultImageCacheBytes, heldBytes, markUsed, type RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
 import type { CaptureBase, CommandRecord, Sandbox } from './sandbox.js';
 import { TEMPLATE_TENANT, type TemplateSnapshot } from './templates.js';
@@ -709,7 +709,6 @@ async function cachedFile<T>(writers: Map<string, Promise<T>>, path: string, wri
     making = writing;
   }
   if (making) return making;
-  const now = new Date();
-  utimesSync(path, now, now);
+  markUsed(path);
   return undefined;
 }

@@ -2,26 +2,35 @@
 // semantics, fairness under load, and the behind/caught-up reports.
 import { createCipheriv } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ManualClock, type Random } from '@sandglass/core';
-import { achievedCadence, CaptureScheduler, type BehindReport, type CaptureSchedulerOptions, type CaughtUpReport, type SchedulerTimers } from './index.js';
+import { ManualClock, type Clock, type Random, type Timer } from '@sandglass/core';
+import { achievedCadence, CaptureScheduler, type BehindReport, type CaptureSchedulerOptions, type CaughtUpReport } from './index.js';
 
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
 
-/** Timers on a ManualClock: advance() fires due callbacks in time order and lets the promises they start settle. */
-class FakeTimers implements SchedulerTimers {
+/** A Clock on a ManualClock whose advance() fires due callbacks in time order and lets the promises they start settle. */
+class FakeTimers implements Clock {
   private readonly pending = new Map<number, { atMs: number; fn: () => void }>();
   private nextId = 1;
   constructor(readonly clock: ManualClock) {}
 
-  setTimeout(fn: () => void, ms: number): unknown {
-    const id = this.nextId++;
-    this.pending.set(id, { atMs: this.clock.nowMs() + ms, fn });
-    return id;
+  nowMs(): number {
+    return this.clock.nowMs();
   }
 
-  clearTimeout(handle: unknown): void {
-    this.pending.delete(handle as number);
+  setTimeout(fn: () => void, ms: number): Timer {
+    const id = this.nextId++;
+    this.pending.set(id, { atMs: this.clock.nowMs() + ms, fn });
+    return { cancel: () => this.pending.delete(id) };
+  }
+
+  setInterval(fn: () => void, ms: number): Timer {
+    let next: Timer;
+    const arm = () => {
+      next = this.setTimeout(() => (arm(), fn()), ms);
+    };
+    arm();
+    return { cancel: () => next.cancel() };
   }
 
   /** A promise that resolves after `ms` of fake time: a capture that takes a while. */
@@ -85,7 +94,7 @@ afterEach(() => {
 });
 
 function scheduler(opts: Partial<CaptureSchedulerOptions> = {}): CaptureScheduler {
-  return new CaptureScheduler({ clock, random: seededRandom(7), concurrency: 4, timers, ...opts });
+  return new CaptureScheduler({ clock: timers, random: seededRandom(7), concurrency: 4, ...opts });
 }
 
 describe('CaptureScheduler', () => {

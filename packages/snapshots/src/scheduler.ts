@@ -1,11 +1,6 @@
 // The per-node capture scheduler: each sandbox's capture on a jittered interval, a bounded number at a time, the most
 // overdue for its interval first, with retries; it says when a sandbox falls behind its interval and when it catches up.
-import { invalidArgument, SandglassError, type Clock, type Random } from '@sandglass/core';
-
-export interface SchedulerTimers {
-  setTimeout(fn: () => void, ms: number): unknown;
-  clearTimeout(handle: unknown): void;
-}
+import { invalidArgument, SandglassError, type Clock, type Random, type Timer } from '@sandglass/core';
 
 export interface CaptureSchedulerOptions {
   clock: Clock;
@@ -22,7 +17,6 @@ export interface CaptureSchedulerOptions {
   caughtUpFraction?: number;
   /** Default 3. */
   caughtUpRuns?: number;
-  timers?: SchedulerTimers;
 }
 
 /**
@@ -85,14 +79,14 @@ interface Entry {
   intervalMs: number;
   task: () => Promise<void>;
   hooks: CaptureHooks;
-  timer?: unknown;
+  timer?: Timer;
   /** The pending timer's wait, kept so setInterval can stretch or shrink it in proportion. */
   waitStartedMs: number;
   dueAtMs: number;
   /** When the next run is due by the schedule: what lateness is measured from (a retry keeps its failed run's). */
   runDueMs: number;
   /** Fires when the due run is late enough to put the key behind. */
-  lateTimer?: unknown;
+  lateTimer?: Timer;
   retrying: boolean;
   failures: number;
   queued: number;
@@ -117,11 +111,6 @@ interface Job {
 
 type Outcome = { ok: true } | { ok: false; err: unknown };
 
-const realTimers: SchedulerTimers = {
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
-  clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
-};
-
 function positiveInteger(value: unknown, field: string): number {
   if (!Number.isSafeInteger(value) || (value as number) <= 0) throw invalidArgument(field, 'must be a positive integer');
   return value as number;
@@ -136,7 +125,6 @@ export class CaptureScheduler {
   private readonly behindFraction: number;
   private readonly caughtUpFraction: number;
   private readonly caughtUpRuns: number;
-  private readonly timers: SchedulerTimers;
   /** Durations of the latest successful runs, any key: what the node's capture capacity is reckoned from. */
   private readonly durationsMs: number[] = [];
   private readonly entries = new Map<string, Entry>();
@@ -161,7 +149,6 @@ export class CaptureScheduler {
       throw invalidArgument('caughtUpFraction', 'must be at least 0 and below behindFraction');
     }
     this.caughtUpRuns = positiveInteger(opts.caughtUpRuns ?? 3, 'caughtUpRuns');
-    this.timers = opts.timers ?? realTimers;
   }
 
   /** A scheduled key's asked and achieved cadence, or undefined when it is not scheduled. */
@@ -288,7 +275,7 @@ export class CaptureScheduler {
     entry.waitStartedMs = waitStartedMs;
     entry.dueAtMs = this.clock.nowMs() + delayMs;
     entry.retrying = retrying;
-    entry.timer = this.timers.setTimeout(() => {
+    entry.timer = this.clock.setTimeout(() => {
       entry.timer = undefined;
       this.enqueue({ entry, enqueuedAtMs: this.clock.nowMs(), retry: retrying });
     }, delayMs);
@@ -300,7 +287,7 @@ export class CaptureScheduler {
     this.arm(entry, Math.max(0, dueMs - this.clock.nowMs()), false, waitStartedMs);
     this.clearLate(entry);
     const lateAtMs = dueMs + this.behindFraction * entry.intervalMs;
-    entry.lateTimer = this.timers.setTimeout(
+    entry.lateTimer = this.clock.setTimeout(
       () => {
         entry.lateTimer = undefined;
         this.lateCheck(entry);
@@ -311,7 +298,7 @@ export class CaptureScheduler {
 
   private clearLate(entry: Entry): void {
     if (entry.lateTimer === undefined) return;
-    this.timers.clearTimeout(entry.lateTimer);
+    entry.lateTimer.cancel();
     entry.lateTimer = undefined;
   }
 
@@ -364,7 +351,7 @@ export class CaptureScheduler {
 
   private disarm(entry: Entry): void {
     if (entry.timer === undefined) return;
-    this.timers.clearTimeout(entry.timer);
+    entry.timer.cancel();
     entry.timer = undefined;
   }
 
@@ -404,7 +391,7 @@ export class CaptureScheduler {
     entry.lastStartMs = startedMs;
     // The next run is armed when this one ends; a run still going a late interval from now has put its key behind.
     this.clearLate(entry);
-    entry.lateTimer = this.timers.setTimeout(
+    entry.lateTimer = this.clock.setTimeout(
       () => {
         entry.lateTimer = undefined;
         if (!entry.removed && entry.lastStartMs === startedMs) this.fallBehind(entry, this.clock.nowMs() - startedMs - entry.intervalMs, 'capture_slow');

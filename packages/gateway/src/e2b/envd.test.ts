@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, FileType, NotFoundError, Sandbox as E2bSandbox, TimeoutError } from 'e2b';
 import { deriveNodeKeys, signAccessToken, systemClock } from '@sandglass/core';
 import { AgentClient } from '@sandglass/agent-client';
-import type { HostileAgent } from '../../../agent-client/src/hostile-agent.js';
+import type { HostileAgent } from '@sandglass/agent-client/hostile-agent';
 import { RevokedKeys } from '../auth.js';
 import type { Gateway } from '../gateway.js';
 import type { Sandbox } from '../sandbox.js';
