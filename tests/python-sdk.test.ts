@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { KNOWN_ERROR_CODES } from '@sandglass/sdk';
-import { startHttpsUpstream, type Upstream } from '../packages/egress/src/test-support.js';
+import { startHttpsUpstream, type Upstream } from '@sandglass/egress/test-support';
 import { adminKey, apiUrl } from './helpers.js';
 
 const run = promisify(execFile);
