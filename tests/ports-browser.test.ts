@@ -1,6 +1,6 @@
 // Guest ports in Chromium against the real server and VMs: the console lists a sandbox's listening ports, opens one
-// through a signed URL whose page talks to the guest over WebSocket, and makes it public; a second sandbox's host gets
-// nothing from the first one's cookie.
+// through a signed URL whose page talks to the guest over WebSocket, and makes it public; a second sandbox's host and
+// page get nothing from the first one's cookie.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { Sandbox } from '@sandglass/sdk';
@@ -98,7 +98,7 @@ describe('guest ports in a browser', () => {
     await preview.close();
   }, 300_000);
 
-  it("opens a second sandbox's preview with its own cookie: its host refuses the first one's", async () => {
+  it("opens a second sandbox's preview with its own cookie: its host refuses the first one's, and its page cannot use it", async () => {
     const preview = await context.newPage();
     await preview.goto((await b.ports.url(APP_PORT)).url);
     await preview.getByText('echo:from-the-page').waitFor({ timeout: 60_000 });
@@ -114,7 +114,35 @@ describe('guest ports in a browser', () => {
       expect([r.status, JSON.parse(r.body.toString()).error.code]).toEqual([403, 'permission_denied']);
     }
 
-    // A page on another port of the same sandbox uses the port's cookie: a dev server's front end calling its back end.
+    // B's page is the guest's, so hostile: a WebSocket from it to A's host carries A's cookie (the two hosts are one
+    // site to the browser), and the gateway must not let it through.
+    expect(await wsFromPage(preview, `ws://${hostOf(APP_PORT, a.id)}/ws`)).toBe('refused');
+    const fromB = await send('/ws', {
+      headers: {
+        host: hostOf(APP_PORT, a.id),
+        cookie: `${COOKIE}=${ofA[0]}`,
+        origin: `http://${hostOf(APP_PORT, b.id)}`,
+        upgrade: 'websocket',
+        connection: 'Upgrade',
+      },
+    });
+    expect([fromB.status, JSON.parse(fromB.body.toString()).error.code]).toEqual([403, 'permission_denied']);
+
+    // B's page sets a cookie of the port cookie's name for the whole domain, path /ws so the browser sends it first to
+    // A's host: A's own cookie, sent after it, still opens A's page and its WebSocket.
+    await preview.evaluate(() => {
+      // biome-ignore lint/suspicious/noDocumentCookie: this is the hostile page's own trick, a cookie set by script.
+      document.cookie = `sandglass_port_access=sgpu_dG9zc2Vk.dG9zc2Vk; domain=${location.hostname.split('.').slice(1).join('.')}; path=/ws; max-age=3600`;
+    });
+    const sentToWs = (await context.cookies(`http://${hostOf(APP_PORT, a.id)}/ws`)).map((c) => c.value);
+    expect(sentToWs.sort()).toEqual([ofA[0]!, 'sgpu_dG9zc2Vk.dG9zc2Vk'].sort());
+    const again = await context.newPage();
+    await again.goto((await a.ports.url(APP_PORT)).url);
+    await expect.poll(() => again.locator('#ws').textContent(), { timeout: 60_000 }).not.toBe('connecting');
+    expect(await again.locator('#ws').textContent()).toBe('echo:from-the-page');
+    await again.close();
+
+    // A page on another port of the same sandbox may: a dev server's front end calling its own back end.
     const files = await context.newPage();
     await files.goto((await a.ports.url(FILES_PORT)).url);
     await files.getByText('second port').waitFor({ timeout: 60_000 });
