@@ -18,6 +18,7 @@ const HTTP_PORT = 8000;
 const APP_PORT = 8080;
 const COUNT_PORT = 8081;
 const RESET_PORT = 8082;
+const STUCK_PORT = 8083;
 const DOMAIN = 'sandglass.localhost';
 
 // Prints one line per TCP connection accepted, and answers each with a fixed response: proves whether a refused
@@ -39,6 +40,14 @@ while True:
     c, _ = s.accept(); c.recv(65536)
     c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'); time.sleep(0.5)
     c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0)); c.close(); print('reset', flush=True)
+`;
+
+// Listens with a backlog of one and never accepts: its accept queue fills, and the kernel drops the SYNs after it, as
+// for a busy server with a small backlog (python3 -m http.server's is 5).
+const STUCK = String.raw`
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(1)
+while True: time.sleep(60)
 `;
 
 let sbx: Sandbox;
@@ -152,6 +161,28 @@ describe('guest ports', () => {
     expect(json(await send(byPath(70_000), { headers: auth() })).error.code).toBe('invalid_argument');
     const closed = await send(byPath(8999), { headers: auth() });
     expect([closed.status, json(closed).error.code]).toEqual([502, 'port_not_listening']);
+  });
+
+  it('answers a busy port (its accept queue full) as a timeout to retry, never as a closed port', async () => {
+    await sbx.files.write('/tmp/stuck.py', STUCK);
+    await sbx.commands.run(`exec python3 /tmp/stuck.py ${STUCK_PORT}`, { background: true, timeoutMs: 0 });
+    await listening(STUCK_PORT);
+    // The first two fill the queue and are never answered; the connects of the others wait on dropped SYNs.
+    const reqs: http.ClientRequest[] = [];
+    const first = await new Promise<Answer>((resolve) => {
+      for (let i = 0; i < 4; i++) {
+        const req = http.request({ host: gw.hostname, port: gw.port, path: byPath(STUCK_PORT), headers: auth() }, (res) => {
+          const parts: Buffer[] = [];
+          res.on('data', (c: Buffer) => parts.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts) }));
+        });
+        req.on('error', () => undefined);
+        req.end();
+        reqs.push(req);
+      }
+    });
+    for (const r of reqs) r.destroy();
+    expect([first.status, json(first).error.code]).toEqual([504, 'timeout']);
   });
 
   it("passes the guest's redirect through without following it: the port channel opens no path outward", async () => {

@@ -422,6 +422,13 @@ function portError(err: unknown, port: number): SandglassError {
       details: { field: 'port', port },
     });
   }
+  // A server is there, its accept queue full for the agent's whole connect (a small listen backlog under load): busy,
+  // not closed, and worth a retry.
+  if (err instanceof AgentError && err.code === 'timeout') {
+    return new SandglassError('timeout', `Port ${port} in the sandbox accepted no connection in time: its server is busy (its accept queue is full); retry.`, {
+      details: { field: 'port', port },
+    });
+  }
   if (err instanceof AgentError && err.code === 'permission_denied') {
     return new SandglassError('permission_denied', `Port ${port} is the sandbox's egress relay, not a guest server.`, { details: { field: 'port', port } });
   }
