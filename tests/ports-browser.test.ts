@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { Sandbox } from '@sandglass/sdk';
 import { launchChromium, signInPage } from './browser.js';
-import { adminKey, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl } from './helpers.js';
+import { adminKey, api, apiUrl, checkResponsesAgainstSpec, config, gatewayUrl } from './helpers.js';
 import { PORT_APP, send } from './port-support.js';
 
 checkResponsesAgainstSpec();
@@ -92,6 +92,25 @@ describe('guest ports in a browser', () => {
     expect(signed).toHaveLength(1);
     expect(signed[0]).toMatch(new RegExp(`^http://${APP_PORT}-${a.id}\\.${DOMAIN.replace('.', '\\.')}:${gw.port}/\\?sandglass_url_token=sgpu_`));
     expect(requested.filter((u) => u.includes(adminKey))).toEqual([]);
+    // The guest's page against the console in the same browser: the console's cookie is SameSite=Strict to another
+    // site, and its API wants a header that a page of another origin sends only after a CORS grant the API never gives.
+    const fromGuest = await preview.evaluate(
+      async ([apiBase, id]) => {
+        const read = await fetch(`${apiBase}/v1/sandboxes`, { credentials: 'include', headers: { 'x-sandglass-console': '1' } }).then(
+          (r) => `read ${r.status}`,
+          () => 'read blocked',
+        );
+        // Sent, with whatever cookie the browser would attach, but its answer unreadable: the API is reachable from here.
+        const post = await fetch(`${apiBase}/v1/sandboxes/${id}/pause`, { method: 'POST', credentials: 'include', mode: 'no-cors' }).then(
+          (r) => r.type,
+          () => 'failed',
+        );
+        return [read, post];
+      },
+      [apiUrl, a.id] as const,
+    );
+    expect(fromGuest).toEqual(['read blocked', 'opaque']);
+    expect((await api('GET', `/v1/sandboxes/${a.id}`)).body!.state).toBe('running');
     // The page's WebSocket went through the port route, and the sandbox's log counted it.
     const upgrades = async () => (await a.events()).filter((e) => e.type === 'port.request' && e.data.port === APP_PORT && e.data.status === 101).length;
     await expect.poll(upgrades, { timeout: 30_000 }).toBeGreaterThan(0);
