@@ -44,7 +44,7 @@ while True:
 
 // Listens with a backlog of one and never accepts: its accept queue fills, and the kernel drops the SYNs after it, as
 // for a busy server with a small backlog (python3 -m http.server's is 5).
-const STUCK = String.raw`
+const STUCK = `
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(1)
 while True: time.sleep(60)
