@@ -17,8 +17,9 @@ import (
 )
 
 // dialTimeout bounds a connect to guest loopback: it either completes or is refused at once, unless the guest's
-// accept queue is full.
-const dialTimeout = 5 * time.Second
+// accept queue is full (the kernel then drops the SYN and the connect waits on its retries). A variable so a test can
+// shorten it.
+var dialTimeout = 5 * time.Second
 
 // netDial connects to a guest loopback port for the host. Only loopback: the host reaches what the guest serves,
 // and nothing here lets a guest program make the agent or the host connect anywhere else.
@@ -80,21 +81,30 @@ func netDial(c *conn, raw json.RawMessage) (any, func(), error) {
 	}, nil
 }
 
-// dialLoopback tries each loopback address in turn: dev servers bind 127.0.0.1, ::1 ("localhost") or both.
+// dialLoopback tries each loopback address in turn: dev servers bind 127.0.0.1, ::1 ("localhost") or both. Nothing
+// listens only when every address refused: a connect that timed out on one is a server whose accept queue stayed full
+// (a small listen backlog under load), and the other's refusal must not report that port as closed.
 func dialLoopback(addrs []string, port int) (*net.TCPConn, error) {
 	d := net.Dialer{Timeout: dialTimeout}
-	var last error
+	var failed error
 	for _, host := range addrs {
 		nc, err := d.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err == nil {
 			return nc.(*net.TCPConn), nil
 		}
-		last = err
+		if failed == nil && !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			failed = err
+		}
 	}
-	if errors.Is(last, syscall.ECONNREFUSED) || errors.Is(last, syscall.EADDRNOTAVAIL) {
+	var ne net.Error
+	switch {
+	case failed == nil:
 		return nil, errorf("not_found", "nothing listens on guest port %d", port)
+	case errors.As(failed, &ne) && ne.Timeout():
+		return nil, errorf("timeout", "guest port %d accepted no connection within %s: its server's accept queue is full", port, dialTimeout)
+	default:
+		return nil, errorf("io", "connect to guest port %d: %v", port, failed)
 	}
-	return nil, errorf("io", "connect to guest port %d: %v", port, last)
 }
 
 // listeningPort is one TCP socket in LISTEN state in the guest.

@@ -4,10 +4,14 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // guestServer listens on loopback like a program in the guest; each accepted connection goes to the channel.
@@ -142,6 +146,54 @@ func TestNetDialRefusesWhatIsNotAGuestLoopbackService(t *testing.T) {
 	defer (<-accepted).Close()
 	if _, e := h.dial(map[string]any{"streamId": 5, "port": srvPort}); e == nil || e.Code != "bad_request" {
 		t.Fatalf("net.dial with a stream id in use: %v, want bad_request", e)
+	}
+}
+
+// fullAcceptQueue is a server on 127.0.0.1 that never accepts, its accept queue filled: the kernel drops further SYNs,
+// as it does for a busy server with a small listen backlog (python3 -m http.server's is 5).
+func fullAcceptQueue(t *testing.T) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		if err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("filling the accept queue: %v", err)
+			}
+			return sa.(*syscall.SockaddrInet4).Port
+		}
+		t.Cleanup(func() { c.Close() })
+		if i > 64 {
+			t.Skip("the kernel never dropped a SYN for a full accept queue")
+		}
+	}
+}
+
+func TestNetDialReportsAFullAcceptQueueAsATimeoutNotAClosedPort(t *testing.T) {
+	saved := dialTimeout
+	dialTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { dialTimeout = saved })
+	h := startTestAgent(t)
+	port := fullAcceptQueue(t)
+	// 127.0.0.1 times out and ::1 refuses: the port is busy, not closed.
+	if _, e := h.dial(map[string]any{"streamId": 3, "port": port}); e == nil || e.Code != "timeout" {
+		t.Fatalf("net.dial to a server whose accept queue is full: %v, want timeout", e)
 	}
 }
 

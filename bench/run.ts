@@ -27,6 +27,7 @@ import { fleetBench, fleetOptions, type FleetResult } from './fleet.js';
 import { customTemplatesBench } from './custom-templates.js';
 import { ttiBench } from './tti.js';
 import { materializeBench } from './materialize.js';
+import { portsBench } from './ports.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -261,6 +262,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=console (bench/console.ts) prints the API's latency with 2,000 console stream attempts held, next to idle.
  * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
  * BENCH_ONLY=density (bench/density.ts, BENCH_DENSITY_N idle sandboxes, the copy-on-write probe of bench/density-cow.ts) replaces its section.
+ * BENCH_ONLY=ports (bench/ports.ts, BENCH_PORTS_N, BENCH_PORTS_BIG_MIB) times guest ports against the guest's own request and replaces its section.
  */
 const only = process.env.BENCH_ONLY;
 
@@ -860,6 +862,21 @@ function filesSection(header: string, rs: Row[]): string {
   );
 }
 
+function portsSection(header: string, rs: Row[], n: number): string {
+  return (
+    `<!-- ports phase -->\n## Guest ports\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ${loadavg()} ` +
+    `at the end (other work shares this machine), in one run (\`BENCH_ONLY=ports\`): one sandbox serving a 21-byte file ` +
+    'with the handler of `python3 -m http.server` on guest port 8000 (in a server whose listen backlog of 64 holds the ' +
+    `32-connection burst; the module's own 5 overflows under it), ${n} requests each. "Inside the guest" is the same GET ` +
+    'made by a guest program (`urllib` to `127.0.0.1`; `curl` is not in the base image), timed in the guest. The port ' +
+    "route opens one guest connection per request (the client's connection to the gateway is kept alive): a `net.dial` " +
+    'round trip to the agent, then the request. The download is compared with `files.read` of the same file, which the ' +
+    'agent splices into its channel (`splice_linux.go`), while the port route copies each 64 KiB through the guest ' +
+    "socket, the agent and Node's HTTP client.\n\n" +
+    `${mdRows(rs)}<!-- /ports phase -->\n`
+  );
+}
+
 function customTemplatesSection(header: string, rs: Row[]): string {
   return (
     `<!-- custom-templates phase -->\n## Custom templates\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ` +
@@ -959,6 +976,23 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Custom templates', tplRows);
     if (!quick) writeSection('custom-templates', customTemplatesSection(header, tplRows));
+    return;
+  }
+  if (only === 'ports') {
+    const running = await start({ home, port });
+    const portRows: Row[] = [];
+    const n = Number(process.env.BENCH_PORTS_N ?? (quick ? 20 : 50));
+    const bigMib = Number(process.env.BENCH_PORTS_BIG_MIB ?? (quick ? 16 : 64));
+    try {
+      const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+      for (const r of await portsBench(config, { n, bigMib })) addLatencyTo(portRows, r.what, r.samplesMs, [r.note]);
+    } finally {
+      await running.stop();
+    }
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Guest ports', portRows);
+    if (!quick) writeSection('ports', portsSection(header, portRows, n));
     return;
   }
   if (only === 'files') {

@@ -5,9 +5,10 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startHttpsUpstream } from '@sandglass/egress/test-support';
-import { type Browser, chromium, type Page, type WebSocketRoute } from 'playwright-core';
+import type { Browser, Page, WebSocketRoute } from 'playwright-core';
 import { DEFAULT_CONSOLE_LIMITS } from '@sandglass/control-plane';
 import { Sandbox } from '@sandglass/sdk';
+import { launchChromium, signInPage } from './browser.js';
 import { adminKey, api, apiUrl, config, home } from './helpers.js';
 
 const CSRF = { 'x-sandglass-console': '1' };
@@ -277,18 +278,11 @@ async function terminalSize(page: Page): Promise<{ cols: number; rows: number }>
   return { cols: cols!, rows: rows! };
 }
 
-async function signInPage(page: Page): Promise<void> {
-  await page.goto(`${apiUrl}/console/`);
-  await page.getByLabel('API key').fill(adminKey);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: 'Sandboxes' }).waitFor();
-}
-
 describe('console in a browser', () => {
   let browser: Browser;
   beforeAll(async () => {
     mkdirSync(artifacts, { recursive: true });
-    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
+    browser = await launchChromium();
   });
   afterAll(async () => {
     await browser?.close();

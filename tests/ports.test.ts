@@ -8,6 +8,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { Sandbox } from '@sandglass/sdk';
+import { type Answer, PORT_APP, send } from './port-support.js';
 import { api, checkResponsesAgainstSpec, config, gatewayUrl, home } from './helpers.js';
 
 checkResponsesAgainstSpec();
@@ -17,48 +18,8 @@ const HTTP_PORT = 8000;
 const APP_PORT = 8080;
 const COUNT_PORT = 8081;
 const RESET_PORT = 8082;
+const STUCK_PORT = 8083;
 const DOMAIN = 'sandglass.localhost';
-
-// The test's own server, Python standard library only: a body hashed, bytes streamed, server-sent events, a WebSocket
-// echo (RFC 6455 handshake and one masked frame each way), and every request's headers echoed.
-const APP = String.raw`
-import base64, hashlib, http.server, json, socketserver, sys
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-    def log_message(self, *a): pass
-    def reply(self, status, body, ctype='application/octet-stream'):
-        self.send_response(status); self.send_header('Content-Type', ctype); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
-    def do_POST(self):
-        n = int(self.headers.get('Content-Length', '0')); h = hashlib.sha256(); left = n
-        while left > 0:
-            b = self.rfile.read(min(left, 1 << 20))
-            if not b: break
-            h.update(b); left -= len(b)
-        self.reply(200, json.dumps({'sha256': h.hexdigest(), 'bytes': n - left}).encode(), 'application/json')
-    def do_GET(self):
-        if self.path.startswith('/big/'):
-            mib = int(self.path.split('/')[2]); block = bytes(range(256)) * 4096
-            self.send_response(200); self.send_header('Content-Length', str(mib << 20)); self.end_headers()
-            for _ in range(mib): self.wfile.write(block)
-        elif self.path == '/sse':
-            self.send_response(200); self.send_header('Content-Type', 'text/event-stream'); self.send_header('Cache-Control', 'no-cache'); self.end_headers()
-            for i in range(3): self.wfile.write(('data: tick %d\n\n' % i).encode()); self.wfile.flush()
-            self.close_connection = True
-        elif self.path == '/ws':
-            acc = base64.b64encode(hashlib.sha1((self.headers['Sec-WebSocket-Key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()
-            self.send_response(101); self.send_header('Upgrade', 'websocket'); self.send_header('Connection', 'Upgrade'); self.send_header('Sec-WebSocket-Accept', acc); self.end_headers(); self.wfile.flush()
-            b0, b1 = self.rfile.read(2); n = b1 & 127
-            if n == 126: n = int.from_bytes(self.rfile.read(2), 'big')
-            mask = self.rfile.read(4); data = bytes(c ^ mask[i % 4] for i, c in enumerate(self.rfile.read(n)))
-            out = b'echo:' + data
-            self.wfile.write(bytes([0x81, len(out)]) + out); self.wfile.write(b'\x88\x00'); self.wfile.flush(); self.close_connection = True
-        else:
-            self.reply(200, json.dumps({'path': self.path, 'headers': dict(self.headers.items())}).encode(), 'application/json')
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-S(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
-`;
 
 // Prints one line per TCP connection accepted, and answers each with a fixed response: proves whether a refused
 // request ever reached the guest.
@@ -81,38 +42,19 @@ while True:
     c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0)); c.close(); print('reset', flush=True)
 `;
 
+// Listens with a backlog of one and never accepts: its accept queue fills, and the kernel drops the SYNs after it, as
+// for a busy server with a small backlog (python3 -m http.server's is 5).
+const STUCK = `
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(1)
+while True: time.sleep(60)
+`;
+
 let sbx: Sandbox;
 let resetOutput = '';
 let token = '';
 let counterOutput = '';
 const gw = new URL(gatewayUrl);
-
-interface Answer {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-/** One request to the gateway's data plane with Node's http (a Host header of our choosing, no redirects followed). */
-function send(path: string, opts: { method?: string; headers?: Record<string, string>; body?: Buffer | (() => AsyncIterable<Buffer>) } = {}): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: gw.hostname, port: gw.port, path, method: opts.method ?? 'GET', headers: opts.headers }, (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts) }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    const body = opts.body;
-    if (body === undefined) req.end();
-    else if (Buffer.isBuffer(body)) req.end(body);
-    else
-      void (async () => {
-        for await (const c of body()) if (!req.write(c)) await new Promise((r) => req.once('drain', r));
-        req.end();
-      })();
-  });
-}
 
 const auth = () => ({ 'x-sandglass-access-token': token });
 const byPath = (port: number, rest = '/') => `/v1/sandboxes/${sbx.id}/ports/${port}${rest}`;
@@ -140,7 +82,7 @@ beforeAll(async () => {
   await new Promise<void>((r) => hostListener.listen(0, '127.0.0.1', r));
   sbx = await Sandbox.create({ ...config(), timeoutS: 900 });
   token = (await api('POST', `/v1/sandboxes/${sbx.id}/access`)).body!.token;
-  await sbx.files.write('/tmp/app.py', APP);
+  await sbx.files.write('/tmp/app.py', PORT_APP);
   await sbx.files.write('/tmp/counter.py', COUNTER);
   await sbx.files.write('/tmp/www/hello.txt', 'hello from the guest\n');
   await sbx.commands.run(`cd /tmp/www && exec python3 -m http.server ${HTTP_PORT} --bind 127.0.0.1`, { background: true, timeoutMs: 0 });
@@ -219,6 +161,28 @@ describe('guest ports', () => {
     expect(json(await send(byPath(70_000), { headers: auth() })).error.code).toBe('invalid_argument');
     const closed = await send(byPath(8999), { headers: auth() });
     expect([closed.status, json(closed).error.code]).toEqual([502, 'port_not_listening']);
+  });
+
+  it('answers a busy port (its accept queue full) as a timeout to retry, never as a closed port', async () => {
+    await sbx.files.write('/tmp/stuck.py', STUCK);
+    await sbx.commands.run(`exec python3 /tmp/stuck.py ${STUCK_PORT}`, { background: true, timeoutMs: 0 });
+    await listening(STUCK_PORT);
+    // The first two fill the queue and are never answered; the connects of the others wait on dropped SYNs.
+    const reqs: http.ClientRequest[] = [];
+    const first = await new Promise<Answer>((resolve) => {
+      for (let i = 0; i < 4; i++) {
+        const req = http.request({ host: gw.hostname, port: gw.port, path: byPath(STUCK_PORT), headers: auth() }, (res) => {
+          const parts: Buffer[] = [];
+          res.on('data', (c: Buffer) => parts.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts) }));
+        });
+        req.on('error', () => undefined);
+        req.end();
+        reqs.push(req);
+      }
+    });
+    for (const r of reqs) r.destroy();
+    expect([first.status, json(first).error.code]).toEqual([504, 'timeout']);
   });
 
   it("passes the guest's redirect through without following it: the port channel opens no path outward", async () => {

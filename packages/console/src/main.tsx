@@ -1,6 +1,6 @@
 // The console's pages: sign-in, the live sandbox list with the New sandbox form, and a sandbox's terminal, files,
-// background commands, snapshot timeline; its network policy, egress and the tenant's secrets; its event log with the
-// chain verified; the tenant's templates with their versions and builds.
+// background commands, listening ports and snapshot timeline; its network policy, egress and the tenant's secrets; its
+// event log with the chain verified; the tenant's templates with their versions and builds.
 import { StrictMode, useCallback, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot, type SnapshotCadence } from './api.js';
@@ -9,6 +9,7 @@ import { EventsPage } from './events.tsx';
 import { FileBrowser } from './files.tsx';
 import { forgetAccess } from './gateway.tsx';
 import { NetworkPage, Secrets } from './network.tsx';
+import { Ports } from './ports.tsx';
 import { NewSandbox, TemplatePage, TemplatesPage } from './templates.tsx';
 import { Terminal } from './terminal.tsx';
 import { Timeline } from './timeline.tsx';
@@ -216,6 +217,7 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
   const [events, setEvents] = useState<LogEvent[]>([]);
   const [approvals, setApprovals] = useState<Approval[]>([]);
   const [commandsVersion, setCommandsVersion] = useState(0);
+  const [portsVersion, setPortsVersion] = useState(0);
   // The seq of the event that last put the sandbox on a new VM (resumed, moved): its shells and commands are gone then.
   const [vm, setVm] = useState(0);
   const [error, setError] = useState('');
@@ -250,6 +252,7 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
         if (!live) return;
         if (ev.type.startsWith('sandbox.') || ev.type.startsWith('snapshot.')) load();
         if (ev.type.startsWith('command.')) setCommandsVersion((v) => v + 1);
+        if (ev.type === 'port.visibility') setPortsVersion((v) => v + 1);
         if (ev.type === 'sandbox.resumed' || ev.type === 'sandbox.moved') {
           forgetAccess(id);
           setVm(ev.seq);
@@ -312,6 +315,7 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
             <FileBrowser key={`files-${id}-${vm}`} sandboxId={id} />
             <BackgroundCommands key={`commands-${id}-${vm}`} sandboxId={id} version={commandsVersion} />
           </div>
+          <Ports key={`ports-${id}-${vm}`} sandboxId={id} version={portsVersion} />
         </>
       )}
       {tab === 'overview' && current && <Timeline sandbox={current} snapshots={snapshots} cadence={cadence} events={events} onChanged={load} fail={fail} />}

@@ -11,6 +11,7 @@ import { deriveNodeKeys, ManualClock, signAccessToken } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
 import { createDataPlaneServer, createInternalServer, listenOnSocket } from './server.js';
 import { RevokedKeys } from './auth.js';
+import { GuestPorts } from './ports.js';
 import { errorCodeOf, fillPath, pathVariants, rawRequest, specOperations, type RawResponse } from './test-support.js';
 
 const SECRET = Buffer.alloc(32, 5);
@@ -142,6 +143,33 @@ describe('data plane', () => {
     bad.push(...(await probe({ port: dataPort }, 'GET', [`/v1/sandboxes/${SBX}/tunnel/3000`], { connection: 'Upgrade', upgrade: 'sandglass-tcp' })));
     expect(bad).toEqual([]);
     expect(touched).toEqual([]);
+  });
+
+  it("a port cookie counts only for the sandbox's own pages, and one set beside it by another host hides nothing", async () => {
+    const cookie = new GuestPorts(gw, KEYS).signUrl(token(SBX), SBX, 3000, 60).token;
+    const host = `3000-${SBX}.sandglass.localhost`;
+    const withCookie = { host, cookie: `sandglass_port_access=${cookie}` };
+    const bad: string[] = [];
+    // A page of another sandbox (one site with this one to a browser), a sandboxed frame, another site, a look-alike.
+    for (const origin of [`http://3000-${OTHER}.sandglass.localhost`, 'null', 'http://evil.example', `http://${host}.evil.example`]) {
+      for (const method of ['GET', 'POST']) bad.push(...(await probe({ port: dataPort }, method, ['/'], { ...withCookie, origin })));
+      bad.push(...(await probe({ port: dataPort }, 'GET', ['/ws'], { ...withCookie, origin, connection: 'Upgrade', upgrade: 'websocket' })));
+    }
+    // The path form's pages are the gateway's origin's: a host-form page is not.
+    const pathCookie = { cookie: `sandglass_port_access=${cookie}`, origin: `http://${host}` };
+    bad.push(...(await probe({ port: dataPort }, 'POST', [`/v1/sandboxes/${SBX}/ports/3000/`], pathCookie)));
+    expect(bad).toEqual([]);
+    expect(touched).toEqual([]);
+    // Its own page, a page of another port of the sandbox, and the cookie sent after one another host set: all reach the relay.
+    for (const headers of [
+      { ...withCookie, origin: `http://${host}:8080` },
+      { ...withCookie, origin: `http://8000-${SBX}.sandglass.localhost` },
+      { host, cookie: `sandglass_port_access=sgpu_dG9zc2Vk.dG9zc2Vk; app=1; sandglass_port_access=${cookie}` },
+    ]) {
+      touched.length = 0;
+      await rawRequest({ port: dataPort }, 'GET', '/', { headers });
+      expect(touched).toEqual(['get']);
+    }
   });
 
   it('takes ?access_token= on the WebSocket route only', async () => {

@@ -174,6 +174,31 @@ export class GuestPorts {
   }
 
   /**
+   * The browser attaches the port cookie to every request for the port's host, also to one a page of another sandbox
+   * makes: all `<port>-<id>.<domain>` hosts are one site to it, so SameSite=Lax lets a WebSocket (which CORS does not
+   * cover) or a form post from a hostile guest's page carry this port's cookie. Such a request names its page in
+   * Origin: the cookie counts only for the port's own pages, those of the sandbox's other ports (a front end calling
+   * its back end) and, in the path form, the gateway's origin. A request without Origin is a navigation or a
+   * same-origin read, whose answer goes to a page of the port itself.
+   */
+  #checkCookieOrigin(raw: http.IncomingMessage, target: Target): void {
+    const origin = header(raw, 'origin');
+    if (origin === undefined) return;
+    let host: string | undefined;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      // `null` (a sandboxed frame, a privacy redirect): no page of this sandbox.
+    }
+    const ours = host !== undefined && (target.via === 'path' ? host === header(raw, 'host') : this.#hostForm.exec(host)?.[2] === target.sandboxId);
+    if (!ours)
+      throw new SandglassError(
+        'permission_denied',
+        `The port cookie opens this port only for pages of this sandbox; send ${PORT_TOKEN_HEADER} from elsewhere.`,
+      );
+  }
+
+  /**
    * Who may open the port: the sandbox's access token (header), a signed URL or its cookie, or nobody needed for a
    * public port. Answers the signed URL's first use with a redirect that sets the cookie (the URL token then leaves
    * the address bar and the history). Runs before anything touches the guest.
@@ -190,10 +215,21 @@ export class GuestPorts {
       const isPlainGet = (raw.method === 'GET' || raw.method === 'HEAD') && header(raw, 'upgrade') === undefined;
       return isPlainGet ? { redirectCookie: { value: q, maxAgeS: Math.max(1, Math.floor((claims.exp - this.gw.opts.clock.nowMs()) / 1000)) } } : {};
     }
-    const cookie = cookieValue(header(raw, 'cookie'), PORT_COOKIE);
-    if (cookie !== undefined) {
-      this.#checkUrlToken(cookie, target);
-      return {};
+    const cookies = cookieValues(header(raw, 'cookie'), PORT_COOKIE);
+    if (cookies.length > 0) {
+      this.#checkCookieOrigin(raw, target);
+      // A page of any host under the domain may set a cookie of this name for all of them, one the browser then sends
+      // first: the cookie that verifies for this port counts, and the others are ignored rather than refusing the port.
+      let refused: unknown;
+      for (const cookie of cookies) {
+        try {
+          this.#checkUrlToken(cookie, target);
+          return {};
+        } catch (err) {
+          refused = err;
+        }
+      }
+      throw refused;
     }
     if (this.isPublic(target.sandboxId, target.port)) return {};
     throw new SandglassError('unauthenticated', `Send the sandbox's access token as ${PORT_TOKEN_HEADER}, or open a signed URL (sbx.ports.url).`);
@@ -386,6 +422,13 @@ function portError(err: unknown, port: number): SandglassError {
       details: { field: 'port', port },
     });
   }
+  // A server is there, its accept queue full for the agent's whole connect (a small listen backlog under load): busy,
+  // not closed, and worth a retry.
+  if (err instanceof AgentError && err.code === 'timeout') {
+    return new SandglassError('timeout', `Port ${port} in the sandbox accepted no connection in time: its server is busy (its accept queue is full); retry.`, {
+      details: { field: 'port', port },
+    });
+  }
   if (err instanceof AgentError && err.code === 'permission_denied') {
     return new SandglassError('permission_denied', `Port ${port} is the sandbox's egress relay, not a guest server.`, { details: { field: 'port', port } });
   }
@@ -428,12 +471,14 @@ function responseHeaders(rawHeaders: string[]): [string, string][] {
   return out;
 }
 
-export function cookieValue(cookieHeader: string | undefined, name: string): string | undefined {
+/** Every value of the cookie `name` in a Cookie header: a browser sends one per path and domain it was set for. */
+export function cookieValues(cookieHeader: string | undefined, name: string): string[] {
+  const values: string[] = [];
   for (const part of (cookieHeader ?? '').split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+    if (eq > 0 && part.slice(0, eq).trim() === name) values.push(part.slice(eq + 1).trim());
   }
-  return undefined;
+  return values;
 }
 
 export function withoutCookie(cookieHeader: string, name: string): string {
