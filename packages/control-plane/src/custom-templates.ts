@@ -40,7 +40,7 @@ export function toTemplateVersion(row: TemplateVersionRow): TemplateVersion {
     envs: JSON.parse(row.envs) as Record<string, string>,
     user: row.user,
     workdir: row.workdir,
-    start: row.start === null ? null : (JSON.parse(row.start) as { cmd: string }),
+    start: row.start === null ? null : (JSON.parse(row.start) as Schemas['TemplateStart']),
     buildId: row.build_id,
     createdAt: row.created_at,
   };
@@ -169,7 +169,7 @@ export class CustomTemplates {
             envs: JSON.stringify(envs),
             user: req.user ?? null,
             workdir: req.workdir ?? null,
-            start: req.start ? JSON.stringify({ cmd: req.start.cmd }) : null,
+            start: req.start ? JSON.stringify(req.start) : null,
             build_id: req.buildId ?? null,
             created_at: now,
           };

@@ -434,9 +434,15 @@ describe('custom templates', () => {
     expect((await call('DELETE', '/v1/templates/base')).json().error.code).toBe('permission_denied');
   });
 
-  it('creates a sandbox from a version as a fork with its own network, no secrets and the template variables', async () => {
+  it("creates a sandbox from a version as a fork with its own network, no secrets, the template's variables, user and workdir", async () => {
     const { snap } = await builtSnapshot();
-    const v = (await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap.id, envs: { A: '1', B: 'template' } } })).json();
+    const start = { cmd: 'serve', user: 'app', workdir: '/srv', ready: { cmd: 'curl -sf localhost', timeoutS: 30, intervalMs: 500 } };
+    const v = (
+      await call('POST', '/v1/templates', {
+        json: { name: 'tools', snapshotId: snap.id, envs: { A: '1', B: 'template' }, user: 'app', workdir: '/srv', start },
+      })
+    ).json();
+    expect(v).toMatchObject({ user: 'app', workdir: '/srv', start });
     seen = [];
     const created = await createSandbox(adminKey, { template: 'tools', envs: { B: 'mine' }, timeoutS: 60 });
     expect(created).toMatchObject({ template: 'tools' });
@@ -447,6 +453,7 @@ describe('custom templates', () => {
       network: { allow: [], deny: [] },
       secrets: [],
       envs: { A: '1', B: 'mine' },
+      defaults: { user: 'app', workdir: '/srv' },
       sandboxes: [{ id: created.id, timeoutS: 60, snapshotIntervalS: expect.any(Number) }],
     });
     // By version id too; another tenant knows neither.

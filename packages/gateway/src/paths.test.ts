@@ -11,3 +11,14 @@ describe('guestPath', () => {
     expect(() => guestPath(p)).toThrowError(expect.objectContaining({ code: 'path_outside_sandbox' }));
   });
 });
+
+describe('guestPath under a workdir', () => {
+  it('takes a relative path under the workdir and leaves an absolute one alone', () => {
+    expect(guestPath('notes/./plan.txt', 'path', '/srv/www')).toBe('/srv/www/notes/plan.txt');
+    expect(guestPath('/etc/hosts', 'path', '/srv/www')).toBe('/etc/hosts');
+    expect(guestPath('.', 'cwd', '/srv/www')).toBe('/srv/www');
+  });
+  it.each(['../etc/shadow', 'a/../../etc', '', 'a\0b'])('refuses %j', (p) => {
+    expect(() => guestPath(p, 'path', '/srv/www')).toThrowError(expect.objectContaining({ code: 'path_outside_sandbox' }));
+  });
+});

@@ -748,6 +748,16 @@ export interface components {
         TemplateStart: {
             /** @description Started before the final snapshot: every sandbox wakes with it running. */
             cmd: string;
+            /** @description Who it ran as. */
+            user?: string;
+            /** @description Where it ran. */
+            workdir?: string;
+            /** @description The check that had to exit 0 before the snapshot was taken. */
+            ready?: {
+                cmd: string;
+                timeoutS: number;
+                intervalMs: number;
+            };
         };
         CreateTemplateVersionRequest: {
             name: components["schemas"]["TemplateName"];
