@@ -79,11 +79,24 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
       other: 'its build forked the cached step',
     });
 
-    const firstExec = async (create: () => Promise<Sandbox>): Promise<number> => {
+    /** Where each create's time went: the node's restore (prepare: RAM, device state, disk; start: QEMU to agent), the rest of the API call, the first exec. */
+    const phases = new Map<string, { prepare: number[]; start: number[]; api: number[]; exec: number[] }>();
+    const firstExec = async (create: () => Promise<Sandbox>, label?: string): Promise<number> => {
       const t0 = performance.now();
       const s = await create();
+      const t1 = performance.now();
       await s.commands.run('true');
       const t = performance.now() - t0;
+      if (label !== undefined) {
+        const [started] = await s.events({ types: ['sandbox.started'] });
+        const d = started?.data as { prepareMs?: number; restoreMs?: number; pooled?: boolean } | undefined;
+        const p = phases.get(label) ?? { prepare: [], start: [], api: [], exec: [] };
+        p.prepare.push(d?.prepareMs ?? 0);
+        p.start.push(d?.restoreMs ?? 0);
+        p.api.push(t1 - t0 - (d?.prepareMs ?? 0) - (d?.restoreMs ?? 0));
+        p.exec.push(t - (t1 - t0));
+        phases.set(label, p);
+      }
       await s.kill();
       return t;
     };
@@ -97,7 +110,8 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
       rows.push({ what: `first create → first exec: ${shape.label}`, n: 1, p50: ms(await firstExec(shape.create)), p95: '', other: '' });
     const times = new Map<string, number[]>();
     // Interleaved, so every kind sees the same host load.
-    for (let i = 0; i < n; i++) for (const shape of shapes) times.set(shape.label, [...(times.get(shape.label) ?? []), await firstExec(shape.create)]);
+    for (let i = 0; i < n; i++)
+      for (const shape of shapes) times.set(shape.label, [...(times.get(shape.label) ?? []), await firstExec(shape.create, shape.label)]);
     const base = pct(times.get(shapes[2]!.label)!, 50);
     for (const shape of shapes) {
       const xs = times.get(shape.label)!;
@@ -107,6 +121,14 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
         p50: ms(pct(xs, 50)),
         p95: ms(pct(xs, 95)),
         other: `${(pct(xs, 50) / base).toFixed(2)}× base 512 MiB`,
+      });
+      const p = phases.get(shape.label)!;
+      rows.push({
+        what: `  of which (p50): ${shape.label}`,
+        n: xs.length,
+        p50: '',
+        p95: '',
+        other: `node prepare ${ms(pct(p.prepare, 50))}, start ${ms(pct(p.start, 50))}, rest of the create ${ms(pct(p.api, 50))}, first exec ${ms(pct(p.exec, 50))}`,
       });
     }
     await Template.delete(name, config);

@@ -154,7 +154,15 @@ describe('a template built from a YAML spec', () => {
     expect(cold.version).toMatchObject({ name: yamlName, version: 1, envs: { GREETING: 'hello', RUN_ID: nonce }, user: 'app', workdir: '/srv/site' });
     expect(lines).toContain('step 1/5 RUN useradd -m app');
     expect(lines).toContain('start: ready');
+    expect(cold.version.start).toEqual({
+      cmd: 'python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv/site',
+      user: 'app',
+      workdir: '/srv/site',
+      ready: { cmd: 'curl -sf http://127.0.0.1:8000/index.html', timeoutS: 120, intervalMs: 1000 },
+    });
     expect(await inspect(yamlName)).toBe(expected('v1'));
+    // A call that names no user or directory runs as the template's user in its workdir.
+    expect((await sandboxes.at(-1)!.commands.run('id -un; pwd; cat version.txt')).stdout).toBe('app\n/srv/site\nv1\n');
     const build = await Template.getBuild(cold.buildId, config());
     expect(build).toMatchObject({ status: 'ready', versionId: cold.version.id, error: null });
   }, 900_000);

@@ -1,6 +1,6 @@
 // A tenant's own template against real VMs: a package installed through the build's egress from a repository served on
-// loopback, a server started before the snapshot, sandboxes (Sandglass's SDK and E2B's) that wake with both, and a
-// template no other tenant can see, use or delete.
+// loopback, a server started before the snapshot, sandboxes (Sandglass's SDK and E2B's) that wake with both and run as
+// the template's user in its workdir, and a template no other tenant can see, use or delete.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
@@ -69,6 +69,13 @@ let owner: string;
 let stranger: string;
 let version: { id: string; name: string; version: number; snapshotId: string };
 const NAME = `tools-${Date.now().toString(36)}`;
+// What the version keeps of its start command: how it ran, not only what.
+const START = {
+  cmd: `python3 -m http.server ${SERVER_PORT} --bind 127.0.0.1`,
+  user: 'root',
+  workdir: '/srv/www',
+  ready: { cmd: `curl -sf http://127.0.0.1:${SERVER_PORT}/`, timeoutS: 120, intervalMs: 500 },
+};
 
 beforeAll(async () => {
   repoDir = makeRepository();
@@ -98,6 +105,7 @@ beforeAll(async () => {
     'apt-get -q -o Dir::Etc::sourcelist=/etc/apt/sources.list.d/local.list -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 update',
     'DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends sandglass-hello',
     'mkdir -p /srv/www && echo "served from the template" > /srv/www/index.html',
+    'useradd -m worker && chown worker /srv/www',
   ];
   for (const [i, cmd] of steps.entries()) {
     const r = await sh(b, cmd);
@@ -114,9 +122,18 @@ beforeAll(async () => {
   const snap = await b.snapshot();
   const published = await api('POST', '/v1/templates', {
     key: owner,
-    body: { name: NAME, snapshotId: snap.id, envs: { GREETING: 'from the template' }, buildId: build.body!.id, start: { cmd: 'python3 -m http.server' } },
+    body: {
+      name: NAME,
+      snapshotId: snap.id,
+      envs: { GREETING: 'from the template' },
+      user: 'worker',
+      workdir: '/srv/www',
+      buildId: build.body!.id,
+      start: START,
+    },
   });
   expect(published.status, JSON.stringify(published.body)).toBe(201);
+  expect(published.body).toMatchObject({ user: 'worker', workdir: '/srv/www', start: START });
   version = published.body as typeof version;
   const done = await api('GET', `/v1/template-builds/${build.body!.id}`, { key: owner });
   expect(done.body).toMatchObject({ status: 'ready', versionId: version.id, steps: steps.map((_, index) => ({ index, status: 'done' })) });
@@ -144,9 +161,28 @@ describe('custom templates', () => {
     expect(repoHits.length).toBe(hits);
     const info = await api('GET', `/v1/sandboxes/${s.id}`, { key: owner });
     expect(info.body).toMatchObject({ template: NAME });
+    const detail = await api('GET', `/v1/templates/${NAME}`, { key: owner });
+    expect(detail.body!.versions[0]).toMatchObject({ user: 'worker', workdir: '/srv/www', start: START });
     const listed = await api('GET', '/v1/templates', { key: owner });
     expect(listed.body!.templates).toContainEqual(expect.objectContaining({ name: NAME, custom: true, version: 1, id: version.id }));
     expect(listed.body!.templates).toContainEqual(expect.objectContaining({ name: 'base' }));
+  });
+
+  it("runs commands, terminals and relative paths as the template's user in its workdir; a call's own user and cwd win", async () => {
+    const s = await Sandbox.create({ ...config(owner), template: NAME, timeoutS: 600 });
+    made.push(s);
+    expect((await sh(s, 'id -un; pwd')).out).toBe('worker\n/srv/www\n');
+    expect((await s.commands.run('id -un; pwd', { user: 'root', cwd: '/tmp' })).stdout).toBe('root\n/tmp\n');
+    const out: Uint8Array[] = [];
+    const term = await s.pty.create({ cols: 80, rows: 24, cmd: 'id -un; pwd', onData: (d) => void out.push(d) });
+    await term.wait();
+    expect(Buffer.concat(out).toString('utf8')).toBe('worker\r\n/srv/www\r\n');
+    // A relative path is the workdir's, and what a call creates is the user's.
+    expect(await s.files.write('notes/plan.txt', 'relative')).toMatchObject({ path: '/srv/www/notes/plan.txt' });
+    expect((await sh(s, 'stat -c "%U %n" notes notes/plan.txt; cat notes/plan.txt')).out).toBe('worker notes\nworker notes/plan.txt\nrelative');
+    expect(await s.files.read('notes/plan.txt')).toBe('relative');
+    expect((await s.files.stat('/srv/www/notes')).type).toBe('dir');
+    await expect(s.files.read('../etc/shadow')).rejects.toMatchObject({ code: 'path_outside_sandbox' });
   });
 
   it('the unmodified E2B SDK creates a sandbox from it by name', async () => {
@@ -155,8 +191,9 @@ describe('custom templates', () => {
     delete process.env.E2B_DOMAIN;
     const s = await E2bSandbox.create(NAME, { apiKey: owner, timeoutMs: 600_000 });
     made.push(s);
-    const r = await s.commands.run('sandglass-hello; echo "$GREETING"');
-    expect(r.stdout).toBe('hello from a package\nfrom the template\n');
+    const r = await s.commands.run('sandglass-hello; echo "$GREETING"; id -un; pwd');
+    expect(r.stdout).toBe('hello from a package\nfrom the template\nworker\n/srv/www\n');
+    expect((await s.commands.run('id -un; pwd', { user: 'root', cwd: '/tmp' })).stdout).toBe('root\n/tmp\n');
     // Template.exists sees the tenant's own template, and another tenant does not.
     expect(await E2bTemplate.exists(NAME, { apiKey: owner })).toBe(true);
     expect(await E2bTemplate.exists(NAME, { apiKey: stranger })).toBe(false);
@@ -229,7 +266,7 @@ describe('custom templates', () => {
   it('a deleted template leaves the sandboxes made from it, and their snapshots, working', async () => {
     const s = await Sandbox.create({ ...config(owner), template: NAME, timeoutS: 600, snapshotIntervalS: 3600 });
     made.push(s);
-    await s.files.write('/root/mine.txt', 'after the template');
+    await s.files.write('mine.txt', 'after the template');
     const own = await s.snapshot();
     const del = await api('DELETE', `/v1/templates/${NAME}`, { key: owner });
     expect(del.status).toBe(204);
@@ -240,6 +277,7 @@ describe('custom templates', () => {
     expect((await sh(s, 'sandglass-hello')).out).toBe('hello from a package\n');
     const [fork] = await Sandbox.fork(own.id, { ...config(owner), timeoutS: 600 });
     made.push(fork!);
-    expect((await sh(fork!, 'cat /root/mine.txt; echo; sandglass-hello')).out).toBe('after the template\nhello from a package\n');
+    // The fork keeps the template's user and workdir: they travel in the sandbox's snapshots, not in the template.
+    expect((await sh(fork!, 'cat mine.txt; echo; sandglass-hello; id -un; pwd')).out).toBe('after the template\nhello from a package\nworker\n/srv/www\n');
   });
 });

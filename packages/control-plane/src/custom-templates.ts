@@ -20,12 +20,18 @@ export const TEMPLATE_BUILD_STALE_MS = 60_000;
 export const TEMPLATE_BUILD_MAX_LINES = 20_000;
 const LOG_PAGE = 1000;
 const MAX_STEPS = 1000;
+/** A tenant's step cache keeps this many steps by default; past it the least recently used go first. */
+export const TEMPLATE_CACHE_ENTRIES = 64;
+/** The builder's own names for the step snapshots it pins (the SDK's `tb-<name>-<step>-<key>`). */
+const STEP_SNAPSHOT_PREFIX = 'tb-';
 
 export interface CustomTemplatesDeps {
   db: Kysely<Schema>;
   events: EventLog;
   clock: Clock;
   sandboxes: SandboxService;
+  /** The step cache's bound per tenant; default TEMPLATE_CACHE_ENTRIES. */
+  cacheEntries?: number;
 }
 
 export function toTemplateVersion(row: TemplateVersionRow): TemplateVersion {
@@ -40,7 +46,7 @@ export function toTemplateVersion(row: TemplateVersionRow): TemplateVersion {
     envs: JSON.parse(row.envs) as Record<string, string>,
     user: row.user,
     workdir: row.workdir,
-    start: row.start === null ? null : (JSON.parse(row.start) as { cmd: string }),
+    start: row.start === null ? null : (JSON.parse(row.start) as Schemas['TemplateStart']),
     buildId: row.build_id,
     createdAt: row.created_at,
   };
@@ -169,7 +175,7 @@ export class CustomTemplates {
             envs: JSON.stringify(envs),
             user: req.user ?? null,
             workdir: req.workdir ?? null,
-            start: req.start ? JSON.stringify({ cmd: req.start.cmd }) : null,
+            start: req.start ? JSON.stringify(req.start) : null,
             build_id: req.buildId ?? null,
             created_at: now,
           };
@@ -230,13 +236,15 @@ export class CustomTemplates {
     for (const r of rows) {
       if (await versionHolding(db, who.tenantId, r.snapshot_id)) continue;
       const snap = await sandboxes.getSnapshot(who, r.snapshot_id).catch(() => undefined);
+      // A built version's snapshot is its last step's: the builder's pin goes once the step cache no longer holds it.
       if (snap?.name === pinName(r.name, r.version)) await sandboxes.nameSnapshot(who, r.snapshot_id, null);
+      else await this.#releaseStep(who, r.snapshot_id);
     }
   }
 
-  /** A cached step while its snapshot exists; a deleted or thinned one is forgotten here too. */
+  /** A cached step while its snapshot exists (a look-up is a use); a deleted or thinned one is forgotten here too. */
   async cacheGet(who: Principal, key: string): Promise<Schemas['TemplateCacheEntry']> {
-    const { db } = this.deps;
+    const { db, clock } = this.deps;
     const row = await db.selectFrom('template_cache').selectAll().where('tenant_id', '=', who.tenantId).where('key', '=', key).executeTakeFirst();
     const alive =
       row && (await db.selectFrom('snapshots').select('id').where('id', '=', row.snapshot_id).where('tenant_id', '=', who.tenantId).executeTakeFirst());
@@ -244,6 +252,12 @@ export class CustomTemplates {
       if (row) await db.deleteFrom('template_cache').where('tenant_id', '=', who.tenantId).where('key', '=', key).execute();
       throw new SandglassError('not_found', `No cached build step ${key}.`, { details: { field: 'key' } });
     }
+    await db
+      .updateTable('template_cache')
+      .set({ used_at: toIso(clock.nowMs()) })
+      .where('tenant_id', '=', who.tenantId)
+      .where('key', '=', key)
+      .execute();
     return { key: row.key, snapshotId: row.snapshot_id, createdAt: row.created_at };
   }
 
@@ -253,10 +267,67 @@ export class CustomTemplates {
     const createdAt = toIso(clock.nowMs());
     await db
       .insertInto('template_cache')
-      .values({ tenant_id: who.tenantId, key, snapshot_id: snapshotId, created_at: createdAt })
-      .onConflict((oc) => oc.columns(['tenant_id', 'key']).doUpdateSet({ snapshot_id: snapshotId, created_at: createdAt }))
+      .values({ tenant_id: who.tenantId, key, snapshot_id: snapshotId, created_at: createdAt, used_at: createdAt })
+      .onConflict((oc) => oc.columns(['tenant_id', 'key']).doUpdateSet({ snapshot_id: snapshotId, created_at: createdAt, used_at: createdAt }))
       .execute();
+    await this.#evictSteps(who);
     return { key, snapshotId, createdAt };
+  }
+
+  /**
+   * Keeps the tenant's step cache within its bound, least recently used first. A step a running build may be using is
+   * never evicted: every step such a build looked up or stored was used after the build started (the builder opens
+   * its build before its first look-up), so nothing used since the oldest running build began is a candidate. An
+   * evicted step's snapshot loses the builder's pin, unless a version or another step holds it, and goes back to its
+   * build sandbox's retention.
+   */
+  async #evictSteps(who: Principal): Promise<void> {
+    const { db } = this.deps;
+    const bound = this.deps.cacheEntries ?? TEMPLATE_CACHE_ENTRIES;
+    const rows = await db
+      .selectFrom('template_cache')
+      .select(['key', 'snapshot_id', 'used_at'])
+      .where('tenant_id', '=', who.tenantId)
+      .orderBy('used_at')
+      .orderBy('key')
+      .execute();
+    if (rows.length <= bound) return;
+    await this.#expireStale(db, who.tenantId);
+    const oldestRunning = await db
+      .selectFrom('template_builds')
+      .select('started_at')
+      .where('tenant_id', '=', who.tenantId)
+      .where('status', '=', 'running')
+      .orderBy('started_at')
+      .limit(1)
+      .executeTakeFirst();
+    const evicted = rows.filter((r) => oldestRunning === undefined || r.used_at < oldestRunning.started_at).slice(0, rows.length - bound);
+    if (evicted.length === 0) return;
+    await db
+      .deleteFrom('template_cache')
+      .where('tenant_id', '=', who.tenantId)
+      .where(
+        'key',
+        'in',
+        evicted.map((r) => r.key),
+      )
+      .execute();
+    for (const snapshotId of new Set(evicted.map((r) => r.snapshot_id))) await this.#releaseStep(who, snapshotId);
+  }
+
+  /** Unpins a step snapshot the builder pinned once neither a version nor a cached step holds it any more. */
+  async #releaseStep(who: Principal, snapshotId: string): Promise<void> {
+    const { db, sandboxes } = this.deps;
+    if (await versionHolding(db, who.tenantId, snapshotId)) return;
+    const cached = await db
+      .selectFrom('template_cache')
+      .select('key')
+      .where('tenant_id', '=', who.tenantId)
+      .where('snapshot_id', '=', snapshotId)
+      .executeTakeFirst();
+    if (cached) return;
+    const snap = await sandboxes.getSnapshot(who, snapshotId).catch(() => undefined);
+    if (snap?.name?.startsWith(STEP_SNAPSHOT_PREFIX)) await sandboxes.nameSnapshot(who, snapshotId, null);
   }
 
   /** Opens a build of `name`: one runs per name (the database's unique index holds it across replicas). */

@@ -218,7 +218,8 @@ export class SandboxService {
   /**
    * A sandbox from a version of the tenant's own template: a fork of the version's snapshot, so it wakes with what the
    * build left running. It gets the network and secrets this request names (none: deny all), never the build's, and
-   * the template's variables under its own. Its size is the template's: the snapshot's memory and disk.
+   * the template's variables under its own. Its size is the template's: the snapshot's memory and disk. Its commands,
+   * PTYs and relative paths default to the template's user and workdir (the node keeps them in its snapshots).
    */
   async #createFromVersion(who: Principal, req: CreateSandboxRequest, version: TemplateVersionRow): Promise<Sandbox> {
     const { events, gateways, gatewayClient, clock } = this.deps;
@@ -267,6 +268,7 @@ export class SandboxService {
         network,
         secrets,
         ...(envNames.length === 0 ? {} : { envs }),
+        defaults: versionDefaults(version),
         sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS }],
       });
     } catch (err) {
@@ -952,4 +954,9 @@ export class SandboxService {
 /** Another tenant's snapshot and one thinned or deleted answer alike. */
 function noSuchSnapshot(snapshotId: string): SandglassError {
   return new SandglassError('snapshot_not_found', `No snapshot ${snapshotId} exists for your tenant (retention may have thinned it, or it was deleted).`);
+}
+
+/** The user and workdir a template version's sandboxes default to; a version that names neither leaves the node's. */
+function versionDefaults(version: TemplateVersionRow): { user?: string; workdir?: string } {
+  return { ...(version.user === null ? {} : { user: version.user }), ...(version.workdir === null ? {} : { workdir: version.workdir }) };
 }

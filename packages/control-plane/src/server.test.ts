@@ -24,6 +24,7 @@ import {
   toSnapshot,
   upsertTemplate,
   type ControlPlane,
+  type ControlPlaneOptions,
   type GatewayDirectory,
   type Snapshot,
   SecretStore,
@@ -210,8 +211,21 @@ beforeAll(async () => {
 });
 afterAll(() => new Promise<void>((resolve) => fakeGateway.close(() => resolve())));
 
-async function start(gateways: GatewayDirectory = singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl })): Promise<void> {
-  cp = createControlPlane({ db: database.db, events, gateways, nodeSecret: SECRET, clock, logger: createLogger('test', 'silent'), keys, auditSigner: keys });
+async function start(
+  gateways: GatewayDirectory = singleGateway({ id: 'node_test', url: gatewayUrl, internalUrl: gatewayUrl }),
+  extra: Partial<ControlPlaneOptions> = {},
+): Promise<void> {
+  cp = createControlPlane({
+    db: database.db,
+    events,
+    gateways,
+    nodeSecret: SECRET,
+    clock,
+    logger: createLogger('test', 'silent'),
+    keys,
+    auditSigner: keys,
+    ...extra,
+  });
   await cp.app.ready();
 }
 
@@ -434,9 +448,15 @@ describe('custom templates', () => {
     expect((await call('DELETE', '/v1/templates/base')).json().error.code).toBe('permission_denied');
   });
 
-  it('creates a sandbox from a version as a fork with its own network, no secrets and the template variables', async () => {
+  it("creates a sandbox from a version as a fork with its own network, no secrets, the template's variables, user and workdir", async () => {
     const { snap } = await builtSnapshot();
-    const v = (await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap.id, envs: { A: '1', B: 'template' } } })).json();
+    const start = { cmd: 'serve', user: 'app', workdir: '/srv', ready: { cmd: 'curl -sf localhost', timeoutS: 30, intervalMs: 500 } };
+    const v = (
+      await call('POST', '/v1/templates', {
+        json: { name: 'tools', snapshotId: snap.id, envs: { A: '1', B: 'template' }, user: 'app', workdir: '/srv', start },
+      })
+    ).json();
+    expect(v).toMatchObject({ user: 'app', workdir: '/srv', start });
     seen = [];
     const created = await createSandbox(adminKey, { template: 'tools', envs: { B: 'mine' }, timeoutS: 60 });
     expect(created).toMatchObject({ template: 'tools' });
@@ -447,6 +467,7 @@ describe('custom templates', () => {
       network: { allow: [], deny: [] },
       secrets: [],
       envs: { A: '1', B: 'mine' },
+      defaults: { user: 'app', workdir: '/srv' },
       sandboxes: [{ id: created.id, timeoutS: 60, snapshotIntervalS: expect.any(Number) }],
     });
     // By version id too; another tenant knows neither.
@@ -467,6 +488,64 @@ describe('custom templates', () => {
     expect((await call('GET', `/v1/template-cache/${key}`)).json()).toMatchObject({ snapshotId: snap.id });
     expect((await call('DELETE', `/v1/snapshots/${snap.id}`)).statusCode).toBe(204);
     expect((await call('GET', `/v1/template-cache/${key}`)).json().error.code).toBe('not_found');
+  });
+
+  it('bounds the step cache, least recently used first, never evicting a step a running build used', async () => {
+    await cp.close();
+    await start(undefined, { templateCacheEntries: 2 });
+    const { sbx } = await builtSnapshot();
+    const snaps: Snapshot[] = [];
+    for (const i of [0, 1, 2, 3]) snaps.push(await recordSnapshot(sbx.id, 'manual', `tb-tools-${i}-${'ab'.repeat(8)}`));
+    const key = (i: number) => String(i).repeat(64);
+    const put = async (i: number) => {
+      const res = await call('PUT', `/v1/template-cache/${key(i)}`, { json: { snapshotId: snaps[i]!.id } });
+      expect(res.statusCode, res.body).toBe(200);
+      clock.advance(1000);
+    };
+    // Read from the table, not through GET: a look-up is a use and would reorder what it checks.
+    const kept = async () => (await database.db.selectFrom('template_cache').select('key').orderBy('key').execute()).map((r) => Number(r.key[0]));
+    const nameOf = async (i: number) => (await call('GET', `/v1/snapshots/${snaps[i]!.id}`)).json().name;
+
+    await put(0);
+    await put(1);
+    expect((await call('GET', `/v1/template-cache/${key(0)}`)).statusCode).toBe(200);
+    clock.advance(1000);
+    await put(2);
+    // Step 1 was the least recently used (step 0 was looked up since): it goes, and its snapshot loses the builder's pin.
+    expect(await kept()).toEqual([0, 2]);
+    expect([await nameOf(0), await nameOf(1)]).toEqual([snaps[0]!.name, null]);
+
+    // A running build looked steps 0 and 2 up: storing its next step keeps all three, over the bound.
+    const build = await call('POST', '/v1/template-builds', { json: { name: 'tools' } });
+    expect(build.statusCode, build.body).toBe(201);
+    clock.advance(1000);
+    for (const i of [0, 2]) expect((await call('GET', `/v1/template-cache/${key(i)}`)).statusCode).toBe(200);
+    await put(3);
+    expect(await kept()).toEqual([0, 2, 3]);
+    expect(await nameOf(0)).toBe(snaps[0]!.name);
+
+    // Once the build has ended (stale: its builder went silent), the next store evicts back to the bound.
+    clock.advance(61_000);
+    await put(3);
+    expect(await kept()).toEqual([2, 3]);
+    expect(await nameOf(0)).toBeNull();
+    expect((await call('GET', `/v1/template-builds/${build.json().id}`)).json().status).toBe('failed');
+  });
+
+  it("leaves a version's snapshot pinned when its step is evicted, and unpins it when the version goes too", async () => {
+    await cp.close();
+    await start(undefined, { templateCacheEntries: 1 });
+    const { sbx } = await builtSnapshot();
+    const step = await recordSnapshot(sbx.id, 'manual', 'tb-tools-0-abababababababab');
+    const other = await recordSnapshot(sbx.id, 'manual', 'tb-tools-1-abababababababab');
+    expect((await call('PUT', `/v1/template-cache/${'a'.repeat(64)}`, { json: { snapshotId: step.id } })).statusCode).toBe(200);
+    expect((await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: step.id } })).statusCode).toBe(201);
+    clock.advance(1000);
+    expect((await call('PUT', `/v1/template-cache/${'b'.repeat(64)}`, { json: { snapshotId: other.id } })).statusCode).toBe(200);
+    expect((await call('GET', `/v1/template-cache/${'a'.repeat(64)}`)).json().error.code).toBe('not_found');
+    expect((await call('GET', `/v1/snapshots/${step.id}`)).json()).toMatchObject({ name: step.name, pinned: true });
+    expect((await call('DELETE', '/v1/templates/tools')).statusCode).toBe(204);
+    expect((await call('GET', `/v1/snapshots/${step.id}`)).json()).toMatchObject({ name: null, pinned: false });
   });
 });
 

@@ -76,6 +76,8 @@ export interface ControlPlaneOptions {
   cluster?: { nodes: NodeDirectory; failoverIntervalMs: number };
   /** The console's caps on streams and sessions; DEFAULT_CONSOLE_LIMITS for any left out. */
   console?: Partial<ConsoleLimits>;
+  /** Template build steps a tenant's step cache keeps; TEMPLATE_CACHE_ENTRIES when absent. */
+  templateCacheEntries?: number;
 }
 
 /** Stands in for a deployment without a key provider: secrets can be named but never stored or read. */
@@ -201,7 +203,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   route('GET', '/v1/health', async () => ({ status: 'ok' as const, version: VERSION }));
 
-  const templates = new CustomTemplates({ db, events, clock, sandboxes });
+  const templates = new CustomTemplates({ db, events, clock, sandboxes, cacheEntries: opts.templateCacheEntries });
   route('GET', '/v1/templates', async (req) => ({ templates: await templates.list(who(req)) }));
   route('POST', '/v1/templates', async (req, reply) => reply.code(201).send(await templates.createVersion(who(req), req.body)));
   route('GET', '/v1/templates/{name}', async (req) => templates.get(who(req), req.params.name));

@@ -414,6 +414,18 @@ const nodeCaptureCapacity: Migration = {
   },
 };
 
+const templateCacheUse: Migration = {
+  async up(db: Kysely<any>) {
+    // The step cache is bounded per tenant, least recently used first (issue 24): when each step was last looked up or
+    // stored. Added nullable (ALTER TABLE cannot add a NOT NULL column without a default), then set on every row.
+    await db.schema.alterTable('template_cache').addColumn('used_at', 'text').execute();
+    await db
+      .updateTable('template_cache')
+      .set({ used_at: sql.ref('created_at') })
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -434,5 +446,6 @@ export const migrationProvider: MigrationProvider = {
     '0011_node_credentials': nodeCredentials,
     '0012_custom_templates': customTemplates,
     '0013_node_capture_capacity': nodeCaptureCapacity,
+    '0014_template_cache_use': templateCacheUse,
   }),
 };

@@ -221,6 +221,8 @@ export interface TemplateCacheTable {
   key: string;
   snapshot_id: string;
   created_at: IsoTime;
+  /** When a build last looked the step up or stored it: the step cache evicts the least recently used first. */
+  used_at: IsoTime;
 }
 
 export type TemplateBuildState = 'running' | 'ready' | 'failed';

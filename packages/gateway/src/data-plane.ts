@@ -6,7 +6,7 @@ import type { WebSocket } from 'ws';
 import { SandglassError, invalidArgument, toSandglassError, type GatewayApi, type NodeKeys, type OperationRoute } from '@sandglass/core';
 import type { SignalName } from '@sandglass/agent-client';
 import type { Gateway } from './gateway.js';
-import type { CommandInput, CommandRecord } from './sandbox.js';
+import type { CommandInput, CommandRecord, Sandbox } from './sandbox.js';
 import { guestPath } from './paths.js';
 import { mapAgentError } from './agent-link.js';
 import { operation, specRoutes } from './spec.js';
@@ -61,6 +61,8 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
 
     const route = specRoutes(scope);
     const sbxOf = (req: { params: { id: string } }) => gw.get(req.params.id);
+    // A guest path of a request, relative ones under the sandbox's workdir.
+    const pathIn = (sbx: Sandbox, value: string, field = 'path') => guestPath(value, field, sbx.defaults.workdir);
 
     // ---- commands ----
     route('POST', '/v1/sandboxes/{id}/commands', async (req, reply) => {
@@ -72,9 +74,9 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       const argv = body.cmd !== undefined ? ['/bin/bash', '-c', body.cmd] : body.argv!;
       const rec = await sbx.startCommand({
         argv,
-        cwd: body.cwd !== undefined ? guestPath(body.cwd, 'cwd') : undefined,
+        cwd: body.cwd !== undefined ? pathIn(sbx, body.cwd, 'cwd') : sbx.defaults.workdir,
         envs: body.envs,
-        user: body.user,
+        user: body.user ?? sbx.defaults.user,
         stdin: body.stdin,
         pty: body.pty,
         timeoutMs: body.timeoutMs,
@@ -162,40 +164,43 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
 
     // ---- files ----
     route('GET', '/v1/sandboxes/{id}/files', async (req, reply) => {
-      const { sizeBytes, stream } = await sbxOf(req).files.open(guestPath(req.query.path));
+      const sbx = sbxOf(req);
+      const { sizeBytes, stream } = await sbx.files.open(pathIn(sbx, req.query.path));
       return reply.header('content-type', 'application/octet-stream').header('x-sandglass-size-bytes', String(sizeBytes)).code(200).send(stream);
     });
 
     route('PUT', '/v1/sandboxes/{id}/files', async (req) => {
       const sbx = sbxOf(req);
-      const path = guestPath(req.query.path);
+      const path = pathIn(sbx, req.query.path);
       const declared = Number(req.headers['content-length'] ?? 0);
       if (declared > MAX_UPLOAD_BYTES) throw new SandglassError('payload_too_large', `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes.`);
       const limited = limitBytes(MAX_UPLOAD_BYTES);
       const piping = pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
-      const { sizeBytes } = await sbx.files.write(path, limited, { mode: req.query.mode });
+      const { sizeBytes } = await sbx.files.write(path, limited, { mode: req.query.mode, owner: sbx.defaults.user });
       await piping;
       return { path, sizeBytes };
     });
 
     route('GET', '/v1/sandboxes/{id}/files/tar', async (req, reply) => {
-      const stream = await sbxOf(req).files.readTar(guestPath(req.query.path));
+      const sbx = sbxOf(req);
+      const stream = await sbx.files.readTar(pathIn(sbx, req.query.path));
       return reply.header('content-type', 'application/x-tar').code(200).send(stream);
     });
 
     route('PUT', '/v1/sandboxes/{id}/files/tar', async (req) => {
       const sbx = sbxOf(req);
-      const path = guestPath(req.query.path);
+      const path = pathIn(sbx, req.query.path);
       const declared = Number(req.headers['content-length'] ?? 0);
       if (declared > MAX_UPLOAD_BYTES) throw new SandglassError('payload_too_large', `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes.`);
       const limited = limitBytes(MAX_UPLOAD_BYTES);
       pipeline(req.raw, limited).catch((e: unknown) => limited.destroy(e as Error));
-      const { entries, sizeBytes, archiveBytes } = await sbx.files.writeTar(path, limited);
+      const { entries, sizeBytes, archiveBytes } = await sbx.files.writeTar(path, limited, { owner: sbx.defaults.user });
       return { path, entries, sizeBytes, archiveBytes };
     });
 
     route('DELETE', '/v1/sandboxes/{id}/files', async (req, reply) => {
-      await sbxOf(req).files.remove(guestPath(req.query.path), { recursive: req.query.recursive });
+      const sbx = sbxOf(req);
+      await sbx.files.remove(pathIn(sbx, req.query.path), { recursive: req.query.recursive });
       return reply.status(204).send();
     });
 
@@ -207,22 +212,26 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return reply.header('content-type', 'application/octet-stream').code(200).send(data);
     });
 
-    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => fileView(await sbxOf(req).files.stat(guestPath(req.query.path))));
+    route('GET', '/v1/sandboxes/{id}/files/stat', async (req) => {
+      const sbx = sbxOf(req);
+      return fileView(await sbx.files.stat(pathIn(sbx, req.query.path)));
+    });
 
     route('GET', '/v1/sandboxes/{id}/files/list', async (req) => {
-      const entries = await sbxOf(req).files.list(guestPath(req.query.path), req.query.depth ?? 1);
+      const sbx = sbxOf(req);
+      const entries = await sbx.files.list(pathIn(sbx, req.query.path), req.query.depth ?? 1);
       return { entries: entries.map(fileView) };
     });
 
     route('POST', '/v1/sandboxes/{id}/files/mkdir', async (req) => {
       const sbx = sbxOf(req);
-      return sbx.files.mkdir(guestPath(req.body.path));
+      return sbx.files.mkdir(pathIn(sbx, req.body.path), { owner: sbx.defaults.user });
     });
 
     route('POST', '/v1/sandboxes/{id}/files/rename', async (req, reply) => {
       const sbx = sbxOf(req);
       const body = req.body;
-      await sbx.files.rename(guestPath(body.from, 'from'), guestPath(body.to, 'to'));
+      await sbx.files.rename(pathIn(sbx, body.from, 'from'), pathIn(sbx, body.to, 'to'));
       return reply.status(204).send();
     });
   };

@@ -9,7 +9,7 @@ import type { GuestImage } from '@sandglass/images';
 import type { ChunkStore } from '@sandglass/chunkstore';
 import type { KeyProvider } from '@sandglass/kms';
 import type { RetentionPolicy } from '@sandglass/snapshots';
-import { Sandbox, sandboxDir, type HealthPolicy, type SandboxOptions } from './sandbox.js';
+import { Sandbox, sandboxDir, type HealthPolicy, type SandboxDefaults, type SandboxOptions } from './sandbox.js';
 import {
   templateKey,
   templatePrep,
@@ -125,6 +125,8 @@ export interface RestoreRequest {
   secrets?: string[];
   /** The sandbox's own environment variables (a fork: its source's); given at every start, never kept in snapshots. */
   envs?: Record<string, string>;
+  /** A fork from a tenant template: the user and workdir its calls default to; absent: the snapshot's. */
+  defaults?: SandboxDefaults;
   /** A resume: the guest ports that were public when it stopped (a fork starts with every port private). */
   publicPorts?: number[];
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
@@ -569,6 +571,7 @@ export class Gateway {
       throw err;
     }
     sbx.adoptSnapshot(prepared);
+    sbx.setDefaults(req.defaults ?? prepared.defaults ?? {});
     const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
     const restored = this.restoredNetwork(prepared.network, req);
     const network = source ? { ...restored, replayOf: source.sourceSandboxId } : restored;
@@ -641,10 +644,14 @@ export class Gateway {
     snapshotId: string,
     tenantId: string,
     forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
-    envs?: Record<string, string>,
-    replay?: ReplayPlan,
-    /** A create from a tenant template: the new sandbox's own network, not the snapshot's. */
-    egress?: { network: PolicyInput; secrets: string[] },
+    opts: {
+      envs?: Record<string, string>;
+      replay?: ReplayPlan;
+      /** A create from a tenant template: the new sandbox's own network, not the snapshot's. */
+      egress?: { network: PolicyInput; secrets: string[] };
+      /** A create from a tenant template: the template's user and workdir, not the snapshot's. */
+      defaults?: SandboxDefaults;
+    } = {},
   ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
     const m = await this.snapshots.manifest(tenantId, snapshotId);
     const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
@@ -661,9 +668,10 @@ export class Gateway {
               snapshotId,
               timeoutS: f.timeoutS,
               snapshotIntervalS: f.snapshotIntervalS,
-              ...(envs === undefined ? {} : { envs }),
-              ...(replay === undefined ? {} : { replay }),
-              ...(egress === undefined ? {} : egress),
+              ...(opts.envs === undefined ? {} : { envs: opts.envs }),
+              ...(opts.replay === undefined ? {} : { replay: opts.replay }),
+              ...(opts.egress === undefined ? {} : opts.egress),
+              ...(opts.defaults === undefined ? {} : { defaults: opts.defaults }),
             },
             'fork',
             m.sandboxId,

@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { armedFailpoints, armFailpoint, chaosEnabled, firedFailpoints, SandglassError, type GatewayApi, type NodeKeys } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
-import type { Sandbox } from './sandbox.js';
+import { checkDefaults, type Sandbox } from './sandbox.js';
 import { internalBearerHook } from './auth.js';
 import { specRoutes } from './spec.js';
 
@@ -68,15 +68,13 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
-      const { snapshotId, tenantId, sandboxes, envs, replay, network, secrets } = req.body;
-      const forks = await gw.forkSandboxes(
-        snapshotId,
-        tenantId,
-        sandboxes,
+      const { snapshotId, tenantId, sandboxes, envs, replay, network, secrets, defaults } = req.body;
+      const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes, {
         envs,
         replay,
-        network === undefined ? undefined : { network, secrets: secrets ?? [] },
-      );
+        egress: network === undefined ? undefined : { network, secrets: secrets ?? [] },
+        defaults: defaults === undefined ? undefined : checkDefaults(defaults),
+      });
       return { sandboxes: forks.map((f) => ('error' in f ? f : sandboxView(f))) };
     });
     route('DELETE', '/internal/v1/snapshots/{id}', async (req, reply) => {

@@ -2,17 +2,22 @@
 import { posix } from 'node:path';
 import { SandglassError } from '@sandglass/core';
 
-export function guestPath(value: string, field = 'path'): string {
-  if (!value.startsWith('/') || value.includes('\0') || value.split('/').includes('..') || value.length > 4096) {
+/**
+ * `workdir`: the sandbox's default directory (a template's WORKDIR), under which a relative path is taken; without one
+ * a relative path is refused. The rules apply to the joined path, so a relative `..` is refused like an absolute one.
+ */
+export function guestPath(value: string, field = 'path', workdir?: string): string {
+  const abs = workdir !== undefined && value !== '' && !value.startsWith('/') ? `${workdir}/${value}` : value;
+  if (!abs.startsWith('/') || abs.includes('\0') || abs.split('/').includes('..') || abs.length > 4096) {
     throw new SandglassError(
       'path_outside_sandbox',
-      `${field}: ${JSON.stringify(value.slice(0, 200))} must be an absolute guest path without NUL bytes or '..' segments`,
+      `${field}: ${JSON.stringify(value.slice(0, 200))} must be an absolute guest path${workdir === undefined ? '' : ` or one relative to ${workdir}`} without NUL bytes or '..' segments`,
       {
         details: { field, rule: "absolute, no NUL, no '..'" },
       },
     );
   }
-  return posix.normalize(value);
+  return posix.normalize(abs);
 }
 
 /**

@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { failpoint, newId, SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
+import { failpoint, invalidArgument, newId, SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
 import type { AgentClient, InputResult, ProtocolViolation, SignalName } from '@sandglass/agent-client';
 import type { ChunkStore } from '@sandglass/chunkstore';
@@ -14,6 +14,7 @@ import type { NetworkSpec } from './network.js';
 import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 import { SandboxFiles } from './files.js';
+import { guestPath } from './paths.js';
 import { Recorder, type ContentRef } from './recording.js';
 
 export interface CommandRecord {
@@ -94,6 +95,24 @@ export type CommandInput =
   | { kind: 'resize'; cols: number; rows: number };
 
 /**
+ * What a sandbox's calls default to when they name no user or directory: a template's USER and WORKDIR. A call's own
+ * user and cwd win; a relative path is taken under `workdir`. Kept in its snapshots, so resumes and forks keep them.
+ */
+export interface SandboxDefaults {
+  user?: string;
+  workdir?: string;
+}
+
+/** Defaults read from the node API or a snapshot manifest: the workdir is a guest path like any other (paths.ts). */
+export function checkDefaults(value: SandboxDefaults, field = 'defaults'): SandboxDefaults {
+  if (value.user !== undefined && !/^[a-z_][a-z0-9_-]{0,63}$/.test(value.user)) throw invalidArgument(`${field}.user`, 'a guest user name');
+  return {
+    ...(value.user === undefined ? {} : { user: value.user }),
+    ...(value.workdir === undefined ? {} : { workdir: guestPath(value.workdir, `${field}.workdir`) }),
+  };
+}
+
+/**
  * The sandbox owns its state: only its own methods move `state`, set the VM and agent, the network it was given
  * and the base of its next capture; everyone else reads them.
  */
@@ -109,6 +128,7 @@ export class Sandbox {
   #vm?: Vm;
   #agent?: AgentClient;
   #network?: NetworkSpec;
+  #defaults: SandboxDefaults = {};
   #captureBase?: CaptureBase;
   #expiresAtMs: number;
   #snapshotIntervalS: number;
@@ -186,6 +206,16 @@ export class Sandbox {
   /** The network it was given (policy, secret names, placeholders): what its snapshots keep and its forks report. */
   get network(): NetworkSpec | undefined {
     return this.#network;
+  }
+
+  /** The user and workdir its calls default to (none: root and the agent's `/`). */
+  get defaults(): SandboxDefaults {
+    return this.#defaults;
+  }
+
+  /** Records the defaults a resume or fork gave it, before any call can reach it. */
+  setDefaults(defaults: SandboxDefaults): void {
+    this.#defaults = defaults;
   }
 
   /** Records the network a start gave it (create, resume or fork), before the node attaches it to the guest. */

@@ -29,7 +29,7 @@ import { CaptureTimes } from './capture-times.js';
 import type { GatewayEvents } from './events.js';
 import { defaultImageCacheBytes, heldBytes, markUsed, type RamFiles } from './ram.js';
 import type { RestoreSource } from './restore.js';
-import type { CaptureBase, CommandRecord, Sandbox } from './sandbox.js';
+import { checkDefaults, type CaptureBase, type CommandRecord, type Sandbox, type SandboxDefaults } from './sandbox.js';
 import { TEMPLATE_TENANT, type TemplateSnapshot } from './templates.js';
 import type { NetworkSpec } from './network.js';
 import { recordingManifestId } from './recording.js';
@@ -45,6 +45,7 @@ export interface PreparedRestore {
   base: CaptureBase;
   commands: CommandRecord[];
   network?: NetworkSpec;
+  defaults?: SandboxDefaults;
 }
 
 /** A sandbox's snapshot cadence in seconds: asked for, and achieved over the last window (null: not measured yet). */
@@ -314,6 +315,7 @@ export class SnapshotManager {
         state: { sizeBytes: cap.stateBytes, chunks: state.chunks },
         agent: { commands: [...sbx.commands.values()] },
         ...(sbx.network ? { network: sbx.network } : {}),
+        ...(Object.keys(sbx.defaults).length > 0 ? { defaults: sbx.defaults } : {}),
         stats: {
           pausedMs: Math.round(cap.pausedMs * 10) / 10,
           newChunks: memory.newChunks + disk.newChunks + state.newChunks,
@@ -481,6 +483,7 @@ export class SnapshotManager {
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
       commands: m.agent.commands as CommandRecord[],
       network: m.network as NetworkSpec | undefined,
+      ...(m.defaults === undefined ? {} : { defaults: checkDefaults(m.defaults as SandboxDefaults) }),
     };
   }
 

@@ -97,7 +97,15 @@ describe('Template.build with every step cached', () => {
       { index: 1, name: 'RUN two', cached: true, durationMs: 0 },
       { index: 2, name: 'start', cached: true, durationMs: 0 },
     ]);
-    expect(published).toEqual({ name: 'web', snapshotId: 'snap_s', envs: { A: '1' }, user: 'root', workdir: '/', start: { cmd: 'srv' }, buildId: 'bld_1' });
+    expect(published).toEqual({
+      name: 'web',
+      snapshotId: 'snap_s',
+      envs: { A: '1' },
+      user: 'root',
+      workdir: '/',
+      start: { cmd: 'srv', user: 'root', workdir: '/' },
+      buildId: 'bld_1',
+    });
     expect(server.requests.some((r) => r.path.startsWith('/v1/sandboxes'))).toBe(false);
     expect(reports.map((r) => (r as { step?: unknown }).step).filter(Boolean)).toEqual([
       { index: 0, name: 'RUN one', status: 'cached' },

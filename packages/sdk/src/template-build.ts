@@ -334,7 +334,7 @@ export async function buildTemplate(cp: ControlPlane, opts: TemplateBuildOptions
         envs: spec.envs,
         user: spec.user,
         workdir: spec.workdir,
-        start: spec.start ? { cmd: spec.start.cmd } : null,
+        start: spec.start ?? null,
         buildId: build.id,
       },
     });

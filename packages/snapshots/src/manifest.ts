@@ -37,6 +37,8 @@ export interface ManifestBody {
   agent: { commands: unknown[] };
   /** The sandbox's network (policy, secret names, placeholders; never a secret value), restored with it. */
   network?: unknown;
+  /** The user and workdir the sandbox's calls default to (a template's), restored with it. */
+  defaults?: unknown;
   stats: { pausedMs: number; newChunks: number; storedBytes: number; memoryChunks: number; diskClusters: number };
   /** A template's own snapshot: what its node recorded when it booted it. */
   template?: TemplateRecord;

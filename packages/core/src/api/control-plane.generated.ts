@@ -68,7 +68,10 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** The snapshot a build step with this key produced before, while that snapshot exists (builds reuse it). */
+        /**
+         * The snapshot a build step with this key produced before, while that snapshot exists and the step is cached (builds reuse it).
+         * @description A look-up is a use: the tenant's step cache keeps a bounded number of steps and evicts the least recently used first, never one used since the oldest of the tenant's running builds began.
+         */
         get: operations["getTemplateCacheEntry"];
         /** Records the snapshot of the tenant's a build step with this key produced; the snapshot is pinned. */
         put: operations["putTemplateCacheEntry"];
@@ -748,6 +751,16 @@ export interface components {
         TemplateStart: {
             /** @description Started before the final snapshot: every sandbox wakes with it running. */
             cmd: string;
+            /** @description Who it ran as. */
+            user?: string;
+            /** @description Where it ran. */
+            workdir?: string;
+            /** @description The check that had to exit 0 before the snapshot was taken. */
+            ready?: {
+                cmd: string;
+                timeoutS: number;
+                intervalMs: number;
+            };
         };
         CreateTemplateVersionRequest: {
             name: components["schemas"]["TemplateName"];

@@ -822,6 +822,11 @@ export interface components {
         };
         /** @description Names of the tenant's secrets to bind (each existed when the control plane checked); the gateway resolves them through the SecretStore. */
         NodeSecretNames: string[];
+        /** @description What a sandbox's commands, PTYs and relative paths default to when a call names no user or directory (a call's own user and cwd win). Kept in every snapshot of the sandbox, so its resumes and forks keep them. */
+        NodeSandboxDefaults: {
+            user?: string;
+            workdir?: string;
+        };
         /** @description The fork replays its source from the snapshot: the guest's clock and entropy come from the source's recording (`sync`, absent when the recording has none), and its egress proxy answers every request from `exchanges` (the source's recorded exchanges after the snapshot, in order) and connects nowhere. Every content id must be in the source's recording. */
         NodeReplayPlan: {
             sourceSandboxId: string;
@@ -1866,6 +1871,8 @@ export interface operations {
                     network?: components["schemas"]["NodePolicy"];
                     /** @description With network: the new sandbox's secrets (the build's are not carried over). */
                     secrets?: components["schemas"]["NodeSecretNames"];
+                    /** @description A sandbox created from a tenant template: the template's user and workdir, instead of the snapshot's. */
+                    defaults?: components["schemas"]["NodeSandboxDefaults"];
                     replay?: components["schemas"]["NodeReplayPlan"];
                     sandboxes: {
                         id: string;

@@ -73,8 +73,11 @@ function targetOf(req: FastifyRequest, hostForm: boolean, tokenSandbox: () => st
   return { sandboxId, port };
 }
 
-/** `username` (query, /files) or `Authorization: Basic base64("name:")`; E2B's default user otherwise. */
-function userOf(req: FastifyRequest): EnvdUser {
+/**
+ * `username` (query, /files) or `Authorization: Basic base64("name:")`; otherwise the sandbox's default (its template's
+ * USER), else E2B's default user.
+ */
+function userOf(req: FastifyRequest, defaultUser: string = DEFAULT_USER): EnvdUser {
   const q = (req.query as Record<string, unknown> | undefined)?.username;
   let name = typeof q === 'string' && q !== '' ? q : undefined;
   const auth = header(req, 'authorization');
@@ -84,7 +87,7 @@ function userOf(req: FastifyRequest): EnvdUser {
     const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
     name = decoded.includes(':') ? decoded.slice(0, decoded.indexOf(':')) : decoded;
   }
-  name ||= DEFAULT_USER;
+  name ||= defaultUser;
   if (!/^[a-z_][a-z0-9_-]{0,31}$/.test(name)) throw new SandglassError('unauthenticated', `${JSON.stringify(name.slice(0, 40))} is not a valid user name.`);
   const home = name === 'root' ? '/root' : `/home/${name}`;
   return {
@@ -142,7 +145,7 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
         }
         throw new EdgeError(502, `Sandbox ${sandboxId} is not running (paused, killed or not on this node).`);
       }
-      contexts.set(req, { sbx, user: userOf(req) });
+      contexts.set(req, { sbx, user: userOf(req, sbx.defaults.user) });
     });
 
     scope.setErrorHandler(async (err, req, reply) => {

@@ -102,7 +102,8 @@ export async function startProcess(
   opts: { clock: Clock; timeoutMs?: number },
 ): Promise<void> {
   const req = startRequest(body);
-  const cwd = req.process.cwd ? user.resolve(req.process.cwd, 'process.cwd') : undefined;
+  // No cwd: the sandbox's workdir (its template's WORKDIR), as E2B's envd does.
+  const cwd = req.process.cwd ? user.resolve(req.process.cwd, 'process.cwd') : sbx.defaults.workdir;
   const rec = await sbx.startCommand({
     argv: [req.process.cmd, ...req.process.args],
     cwd,
