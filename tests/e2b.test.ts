@@ -246,6 +246,42 @@ describe('files', () => {
     });
   });
 
+  it('keeps file metadata as extended attributes (envd 0.6.2): on the write, getInfo and list entries', async () => {
+    const meta = { origin: 'upload', 'run-id': RUN };
+    const one = await sbx.files.write('meta/a.txt', 'A', { metadata: meta });
+    expect(one).toMatchObject({ path: '/home/user/meta/a.txt', metadata: meta });
+    // Streamed (octet-stream) and multipart uploads both carry it.
+    await sbx.files.write('meta/b.txt', new Blob(['B']).stream(), { metadata: { origin: 'stream' } });
+    await sbx.files.write([{ path: 'meta/c.txt', data: 'C' }], { metadata: { origin: 'multipart' } });
+    expect((await sbx.files.getInfo('meta/a.txt')).metadata).toEqual(meta);
+    const listed = await sbx.files.list('meta');
+    expect(Object.fromEntries(listed.map((e) => [e.name, e.metadata]))).toEqual({
+      'a.txt': meta,
+      'b.txt': { origin: 'stream' },
+      'c.txt': { origin: 'multipart' },
+    });
+    // They are the file's `user.` attributes in the guest, so they go with it: a rename keeps them, a new write of
+    // the path without metadata is a new file without any.
+    await sbx.files.rename('meta/a.txt', 'meta/moved.txt');
+    expect((await sbx.files.getInfo('meta/moved.txt')).metadata).toEqual(meta);
+    await sbx.files.write('meta/moved.txt', 'again');
+    expect((await sbx.files.getInfo('meta/moved.txt')).metadata).toBeUndefined();
+  });
+
+  it('watches with includeEntry (envd 0.6.3): each event carries the entry while it exists', async () => {
+    await sbx.files.makeDir('/home/user/watched-entry');
+    const events: FilesystemEvent[] = [];
+    const w = await sbx.files.watchDir('/home/user/watched-entry', (e) => void events.push(e), { includeEntry: true });
+    await sbx.files.write('/home/user/watched-entry/e.txt', 'xyz', { metadata: { k: 'v' } });
+    // The write renames a finished file into place, so the event that names it sees it whole.
+    const arrived = await until('an event of e.txt with its entry', () => events.find((e) => e.name === 'e.txt' && e.entry !== undefined));
+    expect(arrived.entry).toMatchObject({ name: 'e.txt', type: 'file', path: '/home/user/watched-entry/e.txt', size: 3, owner: 'user', metadata: { k: 'v' } });
+    await sbx.commands.run('rm /home/user/watched-entry/e.txt');
+    const removed = await until('the remove event', () => events.find((e) => e.name === 'e.txt' && e.type === ('remove' as never)));
+    expect(removed.entry).toBeUndefined();
+    await w.stop();
+  });
+
   it('watches a directory', async () => {
     await sbx.files.makeDir('/tmp/watched');
     const events: FilesystemEvent[] = [];

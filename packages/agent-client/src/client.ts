@@ -41,6 +41,8 @@ export interface WriteFileOptions extends CallOptions {
   append?: boolean;
   /** Guest user (name or uid) the file and the directories the write created are chowned to. */
   owner?: string | number;
+  /** `user.` extended attributes (names without the prefix) set on the file before it is renamed into place. */
+  xattrs?: Record<string, string>;
 }
 
 export interface WriteTarOptions extends CallOptions {
@@ -361,6 +363,7 @@ export class AgentClient extends EventEmitter {
     const params: Record<string, unknown> = { path, parents: opts.parents ?? true, append: opts.append ?? false };
     if (opts.mode !== undefined) params.mode = opts.mode;
     if (opts.owner !== undefined) params.owner = String(opts.owner);
+    if (opts.xattrs !== undefined) params.xattrs = opts.xattrs;
     const { sizeBytes } = await this.sendStream('file.write', params, data, opts);
     return { sizeBytes };
   }

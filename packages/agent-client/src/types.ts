@@ -74,6 +74,8 @@ export interface FileStat {
   /** The name of gid in the guest's /etc/group; "" when it has none. */
   group: string;
   symlinkTarget?: string;
+  /** The path's `user.` extended attributes, names without the prefix; absent when it has none. */
+  xattrs?: Record<string, string>;
 }
 
 export interface ErrorInfo {

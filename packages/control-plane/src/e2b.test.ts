@@ -273,7 +273,7 @@ describe('create', () => {
       sandboxID: sbx.sandboxID,
       alias: 'base',
       clientID: 'sandglass',
-      envdVersion: '0.5.7',
+      envdVersion: '0.6.3',
       cpuCount: 1,
       memoryMB: 512,
       metadata: { team: 'a' },

@@ -28,10 +28,11 @@ import { findTemplate, findTemplateVersion, listTemplates } from './templates.js
 export const E2B_SPEC = fileURLToPath(new URL('../../../spec/e2b.yaml', import.meta.url));
 
 /**
- * The envd version the gateway's E2B layer speaks: ≥0.5.7 makes the SDK upload raw octet-stream bodies, ≥0.5.2 close
- * stdin, ≥0.4.0 send no default user. Features the SDK gates on later versions (file metadata, watch entries) stay off.
+ * The envd version the gateway's E2B layer speaks: ≥0.6.3 lets the SDK ask for watch events' entries, ≥0.6.2 send
+ * file metadata, ≥0.5.7 upload raw octet-stream bodies, ≥0.5.2 close stdin, ≥0.4.0 send no default user. 0.6.4
+ * (watches on network mounts) is not claimed: a guest has none. The gateway's ENVD_VERSION says the same.
  */
-export const E2B_ENVD_VERSION = '0.5.7';
+export const E2B_ENVD_VERSION = '0.6.3';
 /** E2B's deprecated client id: one constant, there being no E2B cluster client behind it. */
 const CLIENT_ID = 'sandglass';
 /**

@@ -17,7 +17,7 @@ import { ServerStream, streamRequest, toConnectError, unaryRequest } from './rpc
 /** The one guest port served: envd's. Sandglass exposes no other guest port to the network. */
 export const ENVD_PORT = 49983;
 /** The envd version reported to the SDK (by the control plane): what this translation implements. */
-export const ENVD_VERSION = '0.5.7';
+export const ENVD_VERSION = '0.6.3';
 const DEFAULT_USER = 'user';
 
 declare module 'fastify' {
