@@ -16,9 +16,10 @@ import {
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
+import { Sandbox as SandglassSandbox } from '@sandglass/sdk';
 import { startHttpsUpstream } from '../packages/egress/src/test-support.js';
 import { offLoopback } from './e2b-env.js';
-import { adminKey, api, gatewayUrl } from './helpers.js';
+import { adminKey, api, config, gatewayUrl } from './helpers.js';
 
 // The way an E2B user switches: environment variables only (the URLs are set by ./e2b-env.js).
 process.env.E2B_API_KEY = adminKey;
@@ -96,6 +97,56 @@ describe('sandbox lifecycle', () => {
     expect(res.status).toBe(200);
     const argvs = (res.body!.events as Array<{ type: string; data: { argv?: string[] } }>).filter((e) => e.type === 'command.started').map((e) => e.data.argv);
     expect(argvs).toContainEqual(['/bin/bash', '-l', '-c', 'echo engine']);
+  });
+});
+
+describe('metrics', () => {
+  it('getMetrics: the guest’s CPU, memory and disk every 5 s, the same series as Sandglass’s sbx.metrics()', async () => {
+    const first = await until('two samples', async () => {
+      const m = await sbx.getMetrics();
+      return m.length >= 2 ? m : undefined;
+    });
+    for (const m of first) {
+      expect(m.timestamp).toBeInstanceOf(Date);
+      expect(m.cpuCount).toBeGreaterThanOrEqual(1);
+      expect(m.cpuUsedPct).toBeGreaterThanOrEqual(0);
+      expect(m.cpuUsedPct).toBeLessThanOrEqual(100);
+      expect(m.memTotal).toBeGreaterThan(64 * 2 ** 20);
+      expect(m.memUsed).toBeGreaterThan(0);
+      expect(m.memUsed).toBeLessThan(m.memTotal);
+      expect(m.diskTotal).toBeGreaterThan(m.diskUsed);
+      expect(m.diskUsed).toBeGreaterThan(0);
+    }
+    expect(first[1]!.timestamp.getTime()).toBeGreaterThan(first[0]!.timestamp.getTime());
+
+    // Over time: 32 MiB written to the root filesystem and a busy loop show in later samples.
+    const before = first.at(-1)!;
+    await sbx.commands.run('head -c 33554432 /dev/urandom > /home/user/metrics.bin && sync');
+    const busy = await sbx.commands.run('while :; do :; done', { background: true });
+    const later = await until(
+      'a sample with the file on disk and the loop on the CPU',
+      async () =>
+        (await sbx.getMetrics({ start: new Date(before.timestamp.getTime() + 1000) })).find(
+          (m) => m.diskUsed >= before.diskUsed + 24 * 2 ** 20 && m.cpuUsedPct > 50,
+        ),
+      120_000,
+    );
+    expect(later.timestamp.getTime()).toBeGreaterThan(before.timestamp.getTime());
+    await busy.kill();
+    await sbx.commands.run('rm -f /home/user/metrics.bin');
+
+    // start and end keep only what lies between them; Sandglass's own SDK reads the same series.
+    const own = await (await SandglassSandbox.connect(sbx.sandboxId, config())).metrics();
+    expect(own.length).toBeGreaterThanOrEqual(first.length);
+    expect(own.map((m) => m.timestamp)).toContain(before.timestamp.toISOString());
+    // The SDK sends whole seconds: a window of ±2 s around one sample (they are 5 s apart) holds that one only.
+    const t0 = first[0]!.timestamp.getTime();
+    const window = await sbx.getMetrics({ start: new Date(t0 - 2000), end: new Date(t0 + 2000) });
+    expect(window.map((m) => m.timestamp.getTime())).toEqual([t0]);
+    // E2B's "no such sandbox" for another tenant, as for every other call.
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `e2b-metrics-${RUN}` } });
+    const key = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'admin' } });
+    await expect(Sandbox.getMetrics(sbx.sandboxId, { apiKey: key.body!.key as string })).rejects.toBeInstanceOf(NotFoundError);
   });
 });
 

@@ -16,6 +16,7 @@ import type {
   FsEvent,
   FsEventOp,
   HelloResult,
+  GuestStats,
   ListeningPort,
   NetOpenEvent,
   NetOpenInfo,
@@ -561,6 +562,18 @@ export class AgentClient extends EventEmitter {
     return ports
       .filter((p): p is ListeningPort => Number.isInteger(p?.port) && p.port >= 1 && p.port <= 65535 && typeof p.address === 'string' && p.address.length <= 64)
       .map((p) => ({ port: p.port, address: p.address }));
+  }
+
+  /** The guest's CPU ticks, memory and root filesystem use; the guest writes them, so only sane integers come back. */
+  async sysStats(opts?: CallOptions): Promise<GuestStats> {
+    const raw = await this.call<Record<string, unknown>>('sys.stats', {}, opts);
+    const count = (v: unknown): number | undefined => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : undefined);
+    const out: GuestStats = { cpuCount: Math.max(1, Math.min(count(raw.cpuCount) ?? 1, 1024)) };
+    for (const k of ['cpuTotalTicks', 'cpuIdleTicks', 'memTotalBytes', 'memUsedBytes', 'memCacheBytes', 'diskTotalBytes', 'diskUsedBytes'] as const) {
+      const v = count(raw[k]);
+      if (v !== undefined) out[k] = v;
+    }
+    return out;
   }
 
   /** Stops the relay listener and resets every connection it relayed (their NetConnections are destroyed). */

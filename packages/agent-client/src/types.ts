@@ -128,6 +128,22 @@ export interface NetOpenInfo {
   peer: string;
 }
 
+/** The guest's own account of its load (sys.stats); a figure the guest could not read is absent. */
+export interface GuestStats {
+  cpuCount: number;
+  /** /proc/stat's ticks since boot, all and idle (idle + iowait): CPU use is their change between two samples. */
+  cpuTotalTicks?: number;
+  cpuIdleTicks?: number;
+  memTotalBytes?: number;
+  /** MemTotal − MemAvailable. */
+  memUsedBytes?: number;
+  /** The page cache (Cached). */
+  memCacheBytes?: number;
+  /** The root filesystem's size and its blocks in use. */
+  diskTotalBytes?: number;
+  diskUsedBytes?: number;
+}
+
 /** A TCP socket listening in the guest (net.ports). */
 export interface ListeningPort {
   port: number;

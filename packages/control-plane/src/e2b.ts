@@ -59,8 +59,7 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['POST', '/sandboxes/{sandboxID}/refreshes', 'Sandbox refreshes'],
   ['GET', '/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
-  ['GET', '/sandboxes/{sandboxID}/metrics', 'Sandbox metrics'],
-  ['GET', '/sandboxes/metrics', 'Sandbox metrics'],
+  ['GET', '/sandboxes/metrics', 'The metrics of many sandboxes at once (ask each: GET /sandboxes/{sandboxID}/metrics)'],
   ['GET', '/secrets', "E2B's secrets API (Sandglass secrets are in its own API, /v1/secrets)"],
   ['POST', '/secrets', "E2B's secrets API"],
   ['GET', '/secrets/{secretID}', "E2B's secrets API"],
@@ -407,6 +406,24 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       await live(req, req.params.sandboxID);
       await sandboxes.kill(who(req), req.params.sandboxID);
       return reply.code(204).send();
+    });
+
+    /** The gateway's series in E2B's shape; start and end are whole unix seconds there (end takes in all of its second). */
+    route('GET', '/sandboxes/{sandboxID}/metrics', async (req) => {
+      await live(req, req.params.sandboxID);
+      const iso = (s: number | undefined, plusMs: number) => (s === undefined ? undefined : new Date(s * 1000 + plusMs).toISOString());
+      const { metrics } = await sandboxes.metrics(who(req), req.params.sandboxID, { start: iso(req.query.start, 0), end: iso(req.query.end, 999) });
+      return metrics.map((m) => ({
+        timestamp: m.timestamp,
+        timestampUnix: Math.floor(Date.parse(m.timestamp) / 1000),
+        cpuCount: m.cpuCount,
+        cpuUsedPct: m.cpuUsedPct,
+        memUsed: m.memUsedBytes,
+        memTotal: m.memTotalBytes,
+        memCache: m.memCacheBytes,
+        diskUsed: m.diskUsedBytes,
+        diskTotal: m.diskTotalBytes,
+      }));
     });
 
     route('POST', '/sandboxes/{sandboxID}/timeout', async (req, reply) => {

@@ -32,7 +32,15 @@ import {
   type Snapshot,
   type SnapshotCadence,
 } from './api.js';
-import type { GatewayClient, GatewayCreateRequest, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
+import type {
+  GatewayClient,
+  GatewayCreateRequest,
+  GatewayDirectory,
+  GatewayEndpoint,
+  GatewayForkReply,
+  GatewayForkRequest,
+  GatewayMetrics,
+} from './gateways.js';
 import type { Principal } from './keys.js';
 import { renameRuleField, type SecretStore } from './secrets.js';
 import { findTemplate, findTemplateVersion, versionHolding } from './templates.js';
@@ -355,6 +363,12 @@ export class SandboxService {
     await this.deps.gatewayClient.setNetwork(await this.#gatewayOf(row), id, network);
     await this.deps.events.append({ type: 'sandbox.network_changed', tenantId: who.tenantId, sandboxId: id, data: { ...network } }, { clock: this.deps.clock });
     return { network };
+  }
+
+  /** The running sandbox's samples between `start` and `end` (RFC 3339), from the gateway that runs it. */
+  async metrics(who: Principal, id: string, query: { start?: string; end?: string } = {}): Promise<GatewayMetrics> {
+    const row = await this.#running(who, id, 'read the metrics of');
+    return this.deps.gatewayClient.metrics(await this.#gatewayOf(row), id, query);
   }
 
   /** Requests the sandbox's egress holds for approval; only a running sandbox can have any. */
@@ -862,7 +876,7 @@ export class SandboxService {
   }
 
   /** A sandbox a VM runs for right now: what snapshot and pause need. */
-  async #running(who: Principal, id: string, what: 'snapshot' | 'pause' | 'change the network of'): Promise<SandboxRow> {
+  async #running(who: Principal, id: string, what: 'snapshot' | 'pause' | 'change the network of' | 'read the metrics of'): Promise<SandboxRow> {
     const row = await this.#own(who, id);
     if (row.state === 'running') return row;
     const why =

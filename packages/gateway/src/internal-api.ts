@@ -5,6 +5,7 @@ import type { Gateway } from './gateway.js';
 import type { Sandbox } from './sandbox.js';
 import { internalBearerHook } from './auth.js';
 import { specRoutes } from './spec.js';
+import { metricsView } from './metrics.js';
 
 function sandboxView(s: Sandbox): GatewayApi.components['schemas']['NodeSandbox'] {
   return {
@@ -61,6 +62,7 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       const name = req.body?.name ?? null;
       return reply.status(201).send({ snapshot: await gw.snapshotSandbox(req.params.id, name, { compact: req.body?.compact === true }) });
     });
+    route('GET', '/internal/v1/sandboxes/{id}/metrics', async (req) => metricsView(gw.get(req.params.id).metrics, req.query));
     route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({
       snapshot: await gw.pauseSandbox(req.params.id),
     }));
