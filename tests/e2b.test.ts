@@ -347,6 +347,58 @@ describe('files', () => {
   });
 });
 
+describe('signed file URLs', () => {
+  it('downloadUrl and uploadUrl open one file of one sandbox with the URL alone, until they expire', async () => {
+    // Any envd call shows the gateway the token the SDK signs with.
+    await sbx.files.write('signed/a.txt', 'signed content');
+    const url = await sbx.downloadUrl('signed/a.txt');
+    expect(new URL(url).searchParams.get('signature')).toMatch(/^v1_/);
+    const got = await fetch(url);
+    expect(got.status).toBe(200);
+    expect(await got.text()).toBe('signed content');
+    const upUrl = await sbx.uploadUrl('signed/up.txt', { useSignatureExpiration: 600 });
+    const form = new FormData();
+    form.append('file', new Blob(['uploaded']), 'up.txt');
+    expect((await fetch(upUrl, { method: 'POST', body: form })).status).toBe(200);
+    expect(await sbx.files.read('signed/up.txt')).toBe('uploaded');
+    expect((await sbx.files.getInfo('signed/up.txt')).owner).toBe('user');
+
+    // The signature covers the path, the operation, the user and the expiry: any change is refused (401), and so is
+    // a URL past its expiry, before the guest is asked anything.
+    const status = async (u: string | URL, init?: RequestInit) => (await fetch(u, init)).status;
+    const edit = (u: string, param: string, value: string) => {
+      const e = new URL(u);
+      e.searchParams.set(param, value);
+      return e;
+    };
+    expect(await status(edit(url, 'path', 'signed/up.txt'))).toBe(401);
+    expect(await status(edit(url, 'username', 'root'))).toBe(401);
+    expect(await status(edit(url, 'signature', `v1_${'A'.repeat(43)}`))).toBe(401);
+    expect(await status(edit(upUrl, 'signature_expiration', String(Math.floor(Date.now() / 1000) + 86_400)))).toBe(401);
+    expect(await status(url, { method: 'POST', body: form })).toBe(401);
+    const expired = await sbx.downloadUrl('signed/a.txt', { useSignatureExpiration: -5 });
+    expect(await status(expired)).toBe(401);
+    const unsigned = new URL(url);
+    unsigned.searchParams.delete('signature');
+    expect(await status(unsigned)).toBe(404);
+
+    // Sandbox A's URL never opens sandbox B: it names A through A's token alone, so a path only B has is not found
+    // (in A), and a request that also names B is refused.
+    const other = await Sandbox.create({ timeoutMs: 600_000 });
+    toKill.push(other.sandboxId);
+    // Made before this client's first envd request: the control plane told the gateway of the token it handed out.
+    const first = await fetch(await other.downloadUrl('/etc/hostname'));
+    expect(first.status).toBe(200);
+    await other.files.write('signed/only-b.txt', 'b');
+    const aForB = await sbx.downloadUrl('signed/only-b.txt');
+    expect(await status(aForB)).toBe(404);
+    expect(await status(await other.downloadUrl('signed/only-b.txt'))).toBe(200);
+    expect(await status(url, { headers: { 'E2b-Sandbox-Id': other.sandboxId } })).toBe(403);
+    await other.kill();
+    expect(await status(await sbx.downloadUrl('signed/a.txt'))).toBe(200);
+  });
+});
+
 describe('pty', () => {
   it('runs a shell on a terminal: input, resize, kill', async () => {
     const out: Uint8Array[] = [];

@@ -268,7 +268,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       if (isFinal(s)) throw notFound(id);
       return s;
     };
-    const access = (req: FastifyRequest, id: string) => sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS);
+    const access = (req: FastifyRequest, id: string) => sandboxes.envdAccess(who(req), id, E2B_ENVD_TOKEN_TTL_MS);
     /**
      * What the SDK's getHost(port) appends to `<port>-<id>.`: the port domain with the sandbox's gateway's port, so the
      * name is the gateway's host-name form of that guest port (`sandglass up`: `sandglass.localhost:7071`).

@@ -143,6 +143,10 @@ export class GatewayClient {
     await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/network`, network, this.#requestTimeoutMs);
   }
 
+  async rememberEnvdToken(gateway: GatewayEndpoint, sandboxId: string, token: string): Promise<void> {
+    await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/envd-tokens`, { token }, this.#requestTimeoutMs);
+  }
+
   async metrics(gateway: GatewayEndpoint, sandboxId: string, query: { start?: string; end?: string }): Promise<GatewayMetrics> {
     const qs = new URLSearchParams(Object.entries(query).filter((e): e is [string, string] => e[1] !== undefined)).toString();
     return (await this.#call(gateway, 'GET', `${sandboxPath(sandboxId)}/metrics${qs ? `?${qs}` : ''}`, undefined, this.#requestTimeoutMs)) as GatewayMetrics;

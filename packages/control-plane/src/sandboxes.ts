@@ -344,6 +344,18 @@ export class SandboxService {
     return this.#access(who, row, await this.#gatewayOf(row), ttlMs);
   }
 
+  /**
+   * An access token for E2B's SDK, which also signs file URLs with it by itself: the sandbox's gateway is told of it,
+   * so a URL signed with it opens before the client's first envd request. Telling is best effort: a gateway that did
+   * not hear still learns the token from that first request.
+   */
+  async envdAccess(who: Principal, id: string, ttlMs: number): Promise<Access> {
+    const row = await this.#own(who, id);
+    const granted = await this.access(who, id, ttlMs);
+    await this.deps.gatewayClient.rememberEnvdToken(await this.#gatewayOf(row), id, granted.token).catch(() => undefined);
+    return granted;
+  }
+
   async events(who: Principal, id: string, query: EventsQuery): Promise<StoredEvent[]> {
     await this.#own(who, id);
     const { type, ...page } = query;

@@ -3,7 +3,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import { armedFailpoints, armFailpoint, chaosEnabled, firedFailpoints, SandglassError, type GatewayApi, type NodeKeys } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
 import type { Sandbox } from './sandbox.js';
-import { internalBearerHook } from './auth.js';
+import { checkAccessToken, internalBearerHook } from './auth.js';
+import { envdState } from './e2b/state.js';
 import { specRoutes } from './spec.js';
 import { metricsView } from './metrics.js';
 
@@ -61,6 +62,12 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     route('POST', '/internal/v1/sandboxes/{id}/snapshots', async (req, reply) => {
       const name = req.body?.name ?? null;
       return reply.status(201).send({ snapshot: await gw.snapshotSandbox(req.params.id, name, { compact: req.body?.compact === true }) });
+    });
+    route('POST', '/internal/v1/sandboxes/{id}/envd-tokens', async (req, reply) => {
+      const sbx = gw.get(req.params.id);
+      checkAccessToken(req.body.token, sbx.id, keys, gw.opts.clock, gw.revokedKeys);
+      envdState(sbx).rememberToken(req.body.token);
+      return reply.status(204).send();
     });
     route('GET', '/internal/v1/sandboxes/{id}/metrics', async (req) => metricsView(gw.get(req.params.id).metrics, req.query));
     route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({

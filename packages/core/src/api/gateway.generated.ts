@@ -568,6 +568,25 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/internal/v1/sandboxes/{id}/envd-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description An envd access token the control plane just handed to an E2B client for this running sandbox: the gateway checks it (signature, expiry, revoked key, sandbox) and keeps it among the few that E2B's signed file URLs of this sandbox are checked against, so a URL made before the client's first envd request opens too. */
+        post: operations["nodeRememberEnvdToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/internal/v1/sandboxes/{id}/pause": {
         parameters: {
             query?: never;
@@ -1898,6 +1917,33 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Metrics"];
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeRememberEnvdToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    token: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Kept */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };
