@@ -69,6 +69,9 @@ func statEntry(path string, st fs.FileInfo, names ownerNames) map[string]any {
 	default:
 		e["type"] = "other"
 	}
+	if x := userXattrs(path); x != nil {
+		e["xattrs"] = x
+	}
 	if path == "/" {
 		e["name"] = "/"
 	}
@@ -329,6 +332,7 @@ type writeStream struct {
 	mode      os.FileMode
 	owner     *userInfo // chowned to before the rename, so the file appears in place already owned
 	append    bool
+	xattrs    map[string]string // `user.` attributes set before the rename
 	sizeBytes int64
 	q         *creditQueue
 }
@@ -341,11 +345,15 @@ func fileWrite(c *conn, raw json.RawMessage) (any, func(), error) {
 		Parents  *bool
 		Append   bool
 		Owner    string
+		Xattrs   map[string]string
 	}{}
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
 	if err := checkPath(p.Path); err != nil {
+		return nil, nil, err
+	}
+	if err := checkXattrs(p.Xattrs); err != nil {
 		return nil, nil, err
 	}
 	own, err := resolveOwner(p.Owner)
@@ -365,7 +373,7 @@ func fileWrite(c *conn, raw json.RawMessage) (any, func(), error) {
 	if st, err := os.Stat(p.Path); err == nil && st.IsDir() {
 		return nil, nil, errorf("is_a_directory", "%s is a directory", p.Path)
 	}
-	ws := &writeStream{c: c, id: p.StreamID, path: p.Path, mode: mode, owner: own, append: p.Append}
+	ws := &writeStream{c: c, id: p.StreamID, path: p.Path, mode: mode, owner: own, append: p.Append, xattrs: p.Xattrs}
 	if p.Append {
 		// Appending in place: copying the whole file to a temporary would make repeated
 		// appends quadratic; appended bytes only become visible as they are written.
@@ -434,6 +442,10 @@ func (ws *writeStream) commit() error {
 		if err := ws.f.Chown(int(ws.owner.uid), int(ws.owner.gid)); err != nil {
 			return err
 		}
+	}
+	// Before the rename, so the file appears with its metadata; through the descriptor, as the chown.
+	if err := setXattrs(ws.f, ws.xattrs); err != nil {
+		return err
 	}
 	if !ws.append {
 		// The umask narrowed the mode given to open; the host asked for this one.

@@ -80,6 +80,7 @@ func init() {
 		"net.close":     {fn: netClose, inline: true},
 		"net.dial":      {fn: netDial},
 		"net.ports":     {fn: netPorts},
+		"sys.stats":     {fn: sysStats},
 	}
 }
 

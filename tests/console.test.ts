@@ -376,6 +376,16 @@ describe('console in a browser', () => {
     ).toBe(1);
     await page.screenshot({ path: join(artifacts, '3-terminal.png') });
 
+    // The sandbox's metrics, charted from its gateway's series: CPU, memory and disk as the guest reports them.
+    const metrics = page.getByRole('region', { name: 'Metrics' });
+    await metrics
+      .getByTestId('metric-now')
+      .first()
+      .filter({ hasText: /^\d+ % of \d+ CPU$/ })
+      .waitFor({ timeout: 60_000 });
+    expect(await metrics.getByRole('img').count()).toBe(3);
+    expect(await metrics.getByTestId('metric-now').nth(1).textContent()).toMatch(/^\d+ MiB of \d+ MiB$/);
+
     // The terminal fits its box: a narrower window gives the shell's PTY fewer columns.
     const wide = await terminalSize(page);
     await page.setViewportSize({ width: 900, height: 768 });

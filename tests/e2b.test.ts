@@ -16,9 +16,10 @@ import {
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
+import { Sandbox as SandglassSandbox } from '@sandglass/sdk';
 import { startHttpsUpstream } from '@sandglass/egress/test-support';
 import { offLoopback } from './e2b-env.js';
-import { adminKey, api, gatewayUrl } from './helpers.js';
+import { adminKey, api, config, gatewayUrl } from './helpers.js';
 
 // The way an E2B user switches: environment variables only (the URLs are set by ./e2b-env.js).
 process.env.E2B_API_KEY = adminKey;
@@ -96,6 +97,56 @@ describe('sandbox lifecycle', () => {
     expect(res.status).toBe(200);
     const argvs = (res.body!.events as Array<{ type: string; data: { argv?: string[] } }>).filter((e) => e.type === 'command.started').map((e) => e.data.argv);
     expect(argvs).toContainEqual(['/bin/bash', '-l', '-c', 'echo engine']);
+  });
+});
+
+describe('metrics', () => {
+  it('getMetrics: the guest’s CPU, memory and disk every 5 s, the same series as Sandglass’s sbx.metrics()', async () => {
+    const first = await until('two samples', async () => {
+      const m = await sbx.getMetrics();
+      return m.length >= 2 ? m : undefined;
+    });
+    for (const m of first) {
+      expect(m.timestamp).toBeInstanceOf(Date);
+      expect(m.cpuCount).toBeGreaterThanOrEqual(1);
+      expect(m.cpuUsedPct).toBeGreaterThanOrEqual(0);
+      expect(m.cpuUsedPct).toBeLessThanOrEqual(100);
+      expect(m.memTotal).toBeGreaterThan(64 * 2 ** 20);
+      expect(m.memUsed).toBeGreaterThan(0);
+      expect(m.memUsed).toBeLessThan(m.memTotal);
+      expect(m.diskTotal).toBeGreaterThan(m.diskUsed);
+      expect(m.diskUsed).toBeGreaterThan(0);
+    }
+    expect(first[1]!.timestamp.getTime()).toBeGreaterThan(first[0]!.timestamp.getTime());
+
+    // Over time: 32 MiB written to the root filesystem and a busy loop show in later samples.
+    const before = first.at(-1)!;
+    await sbx.commands.run('head -c 33554432 /dev/urandom > /home/user/metrics.bin && sync');
+    const busy = await sbx.commands.run('while :; do :; done', { background: true });
+    const later = await until(
+      'a sample with the file on disk and the loop on the CPU',
+      async () =>
+        (await sbx.getMetrics({ start: new Date(before.timestamp.getTime() + 1000) })).find(
+          (m) => m.diskUsed >= before.diskUsed + 24 * 2 ** 20 && m.cpuUsedPct > 50,
+        ),
+      120_000,
+    );
+    expect(later.timestamp.getTime()).toBeGreaterThan(before.timestamp.getTime());
+    await busy.kill();
+    await sbx.commands.run('rm -f /home/user/metrics.bin');
+
+    // start and end keep only what lies between them; Sandglass's own SDK reads the same series.
+    const own = await (await SandglassSandbox.connect(sbx.sandboxId, config())).metrics();
+    expect(own.length).toBeGreaterThanOrEqual(first.length);
+    expect(own.map((m) => m.timestamp)).toContain(before.timestamp.toISOString());
+    // The SDK sends whole seconds: a window of ±2 s around one sample (they are 5 s apart) holds that one only.
+    const t0 = first[0]!.timestamp.getTime();
+    const window = await sbx.getMetrics({ start: new Date(t0 - 2000), end: new Date(t0 + 2000) });
+    expect(window.map((m) => m.timestamp.getTime())).toEqual([t0]);
+    // E2B's "no such sandbox" for another tenant, as for every other call.
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `e2b-metrics-${RUN}` } });
+    const key = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: { role: 'admin' } });
+    await expect(Sandbox.getMetrics(sbx.sandboxId, { apiKey: key.body!.key as string })).rejects.toBeInstanceOf(NotFoundError);
   });
 });
 
@@ -246,6 +297,42 @@ describe('files', () => {
     });
   });
 
+  it('keeps file metadata as extended attributes (envd 0.6.2): on the write, getInfo and list entries', async () => {
+    const meta = { origin: 'upload', 'run-id': RUN };
+    const one = await sbx.files.write('meta/a.txt', 'A', { metadata: meta });
+    expect(one).toMatchObject({ path: '/home/user/meta/a.txt', metadata: meta });
+    // Streamed (octet-stream) and multipart uploads both carry it.
+    await sbx.files.write('meta/b.txt', new Blob(['B']).stream(), { metadata: { origin: 'stream' } });
+    await sbx.files.write([{ path: 'meta/c.txt', data: 'C' }], { metadata: { origin: 'multipart' } });
+    expect((await sbx.files.getInfo('meta/a.txt')).metadata).toEqual(meta);
+    const listed = await sbx.files.list('meta');
+    expect(Object.fromEntries(listed.map((e) => [e.name, e.metadata]))).toEqual({
+      'a.txt': meta,
+      'b.txt': { origin: 'stream' },
+      'c.txt': { origin: 'multipart' },
+    });
+    // They are the file's `user.` attributes in the guest, so they go with it: a rename keeps them, a new write of
+    // the path without metadata is a new file without any.
+    await sbx.files.rename('meta/a.txt', 'meta/moved.txt');
+    expect((await sbx.files.getInfo('meta/moved.txt')).metadata).toEqual(meta);
+    await sbx.files.write('meta/moved.txt', 'again');
+    expect((await sbx.files.getInfo('meta/moved.txt')).metadata).toBeUndefined();
+  });
+
+  it('watches with includeEntry (envd 0.6.3): each event carries the entry while it exists', async () => {
+    await sbx.files.makeDir('/home/user/watched-entry');
+    const events: FilesystemEvent[] = [];
+    const w = await sbx.files.watchDir('/home/user/watched-entry', (e) => void events.push(e), { includeEntry: true });
+    await sbx.files.write('/home/user/watched-entry/e.txt', 'xyz', { metadata: { k: 'v' } });
+    // The write renames a finished file into place, so the event that names it sees it whole.
+    const arrived = await until('an event of e.txt with its entry', () => events.find((e) => e.name === 'e.txt' && e.entry !== undefined));
+    expect(arrived.entry).toMatchObject({ name: 'e.txt', type: 'file', path: '/home/user/watched-entry/e.txt', size: 3, owner: 'user', metadata: { k: 'v' } });
+    await sbx.commands.run('rm /home/user/watched-entry/e.txt');
+    const removed = await until('the remove event', () => events.find((e) => e.name === 'e.txt' && e.type === ('remove' as never)));
+    expect(removed.entry).toBeUndefined();
+    await w.stop();
+  });
+
   it('watches a directory', async () => {
     await sbx.files.makeDir('/tmp/watched');
     const events: FilesystemEvent[] = [];
@@ -257,6 +344,58 @@ describe('files', () => {
       return kinds.has('create' as never) && kinds.has('write' as never) && kinds.has('remove' as never) ? true : undefined;
     });
     await w.stop();
+  });
+});
+
+describe('signed file URLs', () => {
+  it('downloadUrl and uploadUrl open one file of one sandbox with the URL alone, until they expire', async () => {
+    // Any envd call shows the gateway the token the SDK signs with.
+    await sbx.files.write('signed/a.txt', 'signed content');
+    const url = await sbx.downloadUrl('signed/a.txt');
+    expect(new URL(url).searchParams.get('signature')).toMatch(/^v1_/);
+    const got = await fetch(url);
+    expect(got.status).toBe(200);
+    expect(await got.text()).toBe('signed content');
+    const upUrl = await sbx.uploadUrl('signed/up.txt', { useSignatureExpiration: 600 });
+    const form = new FormData();
+    form.append('file', new Blob(['uploaded']), 'up.txt');
+    expect((await fetch(upUrl, { method: 'POST', body: form })).status).toBe(200);
+    expect(await sbx.files.read('signed/up.txt')).toBe('uploaded');
+    expect((await sbx.files.getInfo('signed/up.txt')).owner).toBe('user');
+
+    // The signature covers the path, the operation, the user and the expiry: any change is refused (401), and so is
+    // a URL past its expiry, before the guest is asked anything.
+    const status = async (u: string | URL, init?: RequestInit) => (await fetch(u, init)).status;
+    const edit = (u: string, param: string, value: string) => {
+      const e = new URL(u);
+      e.searchParams.set(param, value);
+      return e;
+    };
+    expect(await status(edit(url, 'path', 'signed/up.txt'))).toBe(401);
+    expect(await status(edit(url, 'username', 'root'))).toBe(401);
+    expect(await status(edit(url, 'signature', `v1_${'A'.repeat(43)}`))).toBe(401);
+    expect(await status(edit(upUrl, 'signature_expiration', String(Math.floor(Date.now() / 1000) + 86_400)))).toBe(401);
+    expect(await status(url, { method: 'POST', body: form })).toBe(401);
+    const expired = await sbx.downloadUrl('signed/a.txt', { useSignatureExpiration: -5 });
+    expect(await status(expired)).toBe(401);
+    const unsigned = new URL(url);
+    unsigned.searchParams.delete('signature');
+    expect(await status(unsigned)).toBe(404);
+
+    // Sandbox A's URL never opens sandbox B: it names A through A's token alone, so a path only B has is not found
+    // (in A), and a request that also names B is refused.
+    const other = await Sandbox.create({ timeoutMs: 600_000 });
+    toKill.push(other.sandboxId);
+    // Made before this client's first envd request: the control plane told the gateway of the token it handed out.
+    const first = await fetch(await other.downloadUrl('/etc/hostname'));
+    expect(first.status).toBe(200);
+    await other.files.write('signed/only-b.txt', 'b');
+    const aForB = await sbx.downloadUrl('signed/only-b.txt');
+    expect(await status(aForB)).toBe(404);
+    expect(await status(await other.downloadUrl('signed/only-b.txt'))).toBe(200);
+    expect(await status(url, { headers: { 'E2b-Sandbox-Id': other.sandboxId } })).toBe(403);
+    await other.kill();
+    expect(await status(await sbx.downloadUrl('signed/a.txt'))).toBe(200);
   });
 });
 

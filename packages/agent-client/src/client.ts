@@ -17,6 +17,7 @@ import type {
   FsEvent,
   FsEventOp,
   HelloResult,
+  GuestStats,
   ListeningPort,
   NetOpenEvent,
   NetOpenInfo,
@@ -45,6 +46,8 @@ export interface WriteFileOptions extends CallOptions {
   append?: boolean;
   /** Guest user (name or uid) the file and the directories the write created are chowned to. */
   owner?: string | number;
+  /** `user.` extended attributes (names without the prefix) set on the file before it is renamed into place. */
+  xattrs?: Record<string, string>;
 }
 
 export interface WriteTarOptions extends CallOptions {
@@ -365,6 +368,7 @@ export class AgentClient extends EventEmitter {
     const params: StreamParams<'file.write'> = { path, parents: opts.parents ?? true, append: opts.append ?? false };
     if (opts.mode !== undefined) params.mode = opts.mode;
     if (opts.owner !== undefined) params.owner = String(opts.owner);
+    if (opts.xattrs !== undefined) params.xattrs = opts.xattrs;
     const { sizeBytes } = await this.sendStream('file.write', params, data, opts);
     return { sizeBytes };
   }
@@ -562,6 +566,18 @@ export class AgentClient extends EventEmitter {
     return ports
       .filter((p): p is ListeningPort => Number.isInteger(p?.port) && p.port >= 1 && p.port <= 65535 && typeof p.address === 'string' && p.address.length <= 64)
       .map((p) => ({ port: p.port, address: p.address }));
+  }
+
+  /** The guest's CPU ticks, memory and root filesystem use; the guest writes them, so only sane integers come back. */
+  async sysStats(opts?: CallOptions): Promise<GuestStats> {
+    const raw = await this.call<Record<string, unknown>>('sys.stats', {}, opts);
+    const count = (v: unknown): number | undefined => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : undefined);
+    const out: GuestStats = { cpuCount: Math.max(1, Math.min(count(raw.cpuCount) ?? 1, 1024)) };
+    for (const k of ['cpuTotalTicks', 'cpuIdleTicks', 'memTotalBytes', 'memUsedBytes', 'memCacheBytes', 'diskTotalBytes', 'diskUsedBytes'] as const) {
+      const v = count(raw[k]);
+      if (v !== undefined) out[k] = v;
+    }
+    return out;
   }
 
   /** Stops the relay listener and resets every connection it relayed (their NetConnections are destroyed). */

@@ -52,6 +52,7 @@ const FILE_STAT: Shape<FileStat> = {
     owner: 'string',
     group: 'string',
     symlinkTarget: opt('string'),
+    xattrs: opt({ values: 'string' }),
   },
 };
 const PROC_INFO: Shape<ProcInfo> = {
@@ -100,7 +101,15 @@ const PARAMS: { [M in AgentMethod]: Shape<AgentParams[M]> } = {
   'file.read': STREAM_READ,
   'file.readTar': STREAM_READ,
   'file.write': {
-    fields: { path: 'string', streamId: 'number', mode: opt('number'), parents: opt('boolean'), append: opt('boolean'), owner: opt('string') },
+    fields: {
+      path: 'string',
+      streamId: 'number',
+      mode: opt('number'),
+      parents: opt('boolean'),
+      append: opt('boolean'),
+      owner: opt('string'),
+      xattrs: opt({ values: 'string' }),
+    },
   },
   'file.writeTar': { fields: { path: 'string', streamId: 'number', owner: opt('string') } },
   'fs.watch': { fields: { watchId: 'string', path: 'string', recursive: opt('boolean') } },
@@ -111,6 +120,7 @@ const PARAMS: { [M in AgentMethod]: Shape<AgentParams[M]> } = {
   'net.close': NONE,
   'net.dial': { fields: { streamId: 'number', port: 'number', address: opt('string'), window: opt('number') } },
   'net.ports': NONE,
+  'sys.stats': NONE,
 };
 
 const RESULTS: { [M in AgentMethod]: Shape<AgentResults[M]> } = {
@@ -142,6 +152,18 @@ const RESULTS: { [M in AgentMethod]: Shape<AgentResults[M]> } = {
   'net.close': NONE,
   'net.dial': { fields: { recvWindow: 'number', peer: 'string' } },
   'net.ports': { fields: { ports: { items: { fields: { port: 'number', address: 'string' } } } } },
+  'sys.stats': {
+    fields: {
+      cpuCount: 'number',
+      cpuTotalTicks: opt('number'),
+      cpuIdleTicks: opt('number'),
+      memTotalBytes: opt('number'),
+      memUsedBytes: opt('number'),
+      memCacheBytes: opt('number'),
+      diskTotalBytes: opt('number'),
+      diskUsedBytes: opt('number'),
+    },
+  },
 };
 
 const ERROR: Shape<ErrorInfo> = { fields: { code: 'string', message: 'string' } };

@@ -74,6 +74,8 @@ export interface FileStat {
   /** The name of gid in the guest's /etc/group; "" when it has none. */
   group: string;
   symlinkTarget?: string;
+  /** The path's `user.` extended attributes, names without the prefix; absent when it has none. */
+  xattrs?: Record<string, string>;
 }
 
 export interface ErrorInfo {
@@ -136,6 +138,22 @@ export interface NetOpenInfo {
   peer: string;
 }
 
+/** The guest's own account of its load (sys.stats); a figure the guest could not read is absent. */
+export interface GuestStats {
+  cpuCount: number;
+  /** /proc/stat's ticks since boot, all and idle (idle + iowait): CPU use is their change between two samples. */
+  cpuTotalTicks?: number;
+  cpuIdleTicks?: number;
+  memTotalBytes?: number;
+  /** MemTotal − MemAvailable. */
+  memUsedBytes?: number;
+  /** The page cache (Cached). */
+  memCacheBytes?: number;
+  /** The root filesystem's size and its blocks in use. */
+  diskTotalBytes?: number;
+  diskUsedBytes?: number;
+}
+
 /** A TCP socket listening in the guest (net.ports). */
 export interface ListeningPort {
   port: number;
@@ -176,7 +194,7 @@ export interface AgentParams {
   'file.rename': { from: string; to: string };
   'file.read': { path: string; streamId: number; window?: number };
   'file.readTar': { path: string; streamId: number; window?: number };
-  'file.write': { path: string; streamId: number; mode?: number; parents?: boolean; append?: boolean; owner?: string };
+  'file.write': { path: string; streamId: number; mode?: number; parents?: boolean; append?: boolean; owner?: string; xattrs?: Record<string, string> };
   'file.writeTar': { path: string; streamId: number; owner?: string };
   'fs.watch': { watchId: string; path: string; recursive?: boolean };
   'fs.unwatch': { watchId: string };
@@ -186,6 +204,7 @@ export interface AgentParams {
   'net.close': NoFields;
   'net.dial': { streamId: number; port: number; address?: string; window?: number };
   'net.ports': NoFields;
+  'sys.stats': NoFields;
 }
 
 /**
@@ -221,6 +240,7 @@ export interface AgentResults {
   'net.close': NoFields;
   'net.dial': { recvWindow: number; peer: string };
   'net.ports': { ports: ListeningPort[] };
+  'sys.stats': GuestStats;
 }
 
 export type AgentMethod = keyof AgentParams;

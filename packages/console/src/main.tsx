@@ -1,6 +1,6 @@
-// The console's pages: sign-in, the live sandbox list with the New sandbox form, and a sandbox's terminal, files,
-// background commands, listening ports and snapshot timeline; its network policy, egress and the tenant's secrets; its
-// event log with the chain verified; the tenant's templates with their versions and builds.
+// The console's pages: sign-in, the live sandbox list with the New sandbox form, and a sandbox's terminal, metrics,
+// files, background commands, listening ports and snapshot timeline; its network policy, egress and the tenant's
+// secrets; its event log with the chain verified; the tenant's templates with their versions and builds.
 import { StrictMode, useCallback, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { ApiError, type Approval, call, followEvents, type LogEvent, type Sandbox, type Snapshot, type SnapshotCadence } from './api.js';
@@ -12,6 +12,7 @@ import { NetworkPage, Secrets } from './network.tsx';
 import { Ports } from './ports.tsx';
 import { NewSandbox, TemplatePage, TemplatesPage } from './templates.tsx';
 import { Terminal } from './terminal.tsx';
+import { Metrics } from './metrics.tsx';
 import { Timeline } from './timeline.tsx';
 import './styles.css';
 
@@ -311,6 +312,7 @@ function SandboxPage({ id, tab }: { id: string; tab: Tab }) {
       {tab === 'overview' && current?.state === 'running' && (
         <>
           <Terminal key={`${id}-${vm}`} sandboxId={id} vm={vm} />
+          <Metrics key={`metrics-${id}-${vm}`} sandboxId={id} />
           <div className="columns">
             <FileBrowser key={`files-${id}-${vm}`} sandboxId={id} />
             <BackgroundCommands key={`commands-${id}-${vm}`} sandboxId={id} version={commandsVersion} />

@@ -221,7 +221,7 @@ describe('auth and errors', () => {
   it('answers 501 naming the feature for E2B routes Sandglass does not serve, and 404 in E2B format for unknown ones', async () => {
     for (const [method, url] of [
       ['GET', '/templates'],
-      ['GET', '/sandboxes/sbx_x/metrics'],
+      ['GET', '/sandboxes/metrics'],
       ['POST', '/sandboxes/sbx_x/refreshes'],
       ['GET', '/volumes'],
     ] as const) {
@@ -273,7 +273,7 @@ describe('create', () => {
       sandboxID: sbx.sandboxID,
       alias: 'base',
       clientID: 'sandglass',
-      envdVersion: '0.5.7',
+      envdVersion: '0.6.3',
       cpuCount: 1,
       memoryMB: 512,
       metadata: { team: 'a' },

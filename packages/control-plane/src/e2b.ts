@@ -28,10 +28,11 @@ import { findTemplate, findTemplateVersion, listTemplates } from './templates.js
 export const E2B_SPEC = fileURLToPath(new URL('../../../spec/e2b.yaml', import.meta.url));
 
 /**
- * The envd version the gateway's E2B layer speaks: ≥0.5.7 makes the SDK upload raw octet-stream bodies, ≥0.5.2 close
- * stdin, ≥0.4.0 send no default user. Features the SDK gates on later versions (file metadata, watch entries) stay off.
+ * The envd version the gateway's E2B layer speaks: ≥0.6.3 lets the SDK ask for watch events' entries, ≥0.6.2 send
+ * file metadata, ≥0.5.7 upload raw octet-stream bodies, ≥0.5.2 close stdin, ≥0.4.0 send no default user. 0.6.4
+ * (watches on network mounts) is not claimed: a guest has none. The gateway's ENVD_VERSION says the same.
  */
-export const E2B_ENVD_VERSION = '0.5.7';
+export const E2B_ENVD_VERSION = '0.6.3';
 /** E2B's deprecated client id: one constant, there being no E2B cluster client behind it. */
 const CLIENT_ID = 'sandglass';
 /**
@@ -58,8 +59,7 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['POST', '/sandboxes/{sandboxID}/refreshes', 'Sandbox refreshes'],
   ['GET', '/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
-  ['GET', '/sandboxes/{sandboxID}/metrics', 'Sandbox metrics'],
-  ['GET', '/sandboxes/metrics', 'Sandbox metrics'],
+  ['GET', '/sandboxes/metrics', 'The metrics of many sandboxes at once (ask each: GET /sandboxes/{sandboxID}/metrics)'],
   ['GET', '/secrets', "E2B's secrets API (Sandglass secrets are in its own API, /v1/secrets)"],
   ['POST', '/secrets', "E2B's secrets API"],
   ['GET', '/secrets/{secretID}', "E2B's secrets API"],
@@ -268,7 +268,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       if (isFinal(s)) throw notFound(id);
       return s;
     };
-    const access = (req: FastifyRequest, id: string) => sandboxes.access(who(req), id, E2B_ENVD_TOKEN_TTL_MS);
+    const access = (req: FastifyRequest, id: string) => sandboxes.envdAccess(who(req), id, E2B_ENVD_TOKEN_TTL_MS);
     /**
      * What the SDK's getHost(port) appends to `<port>-<id>.`: the port domain with the sandbox's gateway's port, so the
      * name is the gateway's host-name form of that guest port (`sandglass up`: `sandglass.localhost:7071`).
@@ -406,6 +406,24 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       await live(req, req.params.sandboxID);
       await sandboxes.kill(who(req), req.params.sandboxID);
       return reply.code(204).send();
+    });
+
+    /** The gateway's series in E2B's shape; start and end are whole unix seconds there (end takes in all of its second). */
+    route('GET', '/sandboxes/{sandboxID}/metrics', async (req) => {
+      await live(req, req.params.sandboxID);
+      const iso = (s: number | undefined, plusMs: number) => (s === undefined ? undefined : new Date(s * 1000 + plusMs).toISOString());
+      const { metrics } = await sandboxes.metrics(who(req), req.params.sandboxID, { start: iso(req.query.start, 0), end: iso(req.query.end, 999) });
+      return metrics.map((m) => ({
+        timestamp: m.timestamp,
+        timestampUnix: Math.floor(Date.parse(m.timestamp) / 1000),
+        cpuCount: m.cpuCount,
+        cpuUsedPct: m.cpuUsedPct,
+        memUsed: m.memUsedBytes,
+        memTotal: m.memTotalBytes,
+        memCache: m.memCacheBytes,
+        diskUsed: m.diskUsedBytes,
+        diskTotal: m.diskTotalBytes,
+      }));
     });
 
     route('POST', '/sandboxes/{sandboxID}/timeout', async (req, reply) => {

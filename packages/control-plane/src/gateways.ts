@@ -54,6 +54,7 @@ type InternalBody<Op extends keyof GatewayApi.operations> = NonNullable<RequestB
 export type GatewayCreateRequest = InternalBody<'nodeCreateSandbox'>;
 export type GatewayCreateReply = GatewaySchemas['NodeSandbox'];
 export type GatewaySnapshotReply = GatewaySchemas['SnapshotReply'];
+export type GatewayMetrics = GatewaySchemas['Metrics'];
 /** The policy and secrets the sandbox had when paused, so its new VM gets the same egress. */
 export type GatewayResumeRequest = InternalBody<'nodeResumeSandbox'>;
 export type GatewayApprovalDecision = InternalBody<'nodeDecideApproval'>;
@@ -140,6 +141,15 @@ export class GatewayClient {
 
   async setNetwork(gateway: GatewayEndpoint, sandboxId: string, network: NetworkPolicy): Promise<void> {
     await this.#call(gateway, 'PUT', `${sandboxPath(sandboxId)}/network`, network, this.#requestTimeoutMs);
+  }
+
+  async rememberEnvdToken(gateway: GatewayEndpoint, sandboxId: string, token: string): Promise<void> {
+    await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/envd-tokens`, { token }, this.#requestTimeoutMs);
+  }
+
+  async metrics(gateway: GatewayEndpoint, sandboxId: string, query: { start?: string; end?: string }): Promise<GatewayMetrics> {
+    const qs = new URLSearchParams(Object.entries(query).filter((e): e is [string, string] => e[1] !== undefined)).toString();
+    return (await this.#call(gateway, 'GET', `${sandboxPath(sandboxId)}/metrics${qs ? `?${qs}` : ''}`, undefined, this.#requestTimeoutMs)) as GatewayMetrics;
   }
 
   async listApprovals(gateway: GatewayEndpoint, sandboxId: string): Promise<ApprovalRequest[]> {

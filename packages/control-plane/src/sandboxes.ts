@@ -32,7 +32,15 @@ import {
   type Snapshot,
   type SnapshotCadence,
 } from './api.js';
-import type { GatewayClient, GatewayCreateRequest, GatewayDirectory, GatewayEndpoint, GatewayForkReply, GatewayForkRequest } from './gateways.js';
+import type {
+  GatewayClient,
+  GatewayCreateRequest,
+  GatewayDirectory,
+  GatewayEndpoint,
+  GatewayForkReply,
+  GatewayForkRequest,
+  GatewayMetrics,
+} from './gateways.js';
 import type { Principal } from './keys.js';
 import { renameRuleField, type SecretStore } from './secrets.js';
 import { findTemplate, findTemplateVersion, versionHolding } from './templates.js';
@@ -338,6 +346,18 @@ export class SandboxService {
     return this.#access(who, row, await this.#gatewayOf(row), ttlMs);
   }
 
+  /**
+   * An access token for E2B's SDK, which also signs file URLs with it by itself: the sandbox's gateway is told of it,
+   * so a URL signed with it opens before the client's first envd request. Telling is best effort: a gateway that did
+   * not hear still learns the token from that first request.
+   */
+  async envdAccess(who: Principal, id: string, ttlMs: number): Promise<Access> {
+    const row = await this.#own(who, id);
+    const granted = await this.access(who, id, ttlMs);
+    await this.deps.gatewayClient.rememberEnvdToken(await this.#gatewayOf(row), id, granted.token).catch(() => undefined);
+    return granted;
+  }
+
   async events(who: Principal, id: string, query: EventsQuery): Promise<StoredEvent[]> {
     await this.#own(who, id);
     const { type, ...page } = query;
@@ -357,6 +377,12 @@ export class SandboxService {
     await this.deps.gatewayClient.setNetwork(await this.#gatewayOf(row), id, network);
     await this.deps.events.append({ type: 'sandbox.network_changed', tenantId: who.tenantId, sandboxId: id, data: { ...network } }, { clock: this.deps.clock });
     return { network };
+  }
+
+  /** The running sandbox's samples between `start` and `end` (RFC 3339), from the gateway that runs it. */
+  async metrics(who: Principal, id: string, query: { start?: string; end?: string } = {}): Promise<GatewayMetrics> {
+    const row = await this.#running(who, id, 'read the metrics of');
+    return this.deps.gatewayClient.metrics(await this.#gatewayOf(row), id, query);
   }
 
   /** Requests the sandbox's egress holds for approval; only a running sandbox can have any. */
@@ -864,7 +890,7 @@ export class SandboxService {
   }
 
   /** A sandbox a VM runs for right now: what snapshot and pause need. */
-  async #running(who: Principal, id: string, what: 'snapshot' | 'pause' | 'change the network of'): Promise<SandboxRow> {
+  async #running(who: Principal, id: string, what: 'snapshot' | 'pause' | 'change the network of' | 'read the metrics of'): Promise<SandboxRow> {
     const row = await this.#own(who, id);
     if (row.state === 'running') return row;
     const why =

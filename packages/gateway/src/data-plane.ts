@@ -14,6 +14,7 @@ import { accessTokenHook } from './auth.js';
 import { OUTPUT_WINDOW_BYTES, pacedSender } from './output-pacing.js';
 import { GuestReader, HubFollower, hubSnapshot, hubSource } from './output-read.js';
 import { hubKey } from './output-hub.js';
+import { metricsView } from './metrics.js';
 
 export const MAX_UPLOAD_BYTES = 4 * 1024 ** 3;
 const MAX_STDIN_BYTES = 16 * 1024 * 1024;
@@ -89,6 +90,8 @@ export function dataPlaneApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     }));
 
     route('GET', '/v1/sandboxes/{id}/commands/{cid}', async (req) => commandView(sbxOf(req).command(req.params.cid)));
+
+    route('GET', '/v1/sandboxes/{id}/metrics', async (req) => metricsView(sbxOf(req).metrics, req.query));
 
     const runningCommand = (req: { params: { id: string; cid: string } }) => {
       const sbx = sbxOf(req);

@@ -70,9 +70,10 @@ export class SandboxFiles {
 
   /**
    * Writes `data` to `path` (the agent renames it into place once complete) and records file.written. With `owner`
-   * the file, and every directory the write created, belong to that guest user and its primary group.
+   * the file, and every directory the write created, belong to that guest user and its primary group; `xattrs` are
+   * set on it as `user.` extended attributes before it appears.
    */
-  async write(path: string, data: Readable, opts: { mode?: number; owner?: GuestOwner } = {}): Promise<{ sizeBytes: number }> {
+  async write(path: string, data: Readable, opts: { mode?: number; owner?: GuestOwner; xattrs?: Record<string, string> } = {}): Promise<{ sizeBytes: number }> {
     const agent = this.host.requireRunning();
     // The content is recorded as it streams past (parts staged behind the write), never held whole.
     const tee = this.host.recorder?.()?.tee();
@@ -81,8 +82,15 @@ export class SandboxFiles {
       source = tee.stream;
       pipeline(data, tee.stream).catch((e: unknown) => tee.stream.destroy(e as Error));
     }
-    const { sizeBytes } = await viaAgent(agent.writeFile(path, source, { mode: opts.mode ?? 0o644, owner: opts.owner }), { path });
-    await this.host.record('file.written', { path, sizeBytes, ...(tee ? { contentId: tee.ref().contentId } : {}) });
+    const { sizeBytes } = await viaAgent(agent.writeFile(path, source, { mode: opts.mode ?? 0o644, owner: opts.owner, xattrs: opts.xattrs }), {
+      path,
+    });
+    await this.host.record('file.written', {
+      path,
+      sizeBytes,
+      ...(tee ? { contentId: tee.ref().contentId } : {}),
+      ...(opts.xattrs !== undefined ? { xattrs: opts.xattrs } : {}),
+    });
     return { sizeBytes };
   }
 

@@ -3,8 +3,10 @@ import type { FastifyPluginAsync } from 'fastify';
 import { armedFailpoints, armFailpoint, chaosEnabled, firedFailpoints, SandglassError, type GatewayApi, type NodeKeys } from '@sandglass/core';
 import type { Gateway } from './gateway.js';
 import { checkDefaults, type Sandbox } from './sandbox.js';
-import { internalBearerHook } from './auth.js';
+import { checkAccessToken, internalBearerHook } from './auth.js';
+import { envdState } from './e2b/state.js';
 import { specRoutes } from './spec.js';
+import { metricsView } from './metrics.js';
 
 function sandboxView(s: Sandbox): GatewayApi.components['schemas']['NodeSandbox'] {
   return {
@@ -61,6 +63,13 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       const name = req.body?.name ?? null;
       return reply.status(201).send({ snapshot: await gw.snapshotSandbox(req.params.id, name, { compact: req.body?.compact === true }) });
     });
+    route('POST', '/internal/v1/sandboxes/{id}/envd-tokens', async (req, reply) => {
+      const sbx = gw.get(req.params.id);
+      checkAccessToken(req.body.token, sbx.id, keys, gw.opts.clock, gw.revokedKeys);
+      envdState(sbx).rememberToken(req.body.token);
+      return reply.status(204).send();
+    });
+    route('GET', '/internal/v1/sandboxes/{id}/metrics', async (req) => metricsView(gw.get(req.params.id).metrics, req.query));
     route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({
       snapshot: await gw.pauseSandbox(req.params.id),
     }));

@@ -15,6 +15,7 @@ import type { TemplateSnapshot } from './templates.js';
 import type { GatewayEvents } from './events.js';
 import { SandboxFiles } from './files.js';
 import { guestPath } from './paths.js';
+import { METRICS_INTERVAL_MS, MetricsSeries } from './metrics.js';
 import { Recorder, type ContentRef } from './recording.js';
 
 export interface CommandRecord {
@@ -124,6 +125,7 @@ export class Sandbox {
   readonly startedAt: string;
   readonly commands = new Map<string, CommandRecord>();
   readonly files: SandboxFiles;
+  readonly metrics = new MetricsSeries();
   #state: SandboxState = 'starting';
   #vm?: Vm;
   #agent?: AgentClient;
@@ -141,6 +143,7 @@ export class Sandbox {
   private readonly starting = new Map<string, Record<string, unknown> | undefined>();
   private timeoutTimer?: Timer;
   private healthTimer?: Timer;
+  private metricsTimer?: Timer;
   private readonly commandTimers = new Map<string, Timer>();
   private ending?: Promise<void>;
   private readonly events: GatewayEvents;
@@ -316,6 +319,7 @@ export class Sandbox {
     this.#state = 'running';
     this.armTimeout();
     this.healthTimer = this.clock.setInterval(() => void this.checkHealth(), this.health.intervalMs);
+    this.metricsTimer = this.clock.setInterval(() => void this.sampleMetrics(), METRICS_INTERVAL_MS);
     return { restoreMs: performance.now() - t0, pooled: warm !== undefined };
   }
 
@@ -390,6 +394,16 @@ export class Sandbox {
   }
 
   private misses = 0;
+
+  private async sampleMetrics(): Promise<void> {
+    const agent = this.#agent;
+    if (this.#state !== 'running' || !agent) return;
+    try {
+      this.metrics.add(await agent.sysStats({ timeoutMs: METRICS_INTERVAL_MS }), this.clock.nowMs());
+    } catch {
+      // A missed sample is a gap in the series, not a fault: the health check is what judges the agent.
+    }
+  }
 
   private async checkHealth(): Promise<void> {
     if (this.#state !== 'running' || !this.#agent) return;
@@ -619,6 +633,7 @@ export class Sandbox {
     if (recorder) await (this.#captureBase ? recorder.close() : recorder.discard()).catch(() => undefined);
     this.timeoutTimer?.cancel();
     this.healthTimer?.cancel();
+    this.metricsTimer?.cancel();
     for (const t of this.commandTimers.values()) t.cancel();
     this.commandTimers.clear();
     void this.#agent?.close();

@@ -7,7 +7,7 @@ import { InvalidArgumentError, NotFoundError, SandglassError } from './errors.js
 import { Files } from './files.js';
 import { Ports } from './ports.js';
 import { Pty } from './pty.js';
-import type { ControlPlaneReply } from './replies.js';
+import type { ControlPlaneReply, GatewayReply } from './replies.js';
 import { runReplay, type ReplayRunOptions } from './replay.js';
 import type { ReplayReport } from './replay-report.js';
 import type {
@@ -18,6 +18,7 @@ import type {
   SandboxInfo,
   SandboxState,
   SnapshotCadence,
+  SandboxMetric,
   SnapshotInfo,
   TemplateInfo,
 } from './types.js';
@@ -398,6 +399,18 @@ export class Sandbox {
   /** Replaces the egress policy of the running sandbox; answers the policy now in force. */
   async setNetwork(network: Partial<NetworkPolicy>): Promise<NetworkPolicy> {
     return (await this.controlPlane.json<ControlPlaneReply<'setSandboxNetwork'>>('PUT', `${sandboxPath(this.id)}/network`, { json: network })).network;
+  }
+
+  /**
+   * The running sandbox's CPU, memory and disk over the last hour, oldest first: one sample every 5 s, from its
+   * gateway's memory (a resume or a move starts a new series). `start`/`end` keep only the samples between them.
+   */
+  async metrics(opts: { start?: Date; end?: Date } = {}): Promise<SandboxMetric[]> {
+    const query = new URLSearchParams();
+    if (opts.start !== undefined) query.set('start', opts.start.toISOString());
+    if (opts.end !== undefined) query.set('end', opts.end.toISOString());
+    const qs = query.toString();
+    return (await this.dataPlane.json<GatewayReply<'getMetrics'>>('GET', `/metrics${qs ? `?${qs}` : ''}`)).metrics;
   }
 
   /** Requests the sandbox's egress holds until someone approves using a secret in them. */

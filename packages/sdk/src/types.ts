@@ -55,6 +55,9 @@ export type AuditPublicKey = ControlPlaneSchemas['AuditPublicKey'];
 /** A process in the sandbox, as the gateway reports it. */
 export type CommandInfo = GatewaySchemas['Command'];
 
+/** One sample of a running sandbox's CPU, memory and disk (the guest's own figures), taken every few seconds. */
+export type SandboxMetric = GatewaySchemas['Metrics']['metrics'][number];
+
 /** The signals the gateway forwards to a command's process group. */
 export type SignalName = GatewaySchemas['Signal']['signal'];
 

@@ -73,6 +73,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxID}/metrics": {
+        parameters: {
+            query?: {
+                /** @description Unix seconds: only samples at or after it */
+                start?: number;
+                /** @description Unix seconds: only samples at or before it (the whole second) */
+                end?: number;
+            };
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        /** @description The running sandbox's samples over the last hour, one every 5 s (Sandglass's GET /v1/sandboxes/{id}/metrics on its gateway, in E2B's shape). */
+        get: operations["e2bGetMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{sandboxID}/timeout": {
         parameters: {
             query?: never;
@@ -265,6 +289,18 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        SandboxMetric: {
+            /** Format: date-time */
+            timestamp: string;
+            timestampUnix: number;
+            cpuCount: number;
+            cpuUsedPct: number;
+            memUsed: number;
+            memTotal: number;
+            memCache: number;
+            diskUsed: number;
+            diskTotal: number;
+        };
         Error: {
             /** @description The HTTP status. */
             code: number;
@@ -628,6 +664,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bGetMetrics: {
+        parameters: {
+            query?: {
+                /** @description Unix seconds: only samples at or after it */
+                start?: number;
+                /** @description Unix seconds: only samples at or before it (the whole second) */
+                end?: number;
+            };
+            header?: never;
+            path: {
+                sandboxID: components["parameters"]["sandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxMetric"][];
+                };
             };
             default: components["responses"]["Error"];
         };

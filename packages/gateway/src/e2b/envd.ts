@@ -13,11 +13,13 @@ import * as fsRpc from './filesystem.js';
 import * as procRpc from './process.js';
 import type { EnvdUser } from './process.js';
 import { ServerStream, streamRequest, toConnectError, unaryRequest } from './rpc.js';
+import { signedFileRequest, signedFileTarget } from './signed.js';
+import { envdState } from './state.js';
 
 /** The one guest port served: envd's. Sandglass exposes no other guest port to the network. */
 export const ENVD_PORT = 49983;
 /** The envd version reported to the SDK (by the control plane): what this translation implements. */
-export const ENVD_VERSION = '0.5.7';
+export const ENVD_VERSION = '0.6.3';
 const DEFAULT_USER = 'user';
 
 declare module 'fastify' {
@@ -115,6 +117,21 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
 
     scope.addHook('onRequest', async (req, reply) => {
       const token = header(req, 'x-access-token');
+      // A signed file URL (downloadUrl, uploadUrl) carries no token and, as the SDK builds it, no sandbox id either: its
+      // signature names the sandbox, and is checked before anything else is looked at.
+      const bare = req.url.split('?')[0];
+      const signed =
+        token === undefined && bare === (opts.hostForm ? '/files' : '/e2b/files')
+          ? signedFileRequest(req.method, (req.query ?? {}) as Record<string, unknown>)
+          : undefined;
+      if (signed !== undefined) {
+        const { sbx, token: made } = signedFileTarget(signed, gw.sandboxes.values(), clock.nowMs());
+        checkAccessToken(made, sbx.id, keys, clock, gw.revokedKeys);
+        const named = header(req, 'e2b-sandbox-id') ?? HOST_FORM.exec(header(req, 'host') ?? '')?.[2];
+        if (named !== undefined && named !== sbx.id) throw new SandglassError('permission_denied', 'This file URL was signed for another sandbox.');
+        contexts.set(req, { sbx, user: userOf(req) });
+        return;
+      }
       const { sandboxId, port } = targetOf(req, opts.hostForm, () =>
         token === undefined ? undefined : verifyAccessToken(token, keys.accessToken, clock.nowMs()).sbx,
       );
@@ -145,6 +162,7 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
         }
         throw new EdgeError(502, `Sandbox ${sandboxId} is not running (paused, killed or not on this node).`);
       }
+      envdState(sbx).rememberToken(token);
       contexts.set(req, { sbx, user: userOf(req, sbx.defaults.user) });
     });
 

@@ -1,5 +1,5 @@
 // envd's plain HTTP routes: GET /files (a raw download), POST /files (multipart or octet-stream uploads, maybe
-// gzip), both streamed between the client and the guest agent without holding a whole file.
+// gzip, with envd 0.6.2's metadata headers), both streamed between the client and the guest agent without holding a whole file.
 import { posix } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -45,16 +45,50 @@ export interface WrittenFile {
   name: string;
   type: 'file';
   path: string;
+  metadata?: Record<string, string>;
+}
+
+/** envd 0.6.2's file metadata: each `X-Metadata-<key>: <value>` header of an upload, stored as `user.<key>`. */
+const METADATA_HEADER = /^x-metadata-(.*)$/i;
+/** The SDK's own rules (HTTP token keys, printable US-ASCII values), checked again: the client is not trusted. */
+const METADATA_KEY = /^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/;
+const METADATA_VALUE = /^[\x20-\x7e]*$/;
+/** Bounds of the guest agent (agent/xattr_linux.go), refused here before any byte is sent. */
+const MAX_METADATA_KEYS = 64;
+const MAX_METADATA_KEY_BYTES = 250;
+const MAX_METADATA_VALUE_BYTES = 4096;
+
+/**
+ * The upload's metadata from its raw headers, or 400 naming the bad one. Keys are lower-cased: a header name has no
+ * case, and the SDK's fetch sends every name lower-cased anyway, so the caller's spelling never arrives.
+ */
+export function uploadMetadata(rawHeaders: string[]): Record<string, string> | undefined {
+  let out: Record<string, string> | undefined;
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const m = METADATA_HEADER.exec(rawHeaders[i]!);
+    if (!m) continue;
+    const key = m[1]!.toLowerCase();
+    const value = rawHeaders[i + 1]!;
+    if (!METADATA_KEY.test(key) || key.length > MAX_METADATA_KEY_BYTES)
+      throw new EnvdHttpError(400, `metadata key ${JSON.stringify(key)}: 1 to ${MAX_METADATA_KEY_BYTES} HTTP token characters`);
+    if (!METADATA_VALUE.test(value) || value.length > MAX_METADATA_VALUE_BYTES)
+      throw new EnvdHttpError(400, `metadata value of ${JSON.stringify(key)}: at most ${MAX_METADATA_VALUE_BYTES} printable US-ASCII characters`);
+    out ??= {};
+    if (key in out) throw new EnvdHttpError(400, `metadata key ${JSON.stringify(key)} is sent twice`);
+    out[key] = value;
+  }
+  if (out !== undefined && Object.keys(out).length > MAX_METADATA_KEYS) throw new EnvdHttpError(400, `metadata: at most ${MAX_METADATA_KEYS} keys a file`);
+  return out;
 }
 
 /** Streams one file to the guest as the user (who owns it and any directories the write created). */
-async function writeOne(sbx: Sandbox, user: EnvdUser, path: string, data: Readable): Promise<WrittenFile> {
+async function writeOne(sbx: Sandbox, user: EnvdUser, path: string, data: Readable, metadata?: Record<string, string>): Promise<WrittenFile> {
   const target = user.resolve(path, 'path');
   const limited = limitBytes(MAX_UPLOAD_BYTES);
   const piping = pipeline(data, limited).catch((e: unknown) => limited.destroy(e as Error));
-  await sbx.files.write(target, limited, { owner: user.name });
+  await sbx.files.write(target, limited, { owner: user.name, ...(metadata !== undefined ? { xattrs: metadata } : {}) });
   await piping;
-  return { name: posix.basename(target), type: 'file', path: target };
+  return { name: posix.basename(target), type: 'file', path: target, ...(metadata !== undefined ? { metadata } : {}) };
 }
 
 /**
@@ -63,6 +97,7 @@ async function writeOne(sbx: Sandbox, user: EnvdUser, path: string, data: Readab
  */
 export async function upload(sbx: Sandbox, user: EnvdUser, raw: IncomingMessage, queryPath: unknown): Promise<WrittenFile[]> {
   const path = typeof queryPath === 'string' && queryPath !== '' ? queryPath : undefined;
+  const metadata = uploadMetadata(raw.rawHeaders);
   const encoding = (raw.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
   if (!['identity', 'gzip', 'x-gzip'].includes(encoding)) throw new EnvdHttpError(400, `Content-Encoding ${encoding} is not supported; send gzip or nothing`);
   // pipe, not pipeline: a failed upload must not destroy the request, whose socket still carries the answer.
@@ -81,7 +116,7 @@ export async function upload(sbx: Sandbox, user: EnvdUser, raw: IncomingMessage,
         if (path !== undefined && written.length > 0) throw new EnvdHttpError(400, 'the path query parameter names a single file; send one file part');
         const target = path ?? info.filename;
         if (!target) throw new EnvdHttpError(400, 'a file part needs its path as filename (or the path query parameter)');
-        written.push(await writeOne(sbx, user, target, data));
+        written.push(await writeOne(sbx, user, target, data, metadata));
       });
     } catch (err) {
       if (err instanceof MultipartError) throw new EnvdHttpError(400, `malformed multipart body: ${err.message}`);
@@ -93,7 +128,7 @@ export async function upload(sbx: Sandbox, user: EnvdUser, raw: IncomingMessage,
   const media = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
   if (media !== 'application/octet-stream') throw new EnvdHttpError(400, 'uploads are multipart/form-data or application/octet-stream');
   if (path === undefined) throw new EnvdHttpError(400, 'path: the query parameter is required for an application/octet-stream upload');
-  return [await writeOne(sbx, user, path, body)];
+  return [await writeOne(sbx, user, path, body, metadata)];
 }
 
 /** The HTTP status and message of a failed envd HTTP route. */

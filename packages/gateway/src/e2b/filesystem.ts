@@ -6,7 +6,7 @@ import { SandglassError, type Clock } from '@sandglass/core';
 import type { FsEventOp } from '@sandglass/agent-client';
 import type { Sandbox } from '../sandbox.js';
 import { ConnectError } from './connect.js';
-import { entryInfo, listDirRequest, moveRequest, pathRequest, watcherIdRequest, watchRequest, type EventTypeName, type StatLike } from './messages.js';
+import { entryInfo, listDirRequest, moveRequest, pathRequest, watcherIdRequest, watchRequest, type FilesystemEvent, type StatLike } from './messages.js';
 import type { EnvdUser } from './process.js';
 import type { ServerStream } from './rpc.js';
 import { MAX_WATCHER_EVENTS, MAX_WATCHERS, envdState } from './state.js';
@@ -52,7 +52,7 @@ export async function remove(sbx: Sandbox, user: EnvdUser, body: unknown) {
   return {};
 }
 
-const EVENT_OF: Record<FsEventOp, EventTypeName> = {
+const EVENT_OF: Record<FsEventOp, FilesystemEvent['type']> = {
   create: 'EVENT_TYPE_CREATE',
   write: 'EVENT_TYPE_WRITE',
   remove: 'EVENT_TYPE_REMOVE',
@@ -61,25 +61,38 @@ const EVENT_OF: Record<FsEventOp, EventTypeName> = {
 };
 
 /**
- * Opens a guest watch on a directory that must exist. onEvent gets E2B's events (names relative to the directory);
- * onLost runs when the guest dropped events (its queue overflowed) or the watch ended with the agent's connection.
+ * Opens a guest watch on a directory that must exist. onEvent gets E2B's events (names relative to the directory),
+ * with includeEntry each with its entry stat'ed after the event (none once the path is gone: a remove, a rename's
+ * old name), delivered in the guest's order; onLost runs when the guest dropped events (its queue overflowed) or the
+ * watch ended with the agent's connection.
  */
 async function openWatch(
   sbx: Sandbox,
   user: EnvdUser,
   body: unknown,
-  onEvent: (ev: { name: string; type: EventTypeName }) => void,
+  onEvent: (ev: FilesystemEvent) => void,
   onLost: (why: ConnectError) => void,
 ): Promise<{ close(): Promise<void> }> {
   const req = watchRequest(body);
-  if (req.includeEntry) throw new ConnectError('unimplemented', 'includeEntry needs envd 0.6.3; this gateway serves 0.5.7');
   const path = user.resolve(req.path, 'path');
   const st = await stat(sbx, path);
   if (st.type !== 'dir') throw new ConnectError('invalid_argument', `path ${path} is not a directory`);
+  // One chain, so an event whose stat is slow never overtakes the next (nor the loss that follows it).
+  let delivered: Promise<unknown> = Promise.resolve();
+  const inOrder = (deliver: () => Promise<void> | void) => {
+    delivered = delivered.then(deliver).catch(() => {});
+  };
   return sbx.files.watch(path, { recursive: req.recursive }, (ev) => {
-    if (ev.op === 'overflow') return onLost(new ConnectError('data_loss', `events under ${path} came faster than the guest could queue them; some were lost`));
-    if (ev.op === 'end') return onLost(new ConnectError('unavailable', `the watch on ${path} ended: ${ev.error.message}`));
-    onEvent({ name: posix.normalize(ev.name), type: EVENT_OF[ev.op] });
+    if (ev.op === 'overflow')
+      return inOrder(() => onLost(new ConnectError('data_loss', `events under ${path} came faster than the guest could queue them; some were lost`)));
+    if (ev.op === 'end') return inOrder(() => onLost(new ConnectError('unavailable', `the watch on ${path} ended: ${ev.error.message}`)));
+    const event: FilesystemEvent = { name: posix.normalize(ev.name), type: EVENT_OF[ev.op] };
+    if (!req.includeEntry) return inOrder(() => onEvent(event));
+    const entry = stat(sbx, posix.join(path, event.name)).then(entryInfo, () => undefined);
+    inOrder(async () => {
+      const e = await entry;
+      onEvent(e !== undefined ? { ...event, entry: e } : event);
+    });
   });
 }
 
@@ -108,7 +121,7 @@ export async function createWatcher(sbx: Sandbox, user: EnvdUser, body: unknown)
   const st = envdState(sbx);
   if (st.watchers.size >= MAX_WATCHERS) throw new ConnectError('resource_exhausted', `a sandbox may hold ${MAX_WATCHERS} watchers; remove one first`);
   const id = randomUUID();
-  const events: Array<{ name: string; type: EventTypeName }> = [];
+  const events: FilesystemEvent[] = [];
   const entry = { events, lost: false, close: async () => {} };
   // Reserved before the guest answers, so concurrent creates cannot pass the bound together.
   st.watchers.set(id, entry);

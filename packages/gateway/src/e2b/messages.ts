@@ -273,6 +273,7 @@ export interface StatLike {
   symlinkTarget?: string;
   owner?: string;
   group?: string;
+  xattrs?: Record<string, string>;
 }
 
 export interface EntryInfo {
@@ -286,6 +287,8 @@ export interface EntryInfo {
   group: string;
   modifiedTime: string;
   symlinkTarget?: string;
+  /** envd 0.6.2: the file's metadata, its `user.` extended attributes. */
+  metadata?: Record<string, string>;
 }
 
 const TYPE_NAME: Record<StatLike['type'], EntryInfo['type']> = {
@@ -327,10 +330,13 @@ export function entryInfo(st: StatLike): EntryInfo {
     // envd gives the absolute path a link resolves to, not the link's text: a relative target is taken from the
     // link's own directory.
     ...(st.symlinkTarget !== undefined ? { symlinkTarget: posix.resolve(posix.dirname(st.path), st.symlinkTarget) } : {}),
+    ...(st.xattrs !== undefined ? { metadata: st.xattrs } : {}),
   };
 }
 
 export interface FilesystemEvent {
   name: string;
   type: EventTypeName;
+  /** envd 0.6.3, asked for with includeEntry: the entry as it stands once the event is seen, when it still exists. */
+  entry?: EntryInfo;
 }

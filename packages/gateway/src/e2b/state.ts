@@ -9,6 +9,8 @@ export const MAX_REMEMBERED_COMMANDS = 4096;
 export const MAX_WATCHERS = 64;
 /** Events one polled watcher buffers between two GetWatcherEvents. */
 export const MAX_WATCHER_EVENTS = 4096;
+/** envd tokens kept per sandbox to check signed file URLs against: the newest that envd requests proved. */
+export const MAX_SIGNING_TOKENS = 16;
 
 export interface CommandMeta {
   config: ProcessConfig;
@@ -25,8 +27,19 @@ export interface PolledWatcher {
 export class SandboxEnvdState {
   readonly commands = new Map<string, CommandMeta>();
   readonly watchers = new Map<string, PolledWatcher>();
+  /** Verified envd tokens of this sandbox, oldest first: what a signed file URL's signature may have been made with. */
+  readonly signingTokens: string[] = [];
 
   constructor(private readonly sbx: Sandbox) {}
+
+  /** Keeps a token an envd request proved for this sandbox (its signature verified), newest last, bounded. */
+  rememberToken(token: string): void {
+    const at = this.signingTokens.indexOf(token);
+    if (at === this.signingTokens.length - 1 && at >= 0) return;
+    if (at >= 0) this.signingTokens.splice(at, 1);
+    this.signingTokens.push(token);
+    if (this.signingTokens.length > MAX_SIGNING_TOKENS) this.signingTokens.shift();
+  }
 
   remember(commandId: string, meta: CommandMeta): void {
     this.commands.set(commandId, meta);

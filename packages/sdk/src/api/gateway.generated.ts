@@ -299,6 +299,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/metrics": {
+        parameters: {
+            query?: {
+                /** @description Only samples at or after this time */
+                start?: string;
+                /** @description Only samples at or before this time */
+                end?: string;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        /** @description The running sandbox's CPU, memory and disk over the last hour. */
+        get: operations["getMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/ports": {
         parameters: {
             query?: never;
@@ -516,6 +540,47 @@ export interface paths {
         put?: never;
         /** @description Takes a snapshot of the running sandbox now (reason manual; pinned when named) and records snapshot.taken. */
         post: operations["nodeTakeSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/internal/v1/sandboxes/{id}/metrics": {
+        parameters: {
+            query?: {
+                start?: string;
+                end?: string;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        /** @description As GET /v1/sandboxes/{id}/metrics, for the control plane (E2B's getMetrics). */
+        get: operations["nodeGetMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/internal/v1/sandboxes/{id}/envd-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description An envd access token the control plane just handed to an E2B client for this running sandbox: the gateway checks it (signature, expiry, revoked key, sandbox) and keeps it among the few that E2B's signed file URLs of this sandbox are checked against, so a URL made before the client's first envd request opens too. */
+        post: operations["nodeRememberEnvdToken"];
         delete?: never;
         options?: never;
         head?: never;
@@ -757,6 +822,25 @@ export interface components {
         Signal: {
             /** @enum {string} */
             signal: "SIGTERM" | "SIGKILL" | "SIGINT" | "SIGHUP" | "SIGQUIT" | "SIGUSR1" | "SIGUSR2";
+        };
+        /** @description The sandbox's samples, oldest first: one every intervalS while it runs, the last hour of them, held in the gateway's memory (a restart, a move or a resume starts a new series). The guest's own figures (the agent reads /proc/stat, /proc/meminfo and statfs of /), as E2B's are. */
+        Metrics: {
+            intervalS: number;
+            metrics: {
+                /** Format: date-time */
+                timestamp: string;
+                cpuCount: number;
+                /** @description Of all its CPUs together, since the sample before */
+                cpuUsedPct: number;
+                /** @description MemTotal − MemAvailable */
+                memUsedBytes: number;
+                memTotalBytes: number;
+                /** @description The page cache */
+                memCacheBytes: number;
+                /** @description Of the root filesystem */
+                diskUsedBytes: number;
+                diskTotalBytes: number;
+            }[];
         };
         FileInfo: {
             name: string;
@@ -1399,6 +1483,34 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    getMetrics: {
+        parameters: {
+            query?: {
+                /** @description Only samples at or after this time */
+                start?: string;
+                /** @description Only samples at or before this time */
+                end?: string;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The samples */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     listPorts: {
         parameters: {
             query?: never;
@@ -1784,6 +1896,59 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["SnapshotReply"];
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeGetMetrics: {
+        parameters: {
+            query?: {
+                start?: string;
+                end?: string;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The samples */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeRememberEnvdToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    token: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Kept */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };
