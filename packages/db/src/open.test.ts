@@ -232,6 +232,7 @@ describe('openDatabase on PostgreSQL', () => {
       '0011_node_credentials',
       '0012_custom_templates',
       '0013_node_capture_capacity',
+      '0014_sandbox_lifecycle',
     ]);
     expect(await db.selectFrom('event_chain_head').selectAll().execute()).toEqual([{ id: 'main', seq: 0, hash: GENESIS_HASH }]);
     await Promise.all(replicas.map((r) => r.close()));
