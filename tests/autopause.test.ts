@@ -124,6 +124,21 @@ describe('onTimeout: pause with autoResume', () => {
   });
 });
 
+describe('resumes at once', () => {
+  it('two resumes of one paused sandbox: one resumes it, the other is sandbox_running, and it runs intact', async () => {
+    const s = await serving({});
+    await s.pause();
+    const both = await Promise.allSettled([Sandbox.resume(s.id, config()), Sandbox.resume(s.id, config())]);
+    expect(both.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const refused = both.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;
+    expect((refused?.reason as { code?: string } | undefined)?.code).toBe('sandbox_running');
+    expect(await state(s.id)).toBe('running');
+    const token = await tokenOf(s.id);
+    const a = await send(`/v1/sandboxes/${s.id}/ports/${HTTP_PORT}/hi.txt`, { 'x-sandglass-access-token': token });
+    expect([a.status, a.body]).toEqual([200, `hello from ${s.id}`]);
+  });
+});
+
 describe('the unmodified e2b SDK', () => {
   it("maps lifecycle onTimeout 'pause' and autoResume, and a command on the paused sandbox's handle resumes it", async () => {
     const e = await E2bSandbox.create('base', { timeoutMs: 600_000, lifecycle: { onTimeout: 'pause', autoResume: true } });

@@ -206,6 +206,8 @@ export class Gateway {
    * node), a request for a sandbox this node does not run is told only that.
    */
   waker?: SandboxWaker;
+  /** Sandboxes whose restore (resume or fork) is in flight on this node. */
+  readonly #restoring = new Set<string>();
   /** One wake in flight per sandbox: every request that arrives meanwhile waits for the same one. */
   readonly #wakes = new Map<string, Promise<'resumed' | 'paused'>>();
 
@@ -544,9 +546,20 @@ export class Gateway {
    * (new id). RAM, devices and disk are exactly the snapshot's; the agent then re-seeds entropy and sets the clock.
    */
   async restoreSandbox(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
-    if (this.sandboxes.has(req.id)) {
+    // Claimed before the first await: two resumes of one sandbox at once (two callers, a wake and a caller) would
+    // otherwise both restore into its one run directory and break it.
+    if (this.sandboxes.has(req.id) || this.#restoring.has(req.id)) {
       throw new SandglassError(kind === 'resume' ? 'sandbox_running' : 'conflict', `Sandbox ${req.id} is already running on this node.`);
     }
+    this.#restoring.add(req.id);
+    try {
+      return await this.#restore(req, kind, sourceSandboxId);
+    } finally {
+      this.#restoring.delete(req.id);
+    }
+  }
+
+  async #restore(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
     await this.revocation.requireKey(req.tenantId);
     const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
     if (kind === 'resume' && m.sandboxId !== req.id) {
