@@ -50,6 +50,8 @@ export function toSandbox(row: SandboxRow): Sandbox {
     gatewayId: row.gateway_id,
     network: row.network === null ? null : (JSON.parse(row.network) as NetworkPolicy),
     secrets: JSON.parse(row.secrets) as string[],
+    onTimeout: row.on_timeout,
+    autoResume: row.auto_resume === 1,
   };
 }
 

@@ -308,8 +308,7 @@ describe('create', () => {
     [{ network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } }, 'network.rules'],
     [{ network: { egressProxy: { address: 'proxy:1080' } } }, 'network.egressProxy'],
     [{ network: { allowPublicTraffic: false } }, 'network.allowPublicTraffic'],
-    [{ autoPause: true }, 'autoPause'],
-    [{ autoResume: { enabled: true } }, 'autoResume.enabled'],
+    [{ autoPause: true, autoPauseMemory: false }, 'autoPauseMemory'],
     [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'volumeMounts'],
     [{ mcp: { github: {} } }, 'mcp'],
     [{ iam: { tokens: {} } }, 'iam'],
@@ -321,6 +320,17 @@ describe('create', () => {
     expect(res.json().message).toContain(field);
     expect(created()).toEqual([]);
     expect(await database.db.selectFrom('sandboxes').selectAll().execute()).toEqual([]);
+  });
+
+  it('maps autoPause and autoResume onto onTimeout pause and autoResume: in the node request, the row and getInfo', async () => {
+    const res = await call('POST', '/v2/sandboxes', { json: { templateID: 'base', autoPause: true, autoPauseMemory: true, autoResume: { enabled: true } } });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(created()[0]!.body).toMatchObject({ onTimeout: 'pause' });
+    expect(await row(res.json().sandboxID)).toMatchObject({ on_timeout: 'pause', auto_resume: 1 });
+    const info = await call('GET', `/sandboxes/${res.json().sandboxID as string}`);
+    expect(info.json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: true });
+    const plain = await call('POST', '/v2/sandboxes', { json: { templateID: 'base' } });
+    expect(await row(plain.json().sandboxID)).toMatchObject({ on_timeout: 'kill', auto_resume: 0 });
   });
 
   it('takes the v1 create of releases before 2.51, their defaults allow_internet_access and secure meaning the default policy', async () => {

@@ -317,8 +317,8 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       (version: 'v1' | 'v2'): OperationHandler<Operation<'/v2/sandboxes', 'POST'>, Route<'/v2/sandboxes', 'POST'>> =>
       async (req, reply) => {
         const b = version === 'v1' && req.body.allow_internet_access === true ? { ...req.body, allow_internet_access: undefined } : req.body;
-        if (b.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
-        if (b.autoResume?.enabled === true) throw unsupported('autoResume.enabled', 'Sandglass resumes a paused sandbox only when asked (connect)');
+        if (b.autoPauseMemory === false) throw unsupported('autoPauseMemory', 'a Sandglass pause always keeps memory (its snapshot is the whole VM)');
+        const lifecycle = { onTimeout: b.autoPause === true ? ('pause' as const) : ('kill' as const), autoResume: b.autoResume?.enabled === true };
         if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
         if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
         if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
@@ -337,6 +337,8 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
           // A sandbox from a snapshot is a fork of it: the network and envs are those of the sandbox it was taken of.
           if (network !== undefined) throw unsupported('network', 'a sandbox created from a snapshot keeps the network of the sandbox it was taken of');
           if (envs !== undefined) throw unsupported('envVars', 'a sandbox created from a snapshot keeps the envs of the sandbox it was taken of');
+          if (lifecycle.onTimeout === 'pause' || lifecycle.autoResume)
+            throw unsupported(b.autoPause === true ? 'autoPause' : 'autoResume.enabled', 'a sandbox created from a snapshot is killed at its timeout');
           const forked = await sandboxes.fork(who(req), {
             snapshotId: snapshot.id,
             count: 1,
@@ -355,6 +357,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
           snapshotIntervalS: createDefaults.snapshotIntervalS?.default as number,
           snapshotBestEffort: createDefaults.snapshotBestEffort?.default as boolean,
           timeoutS: b.timeout,
+          ...lifecycle,
           ...(b.metadata === undefined ? {} : { metadata: b.metadata }),
           ...(network === undefined ? {} : { network }),
           ...(envs === undefined ? {} : { envs }),
@@ -398,7 +401,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         ...(granted === undefined ? {} : { envdAccessToken: granted.token }),
         domain: granted === undefined ? null : domainOf(granted.gatewayUrl),
         ...(s.network === null ? {} : { network: { allowOut: s.network.allow, denyOut: s.network.deny } }),
-        lifecycle: { onTimeout: 'kill' as const, autoResume: false as const },
+        lifecycle: { onTimeout: s.onTimeout, autoResume: s.autoResume },
       };
     });
 
@@ -447,7 +450,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
     };
 
     route('POST', '/sandboxes/{sandboxID}/resume', async (req, reply) => {
-      if (req.body.autoPause === true) throw unsupported('autoPause', 'Sandglass kills a sandbox at its timeout; pause it yourself before then');
+      if (req.body.autoPause === true) throw unsupported('autoPause', 'a resume keeps what the timeout does from the create (autoPause there)');
       await live(req, req.params.sandboxID);
       return reply.code(201).send(await toE2b(req, await resume(req, req.params.sandboxID, req.body.timeout, req.body.memory)));
     });

@@ -140,9 +140,21 @@ interface CreationPoint {
   secrets: string[];
 }
 
+/** sandbox.created's lifecycle fields, only when not the defaults, so the events of every other sandbox stay as they were. */
+function lifecycleData(req: Pick<CreateSandboxRequest, 'onTimeout' | 'autoResume'>): { onTimeout?: 'pause'; autoResume?: true } {
+  return { ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}), ...(req.autoResume ? { autoResume: true as const } : {}) };
+}
+
+/** The node's onTimeout, only when it is not its default: a node request for any other sandbox stays as it was. */
+function nodeLifecycle(onTimeout: 'kill' | 'pause' | undefined): { onTimeout?: 'pause' } {
+  return onTimeout === 'pause' ? { onTimeout } : {};
+}
+
 export class SandboxService {
   /** Signs data-plane tokens: the node secret's access-token key, never the secret itself nor the internal bearer. */
   readonly #accessTokenKey: Buffer;
+  /** Resumes made for requests (autoResume), one per sandbox at a time. */
+  readonly #wakes = new Map<string, Promise<'resumed'>>();
 
   constructor(private readonly deps: SandboxServiceDeps) {
     this.#accessTokenKey = deriveNodeKeys(deps.nodeSecret).accessToken;
@@ -210,12 +222,20 @@ export class SandboxService {
           network: network ?? null,
           secrets,
           ...(envNames.length === 0 ? {} : { envNames }),
+          ...lifecycleData(req),
         },
       },
       { clock },
     );
     try {
-      await gatewayClient.createSandbox(gateway, { id, tenantId: who.tenantId, ...spec, ...egress, ...(envNames.length === 0 ? {} : { envs }) });
+      await gatewayClient.createSandbox(gateway, {
+        id,
+        tenantId: who.tenantId,
+        ...spec,
+        ...egress,
+        ...(envNames.length === 0 ? {} : { envs }),
+        ...nodeLifecycle(req.onTimeout),
+      });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
     }
@@ -264,6 +284,7 @@ export class SandboxService {
           network,
           secrets,
           ...(envNames.length === 0 ? {} : { envNames }),
+          ...lifecycleData(req),
         },
       },
       { clock },
@@ -277,7 +298,7 @@ export class SandboxService {
         secrets,
         ...(envNames.length === 0 ? {} : { envs }),
         defaults: versionDefaults(version),
-        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS }],
+        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS, ...nodeLifecycle(req.onTimeout) }],
       });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
@@ -542,6 +563,38 @@ export class SandboxService {
   }
 
   /**
+   * A request to a guest port or envd of a sandbox its node does not run, carrying a credential the node verified
+   * for it (`keyId`: the API key that credential was obtained with). A paused sandbox opted in to autoResume is
+   * resumed (one resume per sandbox however many requests ask; the key must still be valid); one without it is
+   * `paused`; anything else is not found, as the node would say.
+   */
+  async wake(id: string, keyId: string | undefined): Promise<'resumed' | 'paused'> {
+    const row = await this.deps.db.selectFrom('sandboxes').selectAll().where('id', '=', id).executeTakeFirst();
+    if (!row || isFinal(row.state)) throw new SandglassError('sandbox_not_found', `No sandbox ${id} is running on this node.`, { details: { field: 'id' } });
+    if (row.state !== 'paused') return 'resumed';
+    if (row.auto_resume !== 1) return 'paused';
+    let wake = this.#wakes.get(id);
+    if (!wake) {
+      wake = this.#wakeOnce(row, keyId).finally(() => this.#wakes.delete(id));
+      this.#wakes.set(id, wake);
+    }
+    return wake;
+  }
+
+  async #wakeOnce(row: SandboxRow, keyId: string | undefined): Promise<'resumed'> {
+    // The node refuses revoked keys it was told of; the database is asked too, so no push still in flight lets one through.
+    if (keyId !== undefined) {
+      const key = await this.deps.db.selectFrom('api_keys').select(['tenant_id', 'revoked_at', 'expires_at']).where('id', '=', keyId).executeTakeFirst();
+      if (!key || key.tenant_id !== row.tenant_id) throw new SandglassError('permission_denied', 'This access token is for another tenant.');
+      if (key.revoked_at !== null) throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
+      if (key.expires_at !== null && fromIso(key.expires_at) <= this.deps.clock.nowMs())
+        throw new SandglassError('api_key_expired', 'The API key this access token was obtained with has expired.');
+    }
+    await this.resume({ tenantId: row.tenant_id, keyId: keyId ?? 'autoResume', role: 'member' }, row.id, {});
+    return 'resumed';
+  }
+
+  /**
    * Brings back a sandbox whose node was lost, on another node, from its latest committed snapshot, keeping its id and
    * its command records; one with no snapshot yet fails with the reason. The caller holds the sandbox's move lease.
    * Throws `capacity_exhausted` (nothing recorded: retry later) or the resume's error (it is then paused on the new node).
@@ -631,6 +684,7 @@ export class SandboxService {
       ...(secrets.length === 0 ? {} : { secrets }),
       ...(envs === undefined ? {} : { envs }),
       ...(publicPorts.length === 0 ? {} : { publicPorts }),
+      ...nodeLifecycle(row.on_timeout),
     });
   }
 

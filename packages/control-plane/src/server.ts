@@ -109,6 +109,8 @@ function noAuditKey(): never {
 
 export interface ControlPlane {
   app: FastifyInstance;
+  /** A gateway's request to resume a paused sandbox for a request to it (SandboxService.wake); `sandglass up` wires it in. */
+  wake(sandboxId: string, keyId: string | undefined): Promise<'resumed' | 'paused'>;
   /** Resolves to the URL it listens on. */
   listen(port: number, host?: string): Promise<string>;
   close(): Promise<void>;
@@ -348,6 +350,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   return {
     app,
+    wake: (sandboxId, keyId) => sandboxes.wake(sandboxId, keyId),
     listen: async (port, host = '127.0.0.1') => {
       // Gateways started afresh forget what they were told: keys revoked while their tokens may live are told again.
       await tellGateways(await apiKeys.revokedSince(clock.nowMs() - LONGEST_TOKEN_TTL_MS));

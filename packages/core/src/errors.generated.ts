@@ -16,6 +16,7 @@ export const ERROR_CATALOGUE = {
   is_a_directory: { status: 409, retryable: false, message: "The path is a directory where a file was expected." },
   path_outside_sandbox: { status: 400, retryable: false, message: "The path must be absolute, without NUL bytes or '..' escaping the guest root." },
   sandbox_not_running: { status: 409, retryable: false, message: "The sandbox is not running (it was killed, timed out or failed)." },
+  sandbox_paused: { status: 409, retryable: false, message: "The sandbox is paused; resume it (POST /v1/sandboxes/{id}/resume), or create it with autoResume so a request with its access token resumes it." },
   command_exited: { status: 409, retryable: false, message: "The command has already exited; it takes no more input or signals." },
   capacity_exhausted: { status: 503, retryable: true, message: "The node has no room for another sandbox right now; retry later or ask for less memory." },
   rate_limited: { status: 429, retryable: true, message: "Too many of these are open at once for this session or tenant; close one or retry later." },

@@ -426,6 +426,20 @@ const templateCacheUse: Migration = {
   },
 };
 
+const sandboxLifecycle: Migration = {
+  async up(db: Kysely<any>) {
+    // Projection columns rebuilt from sandbox.created's onTimeout and autoResume (absent in older events: kill, off).
+    await db.schema
+      .alterTable('sandboxes')
+      .addColumn('on_timeout', 'text', (c) => c.notNull().defaultTo('kill'))
+      .execute();
+    await db.schema
+      .alterTable('sandboxes')
+      .addColumn('auto_resume', 'integer', (c) => c.notNull().defaultTo(0))
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -447,5 +461,6 @@ export const migrationProvider: MigrationProvider = {
     '0012_custom_templates': customTemplates,
     '0013_node_capture_capacity': nodeCaptureCapacity,
     '0014_template_cache_use': templateCacheUse,
+    '0015_sandbox_lifecycle': sandboxLifecycle,
   }),
 };

@@ -83,7 +83,13 @@ export interface SandboxesTable {
   network: string | null;
   /** JSON text of the names of the tenant secrets bound to the sandbox. */
   secrets: string;
+  /** What its timeout does: end it, or pause it (from sandbox.created's onTimeout). */
+  on_timeout: OnTimeout;
+  /** 1: a request with its credential to a port or envd resumes it while paused; 0: it answers sandbox_paused. */
+  auto_resume: number;
 }
+
+export type OnTimeout = 'kill' | 'pause';
 
 export type SnapshotReason = 'rolling' | 'manual' | 'pause';
 

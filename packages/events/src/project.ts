@@ -47,6 +47,8 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       paused_at: null,
       network: networkJson(d.network),
       secrets: canonicalJson(d.secrets ?? []),
+      on_timeout: d.onTimeout === 'pause' ? 'pause' : 'kill',
+      auto_resume: d.autoResume === true ? 1 : 0,
     };
   }
   if (!row) throw new Error(`event ${e.id} (${e.type}) is for sandbox ${e.sandboxId}, which was never created`);

@@ -19,6 +19,10 @@ export interface SandboxCreatedData {
   secrets?: string[];
   /** The root disk size asked for (MiB); absent: the template's. */
   diskMib?: number;
+  /** What its timeout does; absent: kill. */
+  onTimeout?: 'kill' | 'pause';
+  /** A request with its credential resumes it while paused; absent: false. */
+  autoResume?: boolean;
 }
 
 /** An egress policy as the API takes it: rules in the grammar of @sandglass/egress. */
@@ -65,10 +69,10 @@ export interface EventDataMap {
   'sandbox.timeout': Open<object>;
   /** The expiry moved to `expiresAt`, `timeoutS` from when it was asked. */
   'sandbox.extended': Open<{ timeoutS: number; expiresAt: string }>;
-  /** The VM was snapshotted and released; `snapshotId` brings it back. */
-  'sandbox.paused': Open<{ snapshotId: string }>;
-  /** Running again from `snapshotId`, in a new VM; the timeout counts afresh. */
-  'sandbox.resumed': Open<{ snapshotId: string; pid?: number | null }>;
+  /** The VM was snapshotted and released; `snapshotId` brings it back. `reason: timeout`: its timeout paused it (onTimeout). */
+  'sandbox.paused': Open<{ snapshotId: string; reason?: 'timeout' }>;
+  /** Running again from `snapshotId`, in a new VM; the timeout counts afresh. `trigger: request`: a request woke it (autoResume). */
+  'sandbox.resumed': Open<{ snapshotId: string; pid?: number | null; trigger?: 'request' }>;
   /**
    * A fork started from `snapshotId` (recorded on the new sandbox, after its sandbox.created). `network` and `secrets`,
    * when the gateway reports them, are what the fork really got (the snapshot's), correcting what sandbox.created assumed.

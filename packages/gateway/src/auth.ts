@@ -1,7 +1,7 @@
 // Who may call a gateway route: the onRequest hooks its two plugins attach to their own routes.
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
-import { SandglassError, verifyAccessToken, type Clock, type NodeKeys } from '@sandglass/core';
+import { SandglassError, verifyAccessToken, type AccessClaims, type Clock, type NodeKeys } from '@sandglass/core';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -55,12 +55,13 @@ export function accessTokenHook(keys: NodeKeys, clock: Clock, revoked: RevokedKe
  * The one check of a data-plane token (native routes and E2B's envd alike): signed and unexpired, not obtained with
  * a revoked key, and for `sandboxId` (undefined: a route naming no sandbox, which no token opens).
  */
-export function checkAccessToken(token: string, sandboxId: string | undefined, keys: NodeKeys, clock: Clock, revoked: RevokedKeys): void {
+export function checkAccessToken(token: string, sandboxId: string | undefined, keys: NodeKeys, clock: Clock, revoked: RevokedKeys): AccessClaims {
   const nowMs = clock.nowMs();
   const claims = verifyAccessToken(token, keys.accessToken, nowMs);
   if (claims.kid !== undefined && revoked.has(claims.kid, nowMs))
     throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
   if (sandboxId === undefined || claims.sbx !== sandboxId) throw new SandglassError('permission_denied', 'This access token is for another sandbox.');
+  return claims;
 }
 
 /** An internal route: the node's internal bearer key (hex), compared in constant time; never from a query string. */

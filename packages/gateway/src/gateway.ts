@@ -113,6 +113,19 @@ export interface GatewayOptions {
 /** Egress bodies up to this size are recorded whole for a replay (the proxy holds them in memory meanwhile). */
 const RECORDED_EXCHANGE_BODY_BYTES = 8 * 1024 * 1024;
 
+/**
+ * The control plane's side of a request that reaches a sandbox this node does not run, with a credential the node
+ * verified for it (`keyId`: the API key that credential was obtained with): `resumed` when it runs on this node now
+ * (paused and opted in to autoResume: resumed for this request), `paused` when it is paused without that opt-in.
+ * Throws `sandbox_not_found` for any other (unknown, ended, failed), and the resume's own error when that fails.
+ */
+export interface SandboxWaker {
+  wake(sandboxId: string, keyId: string | undefined): Promise<'resumed' | 'paused'>;
+}
+
+/** What a sandbox's timeout does: end it (sandbox.killed, reason timeout) or pause it (sandbox.paused, reason timeout). */
+export type OnTimeout = 'kill' | 'pause';
+
 /** Restoring a snapshot into a sandbox: a resume keeps the sandbox's id, a fork gets a new one. */
 export interface RestoreRequest {
   id: string;
@@ -129,6 +142,8 @@ export interface RestoreRequest {
   defaults?: SandboxDefaults;
   /** A resume: the guest ports that were public when it stopped (a fork starts with every port private). */
   publicPorts?: number[];
+  /** What its timeout does; absent: kill. */
+  onTimeout?: OnTimeout;
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
   replay?: ReplayPlan;
 }
@@ -148,6 +163,8 @@ export interface CreateSandboxRequest {
   envs?: Record<string, string>;
   /** The root disk is made at least this large (MiB) before the create answers; absent: the template's size. */
   diskMib?: number;
+  /** What its timeout does; absent: kill. */
+  onTimeout?: OnTimeout;
   /** A replay from its source's creation: created like the source, then clock, entropy, placeholders and egress from its recording. */
   replay?: ReplayPlan;
 }
@@ -186,6 +203,15 @@ export class Gateway {
   readonly replays = new Map<string, SourceRecording>();
   /** Commands' recent output, for reconnects that need no guest round trip. */
   readonly outputHubs = new OutputHubs();
+  /**
+   * Set where the control plane can resume a sandbox on this node for a request (`sandglass up`); unset (a cluster
+   * node), a request for a sandbox this node does not run is told only that.
+   */
+  waker?: SandboxWaker;
+  /** Sandboxes whose restore (resume or fork) is in flight on this node. */
+  readonly #restoring = new Set<string>();
+  /** One wake in flight per sandbox: every request that arrives meanwhile waits for the same one. */
+  readonly #wakes = new Map<string, Promise<'resumed' | 'paused'>>();
 
   constructor(readonly opts: GatewayOptions) {
     // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
@@ -364,7 +390,7 @@ export class Gateway {
     const template = await this.templateFor(req.template, req.memoryMib, req.vcpus);
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
     this.sandboxes.set(req.id, sbx);
     if (replay) this.replays.set(req.id, replay.source);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
@@ -496,6 +522,7 @@ export class Gateway {
     timeoutS: number,
     snapshotIntervalS?: number,
     replaySync?: SandboxOptions['replaySync'],
+    onTimeout?: OnTimeout,
   ): Sandbox {
     return new Sandbox({
       id,
@@ -517,6 +544,7 @@ export class Gateway {
         void this.snapshots.untrack(s.id);
       },
       health: this.opts.health,
+      ...(onTimeout === 'pause' ? { onExpiry: (s: Sandbox) => this.pauseSandbox(s.id, 'timeout') } : {}),
       ...(this.recordingCapBytes > 0 ? { recording: { store: this.opts.store, capBytes: this.recordingCapBytes } } : {}),
       ...(replaySync ? { replaySync } : {}),
     });
@@ -527,9 +555,20 @@ export class Gateway {
    * (new id). RAM, devices and disk are exactly the snapshot's; the agent then re-seeds entropy and sets the clock.
    */
   async restoreSandbox(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
-    if (this.sandboxes.has(req.id)) {
+    // Claimed before the first await: two resumes of one sandbox at once (two callers, a wake and a caller) would
+    // otherwise both restore into its one run directory and break it.
+    if (this.sandboxes.has(req.id) || this.#restoring.has(req.id)) {
       throw new SandglassError(kind === 'resume' ? 'sandbox_running' : 'conflict', `Sandbox ${req.id} is already running on this node.`);
     }
+    this.#restoring.add(req.id);
+    try {
+      return await this.#restore(req, kind, sourceSandboxId);
+    } finally {
+      this.#restoring.delete(req.id);
+    }
+  }
+
+  async #restore(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
     await this.revocation.requireKey(req.tenantId);
     const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
     if (kind === 'resume' && m.sandboxId !== req.id) {
@@ -554,7 +593,7 @@ export class Gateway {
     // A replay reads only its source's recording: refused before anything starts when there is none.
     const replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
     const source = replay?.source;
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
     if (kind === 'resume' && req.publicPorts !== undefined && req.publicPorts.length > 0) this.publicPorts.set(req.id, new Set(req.publicPorts));
     this.sandboxes.set(req.id, sbx);
     if (source) this.replays.set(req.id, source);
@@ -583,7 +622,8 @@ export class Gateway {
         type: 'sandbox.resumed',
         tenantId: req.tenantId,
         sandboxId: req.id,
-        data: { snapshotId: req.snapshotId, pid: sbx.pid ?? null, ...timing },
+        // A resume the control plane made for a request to the paused sandbox (autoResume) says so.
+        data: { snapshotId: req.snapshotId, pid: sbx.pid ?? null, ...timing, ...(this.#wakes.has(req.id) ? { trigger: 'request' } : {}) },
       });
     } else {
       await this.opts.events.append({
@@ -619,7 +659,7 @@ export class Gateway {
   }
 
   /** Snapshots the sandbox and releases its VM: a paused sandbox holds no RAM or CPU, only its snapshots. */
-  async pauseSandbox(id: string): Promise<SnapshotInfo> {
+  async pauseSandbox(id: string, reason?: 'timeout'): Promise<SnapshotInfo> {
     const sbx = this.get(id);
     sbx.requireRunning();
     // No rolling capture may land after the pause snapshot: stop the schedule (waiting out one in flight) first.
@@ -632,7 +672,12 @@ export class Gateway {
       throw err;
     }
     await sbx.end('paused');
-    await this.opts.events.append({ type: 'sandbox.paused', tenantId: sbx.tenantId, sandboxId: id, data: { snapshotId: snap.id } });
+    await this.opts.events.append({
+      type: 'sandbox.paused',
+      tenantId: sbx.tenantId,
+      sandboxId: id,
+      data: { snapshotId: snap.id, ...(reason === undefined ? {} : { reason }) },
+    });
     return snap;
   }
 
@@ -643,7 +688,7 @@ export class Gateway {
   async forkSandboxes(
     snapshotId: string,
     tenantId: string,
-    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number }>,
+    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number; onTimeout?: OnTimeout }>,
     opts: {
       envs?: Record<string, string>;
       replay?: ReplayPlan;
@@ -668,6 +713,7 @@ export class Gateway {
               snapshotId,
               timeoutS: f.timeoutS,
               snapshotIntervalS: f.snapshotIntervalS,
+              ...(f.onTimeout === undefined ? {} : { onTimeout: f.onTimeout }),
               ...(opts.envs === undefined ? {} : { envs: opts.envs }),
               ...(opts.replay === undefined ? {} : { replay: opts.replay }),
               ...(opts.egress === undefined ? {} : opts.egress),
@@ -707,6 +753,23 @@ export class Gateway {
   /** Warmed restores ready to hand out. */
   get warmAvailable(): number {
     return this.pool?.available ?? 0;
+  }
+
+  /**
+   * The sandbox a request whose credential the caller verified for `id` reaches: the one on this node, else — asked of
+   * the control plane, one wake at a time per sandbox — a paused one resumed for it, or `sandbox_paused`.
+   */
+  async reach(id: string, keyId: string | undefined): Promise<Sandbox> {
+    const local = this.sandboxes.get(id);
+    if (local?.state === 'paused') throw pausedError(id);
+    if (local || !this.waker) return this.get(id);
+    let wake = this.#wakes.get(id);
+    if (!wake) {
+      wake = this.waker.wake(id, keyId).finally(() => this.#wakes.delete(id));
+      this.#wakes.set(id, wake);
+    }
+    if ((await wake) === 'paused') throw pausedError(id);
+    return this.get(id);
   }
 
   get(id: string): Sandbox {
@@ -749,4 +812,11 @@ export class Gateway {
     // Every VM is down: the caches on tmpfs are host memory no one will use until the next start rebuilds them.
     this.ram.release();
   }
+}
+
+function pausedError(id: string): SandglassError {
+  return new SandglassError(
+    'sandbox_paused',
+    `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume, sbx.resume()), or create it with autoResume so that a request with its access token resumes it.`,
+  );
 }

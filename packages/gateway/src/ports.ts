@@ -42,6 +42,8 @@ interface Target {
 /** What a request's credential allows beyond relaying: a signed URL's first use is answered with its cookie. */
 interface Admission {
   redirectCookie?: { value: string; maxAgeS: number };
+  /** It carried a credential for the sandbox (not just a public port): only such a request may resume it. */
+  credential?: { keyId: string | undefined };
 }
 
 interface PortUrlClaims {
@@ -206,14 +208,17 @@ export class GuestPorts {
   #authenticate(raw: http.IncomingMessage, target: Target): Admission {
     const token = header(raw, PORT_TOKEN_HEADER);
     if (token !== undefined) {
-      checkAccessToken(token, target.sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
-      return {};
+      const claims = checkAccessToken(token, target.sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
+      return { credential: { keyId: claims.kid } };
     }
     const q = new URL(target.path, 'http://x').searchParams.get(PORT_URL_PARAM);
     if (q !== null) {
       const claims = this.#checkUrlToken(q, target);
       const isPlainGet = (raw.method === 'GET' || raw.method === 'HEAD') && header(raw, 'upgrade') === undefined;
-      return isPlainGet ? { redirectCookie: { value: q, maxAgeS: Math.max(1, Math.floor((claims.exp - this.gw.opts.clock.nowMs()) / 1000)) } } : {};
+      const credential = { keyId: claims.kid };
+      return isPlainGet
+        ? { credential, redirectCookie: { value: q, maxAgeS: Math.max(1, Math.floor((claims.exp - this.gw.opts.clock.nowMs()) / 1000)) } }
+        : { credential };
     }
     const cookies = cookieValues(header(raw, 'cookie'), PORT_COOKIE);
     if (cookies.length > 0) {
@@ -223,8 +228,7 @@ export class GuestPorts {
       let refused: unknown;
       for (const cookie of cookies) {
         try {
-          this.#checkUrlToken(cookie, target);
-          return {};
+          return { credential: { keyId: this.#checkUrlToken(cookie, target).kid } };
         } catch (err) {
           refused = err;
         }
@@ -259,7 +263,8 @@ export class GuestPorts {
     try {
       auth = this.#authenticate(raw, target);
       if (Number.isNaN(target.port)) throw invalidArgument('port', 'must be an integer from 1 to 65535');
-      sbx = this.gw.get(target.sandboxId);
+      // Only a request that proved a credential for this sandbox is told it is paused, or resumes it (autoResume).
+      sbx = auth.credential ? await this.gw.reach(target.sandboxId, auth.credential.keyId) : this.gw.get(target.sandboxId);
       if (sbx.state !== 'running') throw new SandglassError('sandbox_not_running', `Sandbox ${sbx.id} is ${sbx.state}; resume it to reach its ports.`);
     } catch (err) {
       return refuse(err);

@@ -82,6 +82,8 @@ export interface SandboxOptions {
   ram: RamFiles;
   /** Called once, when it is gone (ended, failed or paused): the node forgets it. */
   onGone: (sbx: Sandbox) => void;
+  /** What its timeout does instead of ending it (a pause); should that fail while it still runs, it ends as usual. */
+  onExpiry?: (sbx: Sandbox) => Promise<unknown>;
   health?: HealthPolicy;
   /** Where its inputs' bytes are recorded, up to capBytes; absent: nothing is recorded (events still name the inputs). */
   recording?: { store: ChunkStore; capBytes: number };
@@ -151,6 +153,7 @@ export class Sandbox {
   private readonly log: Logger;
   private readonly ram: RamFiles;
   private readonly onGone: (sbx: Sandbox) => void;
+  private readonly onExpiry?: SandboxOptions['onExpiry'];
   private readonly health: HealthPolicy;
 
   constructor(opts: SandboxOptions) {
@@ -163,6 +166,7 @@ export class Sandbox {
     this.log = opts.logger;
     this.ram = opts.ram;
     this.onGone = opts.onGone;
+    this.onExpiry = opts.onExpiry;
     this.health = opts.health ?? DEFAULT_HEALTH;
     this.recordingOpts = opts.recording;
     this.replaySync = opts.replaySync;
@@ -390,7 +394,20 @@ export class Sandbox {
 
   private armTimeout(): void {
     this.timeoutTimer?.cancel();
-    this.timeoutTimer = this.clock.setTimeout(() => void this.end('timeout'), this.#expiresAtMs - this.clock.nowMs());
+    this.timeoutTimer = this.clock.setTimeout(() => void this.#expire(), this.#expiresAtMs - this.clock.nowMs());
+  }
+
+  async #expire(): Promise<void> {
+    if (this.onExpiry) {
+      try {
+        await this.onExpiry(this);
+        return;
+      } catch (err) {
+        if (this.#state !== 'running') return;
+        this.log.warn({ sandboxId: this.id, err: (err as Error).message }, 'the pause at the timeout failed: the sandbox ends instead');
+      }
+    }
+    await this.end('timeout');
   }
 
   private misses = 0;

@@ -30,6 +30,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   not_a_directory: { family: 'conflict', status: 409, retryable: false },
   is_a_directory: { family: 'conflict', status: 409, retryable: false },
   sandbox_not_running: { family: 'conflict', status: 409, retryable: false },
+  sandbox_paused: { family: 'conflict', status: 409, retryable: false },
   command_exited: { family: 'conflict', status: 409, retryable: false },
   conflict: { family: 'conflict', status: 409, retryable: false },
   template_build_in_progress: { family: 'conflict', status: 409, retryable: true },

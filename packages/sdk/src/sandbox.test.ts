@@ -67,6 +67,8 @@ function info(extra: Partial<SandboxInfo> = {}): SandboxInfo {
     pausedAt: null,
     network: null,
     secrets: [],
+    onTimeout: 'kill',
+    autoResume: false,
     ...extra,
   };
 }

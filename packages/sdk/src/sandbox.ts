@@ -53,6 +53,17 @@ export interface SandboxCreateOptions extends ConnectionConfig {
    */
   diskMib?: number;
   /**
+   * What its timeout does: `kill` (the default) ends it; `pause` snapshots it and releases its VM, keeping its
+   * rolling history and costing no RAM until it is resumed (if that snapshot fails, it is killed).
+   */
+  onTimeout?: 'kill' | 'pause';
+  /**
+   * While paused, a request to one of its ports or its E2B daemon that carries its access token or a signed port URL
+   * resumes it and then proceeds; without it, such a request is a `sandbox_paused` error. A public port's
+   * requests without a credential never resume it.
+   */
+  autoResume?: boolean;
+  /**
    * The first sandbox of a memory size or vCPU count a node has not served before waits for that size's template to
    * be built (tens of seconds under TCG): the node answers `template_not_ready` while it builds, and create asks again
    * every `BUILD_POLL_MS` until it is ready or `buildWaitMs` (default 10 minutes) has passed. `onProgress` hears each
@@ -205,12 +216,28 @@ export class Sandbox {
       secrets,
       envs,
       diskMib,
+      onTimeout,
+      autoResume,
       buildWaitMs,
       onProgress,
       ...config
     } = opts;
     const cp = await ControlPlane.open(config);
-    const json = { template, memoryMib, vcpus, timeoutS, metadata, snapshotIntervalS, snapshotBestEffort, network, secrets, envs, diskMib };
+    const json = {
+      template,
+      memoryMib,
+      vcpus,
+      timeoutS,
+      metadata,
+      snapshotIntervalS,
+      snapshotBestEffort,
+      network,
+      secrets,
+      envs,
+      diskMib,
+      onTimeout,
+      autoResume,
+    };
     const deadline = Date.now() + (buildWaitMs ?? DEFAULT_BUILD_WAIT_MS);
     for (;;) {
       try {

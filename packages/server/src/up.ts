@@ -158,6 +158,8 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     // The gateway's (createDataPlaneServer reads the same variable): E2B's getHost names its host-name form.
     portDomain: process.env.SANDGLASS_PORT_DOMAIN ?? DEFAULT_PORT_DOMAIN,
   });
+  // One process: a request to a paused sandbox's port or envd can resume it here (autoResume).
+  gateway.waker = { wake: (id, keyId) => cp.wake(id, keyId) };
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
   writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, internalSocket, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', {

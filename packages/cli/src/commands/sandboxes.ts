@@ -14,6 +14,8 @@ interface CreateFlags {
   vcpus?: number;
   diskMib?: number;
   timeoutS?: number;
+  onTimeout?: 'kill' | 'pause';
+  autoResume?: boolean;
   metadata?: Record<string, string>;
   snapshotInterval?: number;
   snapshotBestEffort?: boolean;
@@ -29,6 +31,10 @@ function addCreateOptions(cmd: Command): Command {
     .option('--vcpus <n>', 'virtual CPUs', parsePositiveInt)
     .option('--disk-mib <n>', "grow the root disk to at least this many MiB (1024…65536; default: the template's)", parsePositiveInt)
     .option('--timeout-s <n>', 'end the sandbox this many seconds after it starts', parsePositiveInt)
+    .addOption(
+      new Option('--on-timeout <action>', 'what the timeout does: kill it, or pause it (keeps its snapshots, frees its RAM)').choices(['kill', 'pause']),
+    )
+    .option('--auto-resume', 'while paused, a request to its ports with its access token or a signed URL resumes it')
     .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
     .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt)
     .option('--snapshot-best-effort', 'keep --snapshot-interval even where the node measured it cannot (late snapshots are reported)')
@@ -47,6 +53,8 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   vcpus: f.vcpus,
   diskMib: f.diskMib,
   timeoutS: f.timeoutS,
+  onTimeout: f.onTimeout,
+  autoResume: f.autoResume,
   metadata: f.metadata,
   snapshotIntervalS: f.snapshotInterval,
   snapshotBestEffort: f.snapshotBestEffort,

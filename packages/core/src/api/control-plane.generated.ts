@@ -881,7 +881,19 @@ export interface components {
             envs?: components["schemas"]["Envs"];
             /** @description The root disk, in MiB: the sandbox's filesystem is grown online to at least this size before the create answers (absent: the template's own size, about 1 GiB free). Disks are thin: the node's storage holds only what the guest writes. Resumes and forks keep the size. */
             diskMib?: number;
+            onTimeout?: components["schemas"]["OnTimeout"];
+            /**
+             * @description While paused (by its timeout or by a pause), a request to one of its guest ports or its E2B daemon that carries its access token or a signed port URL resumes it, and then proceeds; without it such a request answers `sandbox_paused`. Requests without a credential (a public port) never resume it.
+             * @default false
+             */
+            autoResume: boolean;
         };
+        /**
+         * @description What happens at the timeout: kill ends the sandbox (sandbox.killed, reason timeout); pause snapshots it and releases its VM (sandbox.paused, reason timeout), keeping its rolling history and costing no RAM until it is resumed (if that snapshot fails, it is killed). Resumes keep the choice; forks start with kill.
+         * @default kill
+         * @enum {string}
+         */
+        OnTimeout: "kill" | "pause";
         /** @description Environment variables set for every process of the sandbox, kept for its life (resumes, moves) and inherited by its forks. The egress variables (HTTP_PROXY, the CA bundle paths …) and secret placeholders win over a variable of the same name. A value may not contain NUL, and all names and values together may not exceed 64 KiB (`invalid_argument` naming `envs.NAME`). Values are stored in the database, never in the event log (which records only the names); use secrets for credentials. */
         Envs: {
             [key: string]: string;
@@ -1116,13 +1128,16 @@ export interface components {
             network: components["schemas"]["NetworkPolicy"] | null;
             /** @description Names of the tenant secrets bound to it. */
             secrets: string[];
+            onTimeout: components["schemas"]["OnTimeout"];
+            /** @description A request with its credential to a port or daemon resumes it while paused. */
+            autoResume: boolean;
             access?: components["schemas"]["Access"];
         };
         Event: {
             /** @description Position in the one log; increases */
             seq: number;
             id: string;
-            /** @description sandbox.created, sandbox.started, sandbox.killed (data.reason), sandbox.failed (data.reason, data.consoleTail), sandbox.timeout, sandbox.extended, sandbox.paused, sandbox.resumed, sandbox.forked, sandbox.configured, sandbox.network_changed (data.allow, data.deny), snapshot.taken, snapshot.failed, snapshot.deleted, snapshot.named, snapshot.behind (rolling snapshots fell more than half an interval behind: data.intervalS asked, data.achievedIntervalS over the last data.windowS, data.lateS, data.why slots_full, capture_slow or failing; once, until) snapshot.caught_up (data.behindForS), command.started, command.exited, file.written, file.removed, tenant.created, api_key.created, api_key.revoked, api_key.role_changed (data.keyId and the acting key's id, never a key), secret.set and secret.removed (tenant events: name, hosts, header, approval; never the value), and from the egress gateway egress.request, egress.exchange, egress.secret_scope, egress.rejected, secret.approval_requested, secret.approval_decided; gateways may add further command.*, file.* and egress.* types. */
+            /** @description sandbox.created, sandbox.started, sandbox.killed (data.reason), sandbox.failed (data.reason, data.consoleTail), sandbox.timeout, sandbox.extended, sandbox.paused (data.snapshotId; data.reason timeout when its timeout paused it), sandbox.resumed (data.trigger request when a request woke it), sandbox.forked, sandbox.configured, sandbox.network_changed (data.allow, data.deny), snapshot.taken, snapshot.failed, snapshot.deleted, snapshot.named, snapshot.behind (rolling snapshots fell more than half an interval behind: data.intervalS asked, data.achievedIntervalS over the last data.windowS, data.lateS, data.why slots_full, capture_slow or failing; once, until) snapshot.caught_up (data.behindForS), command.started, command.exited, file.written, file.removed, tenant.created, api_key.created, api_key.revoked, api_key.role_changed (data.keyId and the acting key's id, never a key), secret.set and secret.removed (tenant events: name, hosts, header, approval; never the value), and from the egress gateway egress.request, egress.exchange, egress.secret_scope, egress.rejected, secret.approval_requested, secret.approval_decided; gateways may add further command.*, file.* and egress.* types. */
             type: string;
             tenantId: string;
             sandboxId: string | null;
@@ -1286,7 +1301,7 @@ export interface components {
                  * @description The codes of spec/errors.yaml (a contract test checks they match).
                  * @enum {string}
                  */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "template_build_in_progress" | "template_build_failed" | "size_unsupported" | "snapshot_interval_unachievable" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "sandbox_paused" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "template_build_in_progress" | "template_build_failed" | "size_unsupported" | "snapshot_interval_unachievable" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;

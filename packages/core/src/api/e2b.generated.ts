@@ -327,11 +327,12 @@ export interface components {
             /** @description false (or absent): the network is what `network.allowOut` allows, nothing else. On POST /v2/sandboxes true would open every host, which Sandglass's egress policy does not allow: it answers 400; list the hosts in `network.allowOut`. On POST /sandboxes (v1), whose SDK releases send true unless told otherwise, true is the default policy: the same as false. */
             allow_internet_access?: boolean;
             network?: components["schemas"]["SandboxNetworkConfig"];
-            /** @description Only false; Sandglass kills a sandbox at its timeout. */
+            /** @description true: the timeout pauses the sandbox (Sandglass onTimeout: pause) instead of killing it. */
             autoPause?: boolean;
+            /** @description Only true (the default): a Sandglass pause always keeps memory. */
             autoPauseMemory?: boolean;
             autoResume?: {
-                /** @description Only false. */
+                /** @description true: while paused, a request to its envd or a guest port with its access token resumes it (Sandglass autoResume). */
                 enabled: boolean;
             };
             /** @description Not supported when set. */
@@ -465,9 +466,8 @@ export interface components {
             };
             lifecycle?: {
                 /** @enum {string} */
-                onTimeout: "kill";
-                /** @enum {boolean} */
-                autoResume: false;
+                onTimeout: "kill" | "pause";
+                autoResume: boolean;
             };
             volumeMounts?: unknown[];
         };

@@ -1,7 +1,7 @@
 // E2B's in-sandbox daemon (envd) served by the gateway: routing by E2b-Sandbox-Id or the `<port>-<id>.<domain>`
 // Host, the sandbox's access token from X-Access-Token, then process.Process, filesystem.Filesystem, /files, /health.
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { SandglassError, verifyAccessToken, type NodeKeys } from '@sandglass/core';
+import { SandglassError, toSandglassError, verifyAccessToken, type NodeKeys } from '@sandglass/core';
 import { checkAccessToken } from '../auth.js';
 import type { Gateway } from '../gateway.js';
 import type { Sandbox } from '../sandbox.js';
@@ -143,8 +143,17 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
       }
       // The token first: whether a sandbox exists is told only to a holder of its token.
       if (!token) throw new SandglassError('unauthenticated', "Send the sandbox's envd access token as X-Access-Token.");
-      checkAccessToken(token, sandboxId, keys, clock, gw.revokedKeys);
-      const sbx = gw.sandboxes.get(sandboxId);
+      const claims = checkAccessToken(token, sandboxId, keys, clock, gw.revokedKeys);
+      // Where the control plane can say (a waker): a paused sandbox answers that it is paused, or (autoResume) is
+      // resumed for this request; others are not here.
+      const local = gw.sandboxes.get(sandboxId);
+      const sbx =
+        local !== undefined || gw.waker === undefined
+          ? local
+          : await gw.reach(sandboxId, claims.kid).catch((err: unknown) => {
+              if (err instanceof SandglassError && err.code === 'sandbox_not_found') return undefined;
+              throw new EdgeError(502, toSandglassError(err).message);
+            });
       if (!sbx || sbx.state !== 'running') {
         // Only now, with the token verified for this sandbox, is its location asked for; never for a request another
         // gateway already forwarded (no loops), which gets the 502 below.

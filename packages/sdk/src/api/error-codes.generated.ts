@@ -16,6 +16,7 @@ export type ErrorCode =
   | 'is_a_directory'
   | 'path_outside_sandbox'
   | 'sandbox_not_running'
+  | 'sandbox_paused'
   | 'command_exited'
   | 'capacity_exhausted'
   | 'rate_limited'

@@ -778,7 +778,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "template_build_in_progress" | "template_build_failed" | "size_unsupported" | "snapshot_interval_unachievable" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
+                code: "invalid_argument" | "malformed_json" | "payload_too_large" | "unauthenticated" | "permission_denied" | "not_found" | "sandbox_not_found" | "template_not_found" | "tenant_not_found" | "command_not_found" | "file_not_found" | "file_exists" | "not_a_directory" | "is_a_directory" | "path_outside_sandbox" | "sandbox_not_running" | "sandbox_paused" | "command_exited" | "capacity_exhausted" | "rate_limited" | "template_not_ready" | "template_build_in_progress" | "template_build_failed" | "size_unsupported" | "snapshot_interval_unachievable" | "vm_failed" | "agent_timeout" | "timeout" | "gateway_unavailable" | "conflict" | "snapshot_not_found" | "snapshot_corrupt" | "snapshot_out_of_range" | "snapshot_failed" | "sandbox_running" | "key_unavailable" | "key_revoked" | "storage_full" | "storage_unavailable" | "egress_denied" | "egress_secret_scope" | "egress_approval_denied" | "policy_invalid" | "secret_not_found" | "approval_not_found" | "api_key_not_found" | "api_key_revoked" | "api_key_expired" | "node_fenced" | "node_event_refused" | "vm_reply_refused" | "port_not_listening" | "internal";
                 message: string;
                 requestId?: string;
                 details?: Record<string, unknown>;
@@ -899,6 +899,12 @@ export interface components {
                 details?: Record<string, unknown>;
             };
         };
+        /**
+         * @description What the node does at the timeout: kill (sandbox.killed, reason timeout) or pause (sandbox.paused, reason timeout; a kill if the pause snapshot fails).
+         * @default kill
+         * @enum {string}
+         */
+        NodeOnTimeout: "kill" | "pause";
         /** @description An egress policy the control plane has checked with parsePolicy (rules in the grammar of @sandglass/egress); the gateway parses it again and refuses it with policy_invalid, failing closed. */
         NodePolicy: {
             allow: string[];
@@ -1693,6 +1699,7 @@ export interface operations {
                     envs?: components["schemas"]["NodeEnvs"];
                     /** @description The root disk is grown to at least this many MiB before the answer; absent: the template's size. */
                     diskMib?: number;
+                    onTimeout?: components["schemas"]["NodeOnTimeout"];
                     /** @description The new sandbox replays its source from the source's creation: created like it (the request repeats what the source was created with), then clock, entropy, placeholders and egress answers from the source's recording, as a fork's replay from a snapshot. */
                     replay?: components["schemas"]["NodeReplayPlan"];
                 };
@@ -2002,6 +2009,7 @@ export interface operations {
                     envs?: components["schemas"]["NodeEnvs"];
                     /** @description The guest ports that were public when it stopped (from its port.visibility events); they are public again once it runs. */
                     publicPorts?: number[];
+                    onTimeout?: components["schemas"]["NodeOnTimeout"];
                 };
             };
         };
@@ -2043,6 +2051,7 @@ export interface operations {
                         id: string;
                         timeoutS: number;
                         snapshotIntervalS: number;
+                        onTimeout?: components["schemas"]["NodeOnTimeout"];
                     }[];
                 };
             };
