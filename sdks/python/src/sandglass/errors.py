@@ -26,6 +26,7 @@ KNOWN_ERROR_CODES: Dict[str, Tuple[str, int, bool]] = {
     "not_a_directory": ("conflict", 409, False),
     "is_a_directory": ("conflict", 409, False),
     "sandbox_not_running": ("conflict", 409, False),
+    "sandbox_paused": ("conflict", 409, False),
     "command_exited": ("conflict", 409, False),
     "conflict": ("conflict", 409, False),
     "template_build_in_progress": ("conflict", 409, True),
