@@ -1,21 +1,34 @@
 // The compiled CLI (packages/cli/dist/sandglass.js, an esbuild bundle of the CLI and the SDK, with what only some
-// commands load in dist/chunks/): where it is, whether it is older than any source it was built from, and how to build
-// it. bin/sandglass asks the first two at every start (a few dozen stat calls), scripts/setup.mjs the last.
+// commands load in dist/chunks/) and the compiled servers (packages/server/dist/server.js): where they are, whether
+// one is older than any source it was built from, and how to build them. bin/sandglass asks the first two at every
+// start (a few dozen stat calls; the server bundle's a few hundred, only for a command that runs a server),
+// scripts/setup.mjs the last.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 export const CLI_BUNDLE = `${repo}packages/cli/dist/sandglass.js`;
 /**
- * The commands whose action imports @sandglass/server, which the bundle leaves out: bin/sandglass runs them from the
- * sources (packages/cli/src/launcher.test.ts keeps this list equal to the commands that import it).
+ * The servers compiled (@sandglass/server and every workspace package it imports, npm packages left to node_modules).
+ * It sits at the depth of a package's `src/` file, so the paths the sources take from `import.meta.url`
+ * (`../../../spec/…`, `../../console/dist`, `../../kms/src/…`) name the same files from the bundle.
+ */
+export const SERVER_BUNDLE = `${repo}packages/server/dist/server.js`;
+/**
+ * The commands whose action imports @sandglass/server, which the CLI bundle leaves out: they run compiled when the
+ * server bundle is fresh too, else from the sources (packages/cli/src/launcher.test.ts keeps this list equal to the
+ * commands that import it).
  */
 export const SERVER_COMMANDS = new Set(['up', 'doctor', 'gateway', 'control-plane']);
-/** What the bundle is made of: a change to any of them makes it stale. */
+/** What the CLI bundle is made of: a change to any of them makes it stale. */
 const SOURCE_DIRS = ['packages/cli/src', 'packages/sdk/src'];
 const SOURCE_FILES = ['packages/cli/package.json', 'packages/sdk/package.json', 'package-lock.json', 'bin/cli-bundle.mjs'];
+/** The server bundle's: every package but the console (its own build) and the CLI (the other bundle). */
+const SERVER_PACKAGES = readdirSync(`${repo}packages`).filter((p) => p !== 'console' && p !== 'cli' && existsSync(`${repo}packages/${p}/src`));
+const SERVER_SOURCE_DIRS = SERVER_PACKAGES.map((p) => `packages/${p}/src`);
+const SERVER_SOURCE_FILES = [...SERVER_PACKAGES.map((p) => `packages/${p}/package.json`), 'package-lock.json', 'bin/cli-bundle.mjs'];
 
 function newestIn(dir) {
   let newest = 0;
@@ -26,21 +39,29 @@ function newestIn(dir) {
   return newest;
 }
 
-/** True when the bundle exists and no source is newer; a missing source reads as newer (rebuild, or run the sources). */
-export function cliBundleFresh() {
+/** True when `bundle` exists and no source is newer; a missing source reads as newer (rebuild, or run the sources). */
+function fresh(bundle, dirs, files) {
   try {
-    const built = statSync(CLI_BUNDLE).mtimeMs;
-    const newest = Math.max(...SOURCE_DIRS.map((d) => newestIn(`${repo}${d}`)), ...SOURCE_FILES.map((f) => statSync(`${repo}${f}`).mtimeMs));
+    const built = statSync(bundle).mtimeMs;
+    const newest = Math.max(...dirs.map((d) => newestIn(`${repo}${d}`)), ...files.map((f) => statSync(`${repo}${f}`).mtimeMs));
     return built >= newest;
   } catch {
     return false;
   }
 }
 
+export function cliBundleFresh() {
+  return fresh(CLI_BUNDLE, SOURCE_DIRS, SOURCE_FILES);
+}
+
+export function serverBundleFresh() {
+  return fresh(SERVER_BUNDLE, SERVER_SOURCE_DIRS, SERVER_SOURCE_FILES);
+}
+
 /**
  * Bundles the CLI with esbuild: the SDK from its TypeScript sources (the "@sandglass/source" condition), npm packages
- * inlined (ws and cli-table3 are CommonJS: the banner gives their require() one), @sandglass/server left out; the
- * commands that run a server load it from its sources through tsx (bin/sandglass). A dynamic import becomes a chunk of
+ * inlined (ws and cli-table3 are CommonJS: the banner gives their require() one), @sandglass/server left out (the
+ * commands that run a server import it: the server bundle, or its sources through tsx; bin/sandglass). A dynamic import becomes a chunk of
  * its own (`mcp` loads the MCP SDK that way), so no command parses code only another needs. Returns esbuild's status.
  */
 export function buildCliBundle() {
@@ -74,6 +95,51 @@ export function buildCliBundle() {
     renameSync(`${staging}/sandglass.js.map`, `${CLI_BUNDLE}.map`);
     renameSync(`${staging}/sandglass.js`, CLI_BUNDLE);
     for (const name of readdirSync(chunks)) if (!fresh.has(name)) rmSync(`${chunks}/${name}`, { force: true });
+    return 0;
+  } finally {
+    if (existsSync(staging)) rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+/** Every npm package a server package names (its dependencies stay in node_modules: native addons, pino's workers). */
+function npmDependencies() {
+  const names = new Set();
+  for (const p of SERVER_PACKAGES) {
+    const pkg = JSON.parse(readFileSync(`${repo}packages/${p}/package.json`, 'utf8'));
+    for (const field of ['dependencies', 'optionalDependencies', 'peerDependencies']) {
+      for (const name of Object.keys(pkg[field] ?? {})) if (!name.startsWith('@sandglass/')) names.add(name);
+    }
+  }
+  return [...names].sort();
+}
+
+/**
+ * Bundles the servers with esbuild into SERVER_BUNDLE: @sandglass/server and the workspace packages it imports from
+ * their TypeScript sources, every npm package external. Written beside dist/ and renamed into place, map first, so a
+ * server starting meanwhile loads the old bundle or the new one. Returns esbuild's status.
+ */
+export function buildServerBundle() {
+  const dir = dirname(SERVER_BUNDLE);
+  const staging = `${repo}packages/server/.dist-${process.pid}`;
+  const external = npmDependencies().flatMap((name) => [`--external:${name}`, `--external:${name}/*`]);
+  const args = [
+    `${repo}packages/server/src/index.ts`,
+    '--bundle',
+    '--platform=node',
+    '--format=esm',
+    '--target=node20',
+    '--conditions=@sandglass/source',
+    ...external,
+    '--sourcemap',
+    '--log-level=warning',
+    `--outfile=${staging}/server.js`,
+  ];
+  try {
+    const status = spawnSync(`${repo}node_modules/.bin/esbuild`, args, { stdio: 'inherit' }).status;
+    if (status !== 0) return status;
+    mkdirSync(dir, { recursive: true });
+    renameSync(`${staging}/server.js.map`, `${SERVER_BUNDLE}.map`);
+    renameSync(`${staging}/server.js`, SERVER_BUNDLE);
     return 0;
   } finally {
     if (existsSync(staging)) rmSync(staging, { recursive: true, force: true });

@@ -6,7 +6,7 @@ import { accessSync, constants, existsSync, mkdirSync, readdirSync, statSync, wr
 import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildCliBundle, cliBundleFresh } from '../bin/cli-bundle.mjs';
+import { buildCliBundle, buildServerBundle, cliBundleFresh, serverBundleFresh } from '../bin/cli-bundle.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -195,14 +195,23 @@ function ensureSdk() {
   run(join(repo, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json'], { cwd: dir });
 }
 
-/** Compiles the CLI into packages/cli/dist when a source is newer (bin/cli-bundle.mjs); bin/sandglass runs it then. */
+/**
+ * Compiles the CLI into packages/cli/dist and the servers into packages/server/dist when a source is newer
+ * (bin/cli-bundle.mjs); bin/sandglass runs them then.
+ */
 function ensureCli() {
   if (cliBundleFresh()) {
     log('compiled CLI up to date');
-    return;
+  } else {
+    log('compiling the CLI (packages/cli/dist/sandglass.js, esbuild)');
+    if (buildCliBundle() !== 0) fail('esbuild failed to bundle the CLI (its errors are above)');
   }
-  log('compiling the CLI (packages/cli/dist/sandglass.js, esbuild)');
-  if (buildCliBundle() !== 0) fail('esbuild failed to bundle the CLI (its errors are above)');
+  if (serverBundleFresh()) {
+    log('compiled servers up to date');
+  } else {
+    log('compiling the servers (packages/server/dist/server.js, esbuild)');
+    if (buildServerBundle() !== 0) fail('esbuild failed to bundle the servers (its errors are above)');
+  }
 }
 
 /** Checks the bundle's SHA256SUMS once, before anything from it is installed or run. */

@@ -38,7 +38,7 @@ import { TenantKeyService, type TenantKeyAdmin } from './tenant-keys.js';
 import { CustomTemplates } from './custom-templates.js';
 
 export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
-const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const VERSION = (JSON.parse(readFileSync(new URL('../../control-plane/package.json', import.meta.url), 'utf8')) as { version: string }).version;
 const BODY_LIMIT_BYTES = 1024 * 1024;
 // The audit public key is for auditors, who hold no API key of the deployment.
 const PUBLIC_ROUTES = new Set(['/v1/health', '/v1/audit/public-key']);

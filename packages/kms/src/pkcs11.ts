@@ -35,7 +35,8 @@ const REFUSALS = new Set([
   'CKR_TOKEN_NOT_PRESENT',
   'CKR_TOKEN_NOT_RECOGNIZED',
 ]);
-const WORKER_URL = new URL('./pkcs11-worker.mjs', import.meta.url);
+// By the package's folder, so the compiled servers (packages/server/dist, the same depth) find it too.
+const WORKER_URL = new URL('../../kms/src/pkcs11-worker.mjs', import.meta.url);
 
 type Op = 'wrap' | 'unwrap' | 'probe' | 'close';
 /** The worker's answer: bytes moved over (never copied), or what went wrong, classified there and never holding a key. */

@@ -273,7 +273,7 @@ class Copier {
 
   private ensure(): ChildProcess {
     if (this.shell && this.shell.exitCode === null) return this.shell;
-    const shell = spawn('python3', ['-u', fileURLToPath(new URL('../helpers/sparse-copy.py', import.meta.url))], { stdio: ['pipe', 'pipe', 'ignore'] });
+    const shell = spawn('python3', ['-u', fileURLToPath(new URL('../../vmm/helpers/sparse-copy.py', import.meta.url))], { stdio: ['pipe', 'pipe', 'ignore'] });
     shell.stdout!.setEncoding('utf8');
     shell.stdout!.on('data', (chunk: string) => {
       this.buffered += chunk;
