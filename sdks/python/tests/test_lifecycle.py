@@ -31,6 +31,8 @@ def test_get_info_reports_on_timeout_auto_resume_and_times_as_datetimes(sbx: San
     # The API's keys still read as the dict this was.
     assert info["state"] == "running" and info["onTimeout"] == "kill" and "access" not in info
     assert "access" not in info.to_dict()
+    moved = sbx.set_timeout(600)
+    assert isinstance(moved, SandboxInfo) and moved.expires_at >= info.expires_at and moved["id"] == sbx.id
     listed = next(s for s in Sandbox.list() if s.id == sbx.id)
     assert isinstance(listed.created_at, datetime) and listed["id"] == sbx.id
 

@@ -182,7 +182,7 @@ class AsyncSandbox:
     async def timeline_with_cadence(self) -> Dict[str, Any]:
         return await asyncio.to_thread(self.sync.timeline_with_cadence)
 
-    async def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> Dict[str, Any]:
+    async def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> SandboxInfo:
         return await asyncio.to_thread(self.sync.set_snapshot_interval, snapshot_interval_s, best_effort=best_effort)
 
     async def events(self, *, after_seq: Optional[int] = None, types: Optional[List[str]] = None) -> List[Dict[str, Any]]:
@@ -215,7 +215,7 @@ class AsyncSandbox:
     async def metrics(self, *, start: Optional[Time] = None, end: Optional[Time] = None) -> List[SandboxMetric]:
         return await asyncio.to_thread(self.sync.metrics, start=start, end=end)
 
-    async def set_timeout(self, timeout_s: int) -> Dict[str, Any]:
+    async def set_timeout(self, timeout_s: int) -> SandboxInfo:
         return await asyncio.to_thread(self.sync.set_timeout, timeout_s)
 
     async def __aenter__(self) -> "AsyncSandbox":

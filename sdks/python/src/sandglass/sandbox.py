@@ -292,8 +292,9 @@ class Sandbox:
         query = {"start": None if start is None else iso_time(start, "start"), "end": None if end is None else iso_time(end, "end")}
         return [SandboxMetric.from_api(m) for m in self._dp.json("GET", "/metrics", query=query)["metrics"]]
 
-    def set_timeout(self, timeout_s: int) -> Dict[str, Any]:
-        return dict(self._cp.json("POST", _sandbox_path(self.id, "timeout"), json_body={"timeoutS": timeout_s}))
+    def set_timeout(self, timeout_s: int) -> SandboxInfo:
+        """Moves the expiry to now + timeout_s (longer or shorter); answers the sandbox with its new expires_at."""
+        return SandboxInfo.from_api(self._cp.json("POST", _sandbox_path(self.id, "timeout"), json_body={"timeoutS": timeout_s}))
 
     def snapshot(self, *, name: Optional[str] = None, compact: Optional[bool] = None) -> Dict[str, Any]:
         """Takes a snapshot now; a named one is kept until deleted. compact=True first drops the guest's page cache and
@@ -316,11 +317,11 @@ class Sandbox:
         for against the one achieved, and whether the sandbox is behind (the snapshot.behind event says why)."""
         return dict(self._cp.json("GET", _sandbox_path(self.id, "snapshots")))
 
-    def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> Dict[str, Any]:
+    def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> SandboxInfo:
         """Sets the seconds between rolling snapshots (5…86400). One the node can never keep for this size is refused
         (`snapshot_interval_unachievable`, details["minimumS"]) unless best_effort."""
         body = {"snapshotIntervalS": snapshot_interval_s, "bestEffort": best_effort}
-        return dict(self._cp.json("POST", _sandbox_path(self.id, "snapshot-interval"), json_body=body))
+        return SandboxInfo.from_api(self._cp.json("POST", _sandbox_path(self.id, "snapshot-interval"), json_body=body))
 
     def events(self, *, after_seq: Optional[int] = None, types: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         """The sandbox's events in log order, every page; types=["egress", "secret"] keeps those families only."""
