@@ -55,7 +55,7 @@ describe('the Python SDK', () => {
     const r = await run(py, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', join(root, 'sdks/python/tests')], { cwd: venv, env }).catch(failure('pytest'));
     expect(r.stdout).toMatch(/\d+ passed/);
     expect(r.stdout).not.toMatch(/failed|error/);
-    // The whole suite in one process: dozens of sandboxes under TCG, one waiting out a 40 s timeout.
+    // The whole suite in one process: dozens of sandboxes under TCG, one paused by its timeout.
   }, 900_000);
 
   it("runs the README's Python example", async () => {

@@ -61,7 +61,8 @@ def test_metrics_are_samples_of_the_guest_with_datetimes(sbx: Sandbox) -> None:
 
 
 def test_the_timeout_pauses_it_and_a_request_with_its_token_resumes_it() -> None:
-    sbx = Sandbox.create(timeout_s=40, on_timeout="pause", auto_resume=True, snapshot_interval_s=3600)
+    # A timeout long enough to set it up under any load; once its server listens, a short one.
+    sbx = Sandbox.create(timeout_s=600, on_timeout="pause", auto_resume=True, snapshot_interval_s=3600)
     try:
         info = sbx.get_info()
         assert (info.on_timeout, info.auto_resume) == ("pause", True)
@@ -70,6 +71,7 @@ def test_the_timeout_pauses_it_and_a_request_with_its_token_resumes_it() -> None
         _until("the guest server", lambda: any(p["port"] == 8000 for p in sbx.ports.list()))
         # The grant the create answered with; a request carrying it is what may resume the sandbox.
         access = sbx.info["access"]
+        assert sbx.set_timeout(20).on_timeout == "pause"
         _until("the timeout to pause it", lambda: sbx.get_info().state == "paused")
         paused = sbx.get_info()
         assert paused.paused_at is not None and paused.paused_at >= paused.created_at
