@@ -12,7 +12,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Progress } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adminKey, apiUrl } from './helpers.js';
+import { adminKey, api, apiUrl, gatewayUrl } from './helpers.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const bin = join(root, 'bin/sandglass');
@@ -70,8 +70,13 @@ describe('sandglass mcp over stdio', () => {
         'read_file',
         'resume',
         'run_command',
+        'sandbox_info',
+        'sandbox_metrics',
+        'set_port_public',
         'snapshot',
+        'timeline',
         'write_file',
+        'write_stdin',
       ].sort(),
     );
     const run = tools.find((t) => t.name === 'run_command')!;
@@ -156,6 +161,101 @@ describe('sandglass mcp over stdio', () => {
 
     expect(await ok('kill_sandbox', { sandboxId: forkId })).toEqual({ killed: forkId });
     expect((await ok('list_sandboxes', { state: 'running' })).sandboxes.map((s: { id: string }) => s.id)).not.toContain(forkId);
+  });
+
+  it('creates with network, secrets, onTimeout and autoResume; metrics, public ports, stdin, timeline', async () => {
+    const secret = `MCP_TOKEN_${randomBytes(4).toString('hex').toUpperCase()}`;
+    expect((await api('PUT', `/v1/secrets/${secret}`, { body: { value: 'mcp-s3cret-value', hosts: ['api.example.com'] } })).status).toBeLessThan(300);
+    const pausing = await ok('create_sandbox', { timeoutS: 20, onTimeout: 'pause', autoResume: true, snapshotIntervalS: 3600 });
+    sandboxes.push(pausing.id as string);
+    expect(pausing).toMatchObject({ onTimeout: 'pause', autoResume: true, snapshotIntervalS: 3600 });
+    const created = await ok('create_sandbox', { timeoutS: 600, network: { allow: ['example.com'], deny: ['bad.example.com'] }, secrets: [secret] });
+    const id = created.id as string;
+    sandboxes.push(id);
+    expect(created).toMatchObject({ onTimeout: 'kill', autoResume: false, network: { allow: ['example.com'], deny: ['bad.example.com'] }, secrets: [secret] });
+    const info = await ok('sandbox_info', { sandboxId: id });
+    expect(info).toMatchObject({ id, state: 'running', secrets: [secret], network: { allow: ['example.com'] } });
+    // Neither the access grant nor the secret's value reaches the agent; the guest holds a placeholder only.
+    for (const answer of [created, info, pausing]) {
+      expect(answer).not.toHaveProperty('access');
+      expect(JSON.stringify(answer)).not.toContain('mcp-s3cret-value');
+    }
+    const placeholder = (await ok('run_command', { sandboxId: id, cmd: `printenv ${secret}` })).stdout as string;
+    expect(placeholder.trim()).not.toBe('');
+    expect(placeholder).not.toContain('mcp-s3cret-value');
+
+    // The gateway samples every few seconds: wait for the first.
+    let metrics: Record<string, any>[] = [];
+    while (metrics.length === 0) metrics = (await ok('sandbox_metrics', { sandboxId: id })).metrics;
+    expect(metrics[0]).toMatchObject({ cpuCount: expect.any(Number), memTotalBytes: expect.any(Number), diskTotalBytes: expect.any(Number) });
+    expect(metrics[0]!.memTotalBytes).toBeGreaterThan(0);
+    const later = new Date(Date.now() + 3_600_000).toISOString();
+    expect((await ok('sandbox_metrics', { sandboxId: id, start: later })).metrics).toEqual([]);
+    expect((await ok('sandbox_metrics', { sandboxId: id, end: metrics[0]!.timestamp })).metrics.map((m: { timestamp: string }) => m.timestamp)).toEqual([
+      metrics[0]!.timestamp,
+    ]);
+
+    await ok('write_file', { sandboxId: id, path: '/tmp/www/hi.txt', content: `hello from ${id}` });
+    await ok('run_command', { sandboxId: id, cmd: 'cd /tmp/www && exec python3 -m http.server 8000 --bind 127.0.0.1', background: true, timeoutMs: 0 });
+    while (!(await ok('list_ports', { sandboxId: id })).ports.some((p: { port: number }) => p.port === 8000));
+    const anonymous = () => fetch(`${gatewayUrl}/v1/sandboxes/${id}/ports/8000/hi.txt`);
+    expect((await anonymous()).status).toBe(401);
+    expect(await ok('set_port_public', { sandboxId: id, port: 8000, public: true })).toEqual({ port: 8000, public: true });
+    const open = await anonymous();
+    expect([open.status, await open.text()]).toEqual([200, `hello from ${id}`]);
+    expect((await ok('list_ports', { sandboxId: id })).ports.find((p: { port: number }) => p.port === 8000)).toMatchObject({ public: true });
+    expect(await ok('set_port_public', { sandboxId: id, port: 8000, public: false })).toEqual({ port: 8000, public: false });
+    expect((await anonymous()).status).toBe(401);
+
+    const reader = await ok('run_command', { sandboxId: id, cmd: 'read line; echo "got $line"; wc -c', background: true, stdin: true });
+    expect(await ok('write_stdin', { sandboxId: id, commandId: reader.commandId, data: 'first\n' })).toEqual({ writtenBytes: 6, eof: false });
+    await ok('write_stdin', { sandboxId: id, commandId: reader.commandId, data: Buffer.from('abc').toString('base64'), encoding: 'base64', eof: true });
+    let read = await ok('read_command_output', { sandboxId: id, commandId: reader.commandId });
+    let out = read.stdout as string;
+    while (!read.exit) {
+      read = await ok('read_command_output', { sandboxId: id, commandId: reader.commandId, fromOffset: read.outputOffset });
+      out += read.stdout;
+    }
+    // wc saw the three bytes after the line, then the end of its input.
+    expect(out.split(/\s+/).filter(Boolean)).toEqual(['got', 'first', '3']);
+    expect(read.exit.exitCode).toBe(0);
+
+    const snap = await ok('snapshot', { sandboxId: id, name: 'mcp-timeline' });
+    const timeline = await ok('timeline', { sandboxId: id });
+    expect(timeline.snapshots.map((s: { id: string }) => s.id)).toContain(snap.id);
+    expect(timeline.cadence).toMatchObject({ intervalS: expect.any(Number) });
+
+    // Its 20 s ran out meanwhile or will: it is paused, not ended, and keeps its answers' shape.
+    while ((await ok('sandbox_info', { sandboxId: pausing.id })).state !== 'paused');
+    expect(await ok('sandbox_info', { sandboxId: pausing.id })).toMatchObject({ state: 'paused', onTimeout: 'pause', autoResume: true });
+    await api('DELETE', `/v1/secrets/${secret}`);
+  }, 400_000);
+
+  it('refuses bad create arguments naming the field, and creates nothing', async () => {
+    const probe = `mcp-bad-${randomBytes(4).toString('hex')}`;
+    const cases: [Record<string, unknown>, string][] = [
+      [{ onTimeout: 'sleep' }, 'onTimeout'],
+      [{ autoResume: 'yes' }, 'autoResume'],
+      [{ network: { allow: 'example.com' } }, 'network.allow'],
+      [{ network: { allowOut: ['example.com'] } }, 'network.allowOut'],
+      [{ secrets: ['not a name'] }, 'secrets.0'],
+      [{ snapshotIntervalS: 2 }, 'snapshotIntervalS'],
+    ];
+    for (const [args, field] of cases) {
+      const a = await call('create_sandbox', { ...args, metadata: { probe } });
+      expect(a.isError, JSON.stringify(args)).toBe(true);
+      expect(a.structuredContent?.error).toMatchObject({ code: 'invalid_argument', details: { field } });
+      expect(a.content[0]?.text).toMatch(new RegExp(`^invalid_argument: ${field.replaceAll('.', '\\.')}: `));
+    }
+    for (const [tool, args, field] of [
+      ['sandbox_metrics', { sandboxId: 'sbx_x', end: 'tomorrow' }, 'end'],
+      ['set_port_public', { sandboxId: 'sbx_x', port: 8000, public: 'yes' }, 'public'],
+      ['write_stdin', { sandboxId: 'sbx_x', commandId: 'c', encoding: 'hex' }, 'encoding'],
+    ] as const) {
+      expect((await call(tool, args)).structuredContent?.error).toMatchObject({ code: 'invalid_argument', details: { field } });
+    }
+    const all = (await api('GET', '/v1/sandboxes')).body!.sandboxes as { metadata: Record<string, string> }[];
+    expect(all.filter((s) => s.metadata.probe === probe)).toEqual([]);
   });
 
   it('kills a command whose call the client cancels', async () => {

@@ -55,7 +55,8 @@ describe('the Python SDK', () => {
     const r = await run(py, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', join(root, 'sdks/python/tests')], { cwd: venv, env }).catch(failure('pytest'));
     expect(r.stdout).toMatch(/\d+ passed/);
     expect(r.stdout).not.toMatch(/failed|error/);
-  });
+    // The whole suite in one process: dozens of sandboxes under TCG, one paused by its timeout.
+  }, 900_000);
 
   it("runs the README's Python example", async () => {
     const example = /^```python\n([\s\S]*?)^```$/m.exec(readFileSync(join(root, 'README.md'), 'utf8'))?.[1];

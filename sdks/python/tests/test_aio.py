@@ -9,7 +9,10 @@ from sandglass import AsyncSandbox, CommandExitError
 
 def test_async_sandbox_runs_commands_concurrently_and_moves_files() -> None:
     async def main() -> None:
-        async with await AsyncSandbox.create(timeout_s=600) as sbx:
+        async with await AsyncSandbox.create(timeout_s=600, on_timeout="pause", auto_resume=True) as sbx:
+            info = await sbx.get_info()
+            assert (info.id, info.on_timeout, info.auto_resume) == (sbx.id, "pause", True)
+            assert all(m.cpu_count >= 1 for m in await sbx.metrics())
             results = await asyncio.gather(*(sbx.commands.run(f"echo {i}") for i in range(3)))
             assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
             await sbx.files.write("/root/aio.txt", "async")

@@ -21,11 +21,22 @@ describe('the MCP tool set', () => {
     ['kill_command', { sandboxId: 'sbx_a', commandId: 'c', signal: 'SIGSTOP' }, 'signal'],
     ['list_sandboxes', { state: 'asleep' }, 'state'],
     ['create_sandbox', { memoryMb: 512 }, 'memoryMb'],
+    ['create_sandbox', { onTimeout: 'sleep' }, 'onTimeout'],
+    ['create_sandbox', { autoResume: 'yes' }, 'autoResume'],
+    ['create_sandbox', { network: { allow: ['example.com', 7] } }, 'network.allow.1'],
+    ['create_sandbox', { network: { allowOut: ['example.com'] } }, 'network.allowOut'],
+    ['create_sandbox', { secrets: ['lower_case'] }, 'secrets.0'],
+    ['create_sandbox', { snapshotIntervalS: 1 }, 'snapshotIntervalS'],
+    ['sandbox_metrics', { sandboxId: 'sbx_a', start: 'yesterday' }, 'start'],
+    ['set_port_public', { sandboxId: 'sbx_a', port: 8000 }, 'public'],
+    ['set_port_public', { sandboxId: 'sbx_a', port: 0, public: true }, 'port'],
+    ['write_stdin', { sandboxId: 'sbx_a', commandId: 'c', data: 'x', eof: 'yes' }, 'eof'],
+    ['timeline', {}, 'sandboxId'],
   ])('%s %j: invalid_argument naming %s, before any request', async (name, args, field) => {
     const a = await tools.call(name, args, ctx);
     expect(a.isError).toBe(true);
     expect(a.structuredContent.error).toMatchObject({ code: 'invalid_argument', details: { field } });
-    expect(a.content[0]!.text).toMatch(new RegExp(`^invalid_argument: ${field.replace('.', '\\.')}: `));
+    expect(a.content[0]!.text).toMatch(new RegExp(`^invalid_argument: ${field.replaceAll('.', '\\.')}: `));
   });
 
   it('takes missing arguments as an empty object', async () => {

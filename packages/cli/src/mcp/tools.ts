@@ -42,6 +42,11 @@ const STATES = ['starting', 'running', 'paused', 'ended', 'failed'] as const sat
 const sandboxId = z.string().min(1).describe('sandbox id (sbx_…)');
 const envs = z.record(z.string(), z.string());
 const encoding = z.enum(['utf8', 'base64']).default('utf8');
+const port = z.number().int().min(1).max(65535);
+const isoTime = z.iso.datetime({ offset: true }).describe('ISO 8601 time, e.g. 2026-06-01T12:00:00Z');
+// As the control plane's NetworkRule and SecretName: the rule's own syntax is the server's to judge (policy_invalid).
+const rules = z.array(z.string().min(1)).max(1000);
+const secretName = z.string().regex(/^[A-Z_][A-Z0-9_]{0,63}$/, 'must be a secret name like [A-Z_][A-Z0-9_]*');
 
 /** The shape of a sandbox in a tool's answer: never its access grant, which is a credential. */
 const shown = (info: SandboxInfo) => withoutAccess(info) as unknown as Record<string, unknown>;
@@ -142,8 +147,33 @@ export class ToolSet {
           metadata: z.record(z.string(), z.string()).optional(),
           envs: envs.optional().describe('environment of every process in the sandbox (no credentials: use secrets)'),
           diskMib: z.number().int().positive().optional(),
+          snapshotIntervalS: z.number().int().min(5).max(86400).optional().describe('seconds between rolling snapshots; default 60'),
+          network: z
+            .strictObject({ allow: rules.optional(), deny: rules.optional() })
+            .optional()
+            .describe('egress rules, `host[:port] [METHOD] [/path-prefix]`; deny wins; absent: no network at all'),
+          secrets: z.array(secretName).max(64).optional().describe('names of tenant secrets: the sandbox sees placeholders, never the values'),
+          onTimeout: z.enum(['kill', 'pause']).optional().describe('what the timeout does: kill (default) or pause (snapshot, release the VM)'),
+          autoResume: z.boolean().optional().describe('while paused, a request with its credential to one of its ports resumes it'),
         }),
         run: async (a) => shown(await this.keep(await Sandbox.create({ ...this.config, ...a })).getInfo()),
+      }),
+      sandbox_info: tool({
+        description: 'A sandbox as the control plane reports it: state, expiresAt, onTimeout, autoResume, network, …',
+        input: z.strictObject({ sandboxId }),
+        run: async ({ sandboxId: id }) => shown(await (await this.sandbox(id)).getInfo()),
+      }),
+      sandbox_metrics: tool({
+        description:
+          "A running sandbox's CPU, memory and disk over the last hour, oldest first (the guest's own figures, one sample " +
+          'every few seconds); start and end keep only the samples between them.',
+        input: z.strictObject({ sandboxId, start: isoTime.optional(), end: isoTime.optional() }),
+        run: async ({ sandboxId: id, start, end }) => ({
+          metrics: await (await this.sandbox(id)).metrics({
+            start: start === undefined ? undefined : new Date(start),
+            end: end === undefined ? undefined : new Date(end),
+          }),
+        }),
       }),
       list_sandboxes: tool({
         description: "The sandboxes of this API key's tenant.",
@@ -162,6 +192,7 @@ export class ToolSet {
           envs: envs.optional(),
           user: z.string().min(1).optional(),
           timeoutMs: z.number().int().nonnegative().optional().describe('killed after this long; default 60000, 0 = no limit'),
+          stdin: z.boolean().optional().describe('keep stdin open for write_stdin (default: stdin is /dev/null)'),
           background: z.boolean().default(false),
         }),
         run: async ({ sandboxId: id, cmd, background, ...opts }, ctx) => {
@@ -205,6 +236,25 @@ export class ToolSet {
           return out;
         },
       }),
+      write_stdin: tool({
+        description:
+          'Write to the stdin of a command started with stdin: true (UTF-8 text, or base64 for bytes); eof: true then ' +
+          'closes it, as the end of a pipe does.',
+        input: z.strictObject({
+          sandboxId,
+          commandId: z.string().min(1),
+          data: z.string().default(''),
+          encoding,
+          eof: z.boolean().default(false),
+        }),
+        run: async ({ sandboxId: id, commandId, data, encoding: enc, eof }) => {
+          const sbx = await this.sandbox(id);
+          const bytes = Buffer.from(data, enc);
+          if (bytes.byteLength > 0) await sbx.commands.sendStdin(commandId, bytes);
+          if (eof) await sbx.commands.closeStdin(commandId);
+          return { writtenBytes: bytes.byteLength, eof };
+        },
+      }),
       kill_command: tool({
         description: 'Send a signal (default SIGKILL) to a command; killed is false when it had already exited.',
         input: z.strictObject({ sandboxId, commandId: z.string().min(1), signal: z.enum(SIGNALS).default('SIGKILL') }),
@@ -241,6 +291,13 @@ export class ToolSet {
         description: "Snapshot a running sandbox's memory and disk; a named snapshot is pinned. Answers the snapshot.",
         input: z.strictObject({ sandboxId, name: z.string().min(1).optional() }),
         run: async ({ sandboxId: id, name }) => ({ ...(await (await this.sandbox(id)).snapshot({ name })) }),
+      }),
+      timeline: tool({
+        description:
+          "A sandbox's retained snapshots, oldest first (rolling and named; fork or resume from any), and its snapshot " +
+          'cadence: the interval asked for against the one achieved.',
+        input: z.strictObject({ sandboxId }),
+        run: async ({ sandboxId: id }) => ({ ...(await (await this.sandbox(id)).timelineWithCadence()) }),
       }),
       fork: tool({
         description: 'Start new sandboxes from a snapshot: from is a snapshot id (snap_…), a sandbox id (its latest snapshot) or sbx_…@<ISO time>.',
@@ -285,7 +342,7 @@ export class ToolSet {
           "port's host name, which needs the sandbox's access token unless the port is public.",
         input: z.strictObject({
           sandboxId,
-          port: z.number().int().min(1).max(65535),
+          port,
           expiresInS: z.number().int().positive().optional(),
           form: z.enum(['host', 'path']).optional(),
         }),
@@ -293,6 +350,15 @@ export class ToolSet {
           const sbx = await this.sandbox(id);
           const url = await sbx.ports.url(port, opts);
           return { ...url, host: sbx.getHost(port) };
+        },
+      }),
+      set_port_public: tool({
+        description:
+          'Open a guest port to requests that carry no credential (public: true), or make it private again; each change ' + 'is an event of the sandbox.',
+        input: z.strictObject({ sandboxId, port, public: z.boolean() }),
+        run: async ({ sandboxId: id, port: p, public: open }) => {
+          await (await this.sandbox(id)).ports.setPublic(p, open);
+          return { port: p, public: open };
         },
       }),
     };

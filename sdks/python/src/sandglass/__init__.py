@@ -20,6 +20,7 @@ from .errors import (
     UnavailableError,
 )
 from .files import Files
+from .models import SandboxInfo, SandboxMetric
 from .ports import DEFAULT_PORT_DOMAIN, Ports
 from .pty import Pty, PtyHandle
 from .replay import ReplayFork, compare_command, format_replay_report
@@ -59,6 +60,8 @@ __all__ = [
     "PtyHandle",
     "ReplayFork",
     "Sandbox",
+    "SandboxInfo",
+    "SandboxMetric",
     "SandglassError",
     "SandglassTimeoutError",
     "Secrets",

@@ -8,10 +8,10 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
+from ._time import parse_time
 from .errors import AuthenticationError, SandglassError, error_from_response, error_of
 
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
@@ -203,7 +203,7 @@ class DataPlane:
     def _adopt(self, access: Dict[str, Any]) -> Dict[str, Any]:
         if not access.get("token") or not access.get("gatewayUrl") or not access.get("expiresAt"):
             raise error_of("protocol_error", f"the control plane returned an unusable access grant for {self.sandbox_id}")
-        expires = datetime.fromisoformat(access["expiresAt"].replace("Z", "+00:00")).timestamp()
+        expires = parse_time(access["expiresAt"]).timestamp()
         self._refresh_at = expires - min(60.0, max(0.0, (expires - time.time()) / 2))
         self._access = access
         return access

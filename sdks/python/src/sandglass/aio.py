@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Dict, List, Optional, Union
 
+from ._time import Time
 from .commands import CommandHandle, CommandResult, Commands
 from .files import Files
+from .models import SandboxInfo, SandboxMetric
 from .ports import Ports
 from .pty import DataCallback, Pty, PtyHandle
 from .sandbox import Sandbox
@@ -147,6 +149,7 @@ class AsyncSandbox:
 
     @classmethod
     async def create(cls, template: Optional[str] = None, **kw: Any) -> "AsyncSandbox":
+        """As Sandbox.create (timeout_s, network, secrets, on_timeout, auto_resume, …)."""
         return cls(await asyncio.to_thread(Sandbox.create, template, **kw))
 
     @classmethod
@@ -162,7 +165,7 @@ class AsyncSandbox:
         return [cls(s) for s in await asyncio.to_thread(Sandbox.fork, source, **kw)]
 
     @staticmethod
-    async def list(**kw: Any) -> List[Dict[str, Any]]:
+    async def list(**kw: Any) -> List[SandboxInfo]:
         return await asyncio.to_thread(Sandbox.list, **kw)
 
     @staticmethod
@@ -179,7 +182,7 @@ class AsyncSandbox:
     async def timeline_with_cadence(self) -> Dict[str, Any]:
         return await asyncio.to_thread(self.sync.timeline_with_cadence)
 
-    async def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> Dict[str, Any]:
+    async def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> SandboxInfo:
         return await asyncio.to_thread(self.sync.set_snapshot_interval, snapshot_interval_s, best_effort=best_effort)
 
     async def events(self, *, after_seq: Optional[int] = None, types: Optional[List[str]] = None) -> List[Dict[str, Any]]:
@@ -206,8 +209,14 @@ class AsyncSandbox:
     async def set_network(self, **kw: Any) -> Dict[str, Any]:
         return await asyncio.to_thread(self.sync.set_network, **kw)
 
-    async def get_info(self) -> Dict[str, Any]:
+    async def get_info(self) -> SandboxInfo:
         return await asyncio.to_thread(self.sync.get_info)
+
+    async def metrics(self, *, start: Optional[Time] = None, end: Optional[Time] = None) -> List[SandboxMetric]:
+        return await asyncio.to_thread(self.sync.metrics, start=start, end=end)
+
+    async def set_timeout(self, timeout_s: int) -> SandboxInfo:
+        return await asyncio.to_thread(self.sync.set_timeout, timeout_s)
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

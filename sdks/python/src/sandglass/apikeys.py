@@ -2,21 +2,15 @@
 their own tenant, the operator key every tenant."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Dict, List, Optional, Union
 
 from ._http import ControlPlane, path_of, resolve_config
+from ._time import iso_time
 
 
 def _cp(api_url: Optional[str], api_key: Optional[str]) -> ControlPlane:
     return ControlPlane(resolve_config(api_url, api_key, None))
-
-
-def _iso(at: Union[datetime, str, None]) -> Optional[str]:
-    if not isinstance(at, datetime):
-        return at
-    # A naive datetime is local time, as datetime.timestamp() reads it.
-    return datetime.fromtimestamp(at.timestamp(), timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 class ApiKeys:
@@ -35,7 +29,7 @@ class ApiKeys:
         """A new key of the caller's tenant (or, with the operator key, of tenant_id): role member (default), admin or
         operator; refused from expires_in_s seconds from now or from expires_at; format "e2b" gives `e2b_` + hex. The
         answer's "key" is the only time the key itself is shown."""
-        body = {"role": role, "name": name, "tenantId": tenant_id, "expiresInS": expires_in_s, "expiresAt": _iso(expires_at), "format": format}
+        body = {"role": role, "name": name, "tenantId": tenant_id, "expiresInS": expires_in_s, "expiresAt": None if expires_at is None else iso_time(expires_at, "expires_at"), "format": format}
         return dict(_cp(api_url, api_key).json("POST", "/v1/api-keys", json_body=body))
 
     @staticmethod

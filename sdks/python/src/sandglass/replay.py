@@ -7,10 +7,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional
 
 from ._http import ControlPlane, DataPlane, path_of
+from ._time import Time, to_datetime
 from .commands import CommandHandle, Commands
 from .errors import SandglassError, error_of
 from .files import Files
@@ -18,7 +18,6 @@ from .files import Files
 _PAGE = 1000
 # The events a replay re-issues.
 _INPUT_TYPES = {"command.started", "command.input", "file.written", "file.tar_written", "file.removed", "file.renamed", "file.dir_created"}
-Time = Union[datetime, str]
 
 
 @dataclass(frozen=True)
@@ -30,13 +29,8 @@ class ReplayFork:
     files: Files
 
 
-def _seconds(t: Time) -> float:
-    if isinstance(t, datetime):
-        return t.timestamp()
-    try:
-        return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise error_of("invalid_argument", f"'{t}' is not a time; give a datetime or an ISO 8601 string such as 2025-06-01T12:00:00Z", details={"field": "at"}) from None
+def _seconds(t: Time, field: str = "at") -> float:
+    return to_datetime(t, field).timestamp()
 
 
 def _events(cp: ControlPlane, sandbox_id: str, type_filter: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -230,7 +224,7 @@ def run_replay(
     start = choose_start(events, from_creation=from_creation, snapshot_id=snapshot_id, at=at)
     # From creation every input is replayed; from a snapshot, those after it.
     from_s = float("-inf") if start["snapshotId"] is None else _seconds(start["takenAt"])
-    until_s = float("inf") if until is None else _seconds(until)
+    until_s = float("inf") if until is None else _seconds(until, "until")
     wait_s = input_timeout_ms / 1000
     source = {"sandboxId": source_id, "fromCreation": True} if start["snapshotId"] is None else {"snapshotId": start["snapshotId"]}
     fork = cp.json("POST", "/v1/forks", json_body=dict(source, count=1, timeoutS=timeout_s, replay=True))["sandboxes"][0]

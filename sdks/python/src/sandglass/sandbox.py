@@ -9,9 +9,11 @@ from datetime import datetime
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set
 
 from ._http import Config, ControlPlane, DataPlane, path_of, resolve_config
+from ._time import Time, iso_time
 from .commands import Commands
 from .errors import NotFoundError, error_of
 from .files import Files
+from .models import SandboxInfo, SandboxMetric
 from .ports import Ports
 from .pty import Pty
 from .replay import ReplayFork, run_replay
@@ -20,6 +22,9 @@ from .replay import ReplayFork, run_replay
 def _connection(api_url: Optional[str], api_key: Optional[str], request_timeout_s: Optional[float]) -> ControlPlane:
     return ControlPlane(resolve_config(api_url, api_key, request_timeout_s))
 
+
+# What a sandbox's timeout may do (create's on_timeout).
+ON_TIMEOUT = ("kill", "pause")
 
 # The largest page of events the control plane serves.
 EVENTS_PAGE = 1000
@@ -35,7 +40,7 @@ def parse_fork_source(source: str) -> Dict[str, str]:
         return {"snapshotId": source}
     m = re.fullmatch(r"(sbx_[A-Za-z0-9]+)(?:@(.+))?", source, re.S)
     if m:
-        return {"sandboxId": m.group(1)} if m.group(2) is None else {"sandboxId": m.group(1), "at": m.group(2)}
+        return {"sandboxId": m.group(1)} if m.group(2) is None else {"sandboxId": m.group(1), "at": iso_time(m.group(2), "from")}
     raise error_of(
         "invalid_argument",
         f"'{source}' is not a fork source: give a snapshot id (snap_…), a sandbox id (sbx_…) or sbx_…@<ISO time>",
@@ -103,6 +108,7 @@ class Sandbox:
         self.info = info
         self._cp = control_plane
         dp = DataPlane(control_plane, self.id, info.get("access"))
+        self._dp = dp
         self.commands = Commands(dp)
         self.files = Files(dp)
         self.pty = Pty(dp, self.commands)
@@ -131,10 +137,22 @@ class Sandbox:
         network: Optional[Dict[str, List[str]]] = None,
         secrets: Optional[List[str]] = None,
         disk_mib: Optional[int] = None,
+        snapshot_best_effort: Optional[bool] = None,
+        on_timeout: Optional[str] = None,
+        auto_resume: Optional[bool] = None,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout_s: Optional[float] = None,
     ) -> "Sandbox":
+        """Starts a sandbox from a template (default "base"). on_timeout="pause" makes its timeout snapshot it and release
+        its VM instead of killing it ("kill", the default); auto_resume=True lets a request carrying its access token or a
+        signed port URL to one of its ports resume it while paused (else such a request is sandbox_paused). A bad
+        on_timeout or auto_resume is invalid_argument naming it, before any request."""
+        if on_timeout is not None and on_timeout not in ON_TIMEOUT:
+            raise error_of("invalid_argument", f"on_timeout: must be one of {', '.join(ON_TIMEOUT)}, not {on_timeout!r}", details={"field": "on_timeout"})
+        for name, flag in (("auto_resume", auto_resume), ("snapshot_best_effort", snapshot_best_effort)):
+            if flag is not None and not isinstance(flag, bool):
+                raise error_of("invalid_argument", f"{name}: must be True or False, not {flag!r}", details={"field": name})
         cp = _connection(api_url, api_key, request_timeout_s)
         body = {
             "template": template,
@@ -147,6 +165,9 @@ class Sandbox:
             "network": network,
             "secrets": secrets,
             "diskMib": disk_mib,
+            "snapshotBestEffort": snapshot_best_effort,
+            "onTimeout": on_timeout,
+            "autoResume": auto_resume,
         }
         return cls(cp, cp.json("POST", "/v1/sandboxes", json_body=body))
 
@@ -156,8 +177,10 @@ class Sandbox:
         return cls(cp, cp.json("GET", _sandbox_path(sandbox_id)))
 
     @staticmethod
-    def list(*, state: Optional[str] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
-        return list(_connection(api_url, api_key, None).json("GET", "/v1/sandboxes", query={"state": state})["sandboxes"])
+    def list(*, state: Optional[str] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[SandboxInfo]:
+        """The tenant's sandboxes (each a SandboxInfo; `s["id"]` reads the API's keys too)."""
+        sandboxes = _connection(api_url, api_key, None).json("GET", "/v1/sandboxes", query={"state": state})["sandboxes"]
+        return [SandboxInfo.from_api(s) for s in sandboxes]
 
     kill = _ClassOrInstance(_kill_by_id, _kill_this)
     approve = _ClassOrInstance(_approve_by_id, _approve_this)
@@ -227,14 +250,16 @@ class Sandbox:
         cls,
         sandbox_id: str,
         *,
-        at: Optional[str] = None,
+        at: Optional[Time] = None,
         snapshot_id: Optional[str] = None,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
     ) -> "Sandbox":
-        """Runs a paused sandbox again under the same id, from its latest snapshot, one at or before `at`, or `snapshot_id`."""
+        """Runs a paused sandbox again under the same id, from its latest snapshot, one at or before `at` (a datetime or
+        an ISO 8601 string; without a zone, local time), or `snapshot_id`."""
+        when = None if at is None else iso_time(at, "at")
         cp = _connection(api_url, api_key, None)
-        return cls(cp, cp.json("POST", _sandbox_path(sandbox_id, "resume"), json_body={"at": at, "snapshotId": snapshot_id}))
+        return cls(cp, cp.json("POST", _sandbox_path(sandbox_id, "resume"), json_body={"at": when, "snapshotId": snapshot_id}))
 
     @classmethod
     def fork(
@@ -255,11 +280,21 @@ class Sandbox:
         reply = cp.json("POST", "/v1/forks", json_body=dict(body, count=count, timeoutS=timeout_s, metadata=metadata))
         return [cls(cp, info) for info in reply["sandboxes"]]
 
-    def get_info(self) -> Dict[str, Any]:
-        return dict(self._cp.json("GET", _sandbox_path(self.id)))
+    def get_info(self) -> SandboxInfo:
+        """The sandbox as the control plane reports it now: state, on_timeout, auto_resume, times as datetimes, … (the
+        API's keys read too: `info["state"]`)."""
+        return SandboxInfo.from_api(self._cp.json("GET", _sandbox_path(self.id)))
 
-    def set_timeout(self, timeout_s: int) -> Dict[str, Any]:
-        return dict(self._cp.json("POST", _sandbox_path(self.id, "timeout"), json_body={"timeoutS": timeout_s}))
+    def metrics(self, *, start: Optional[Time] = None, end: Optional[Time] = None) -> List[SandboxMetric]:
+        """The running sandbox's CPU, memory and disk over the last hour, oldest first: one sample every few seconds, from
+        its gateway's memory (a resume or a move starts a new series). start/end (datetimes, or ISO 8601 strings) keep
+        only the samples between them."""
+        query = {"start": None if start is None else iso_time(start, "start"), "end": None if end is None else iso_time(end, "end")}
+        return [SandboxMetric.from_api(m) for m in self._dp.json("GET", "/metrics", query=query)["metrics"]]
+
+    def set_timeout(self, timeout_s: int) -> SandboxInfo:
+        """Moves the expiry to now + timeout_s (longer or shorter); answers the sandbox with its new expires_at."""
+        return SandboxInfo.from_api(self._cp.json("POST", _sandbox_path(self.id, "timeout"), json_body={"timeoutS": timeout_s}))
 
     def snapshot(self, *, name: Optional[str] = None, compact: Optional[bool] = None) -> Dict[str, Any]:
         """Takes a snapshot now; a named one is kept until deleted. compact=True first drops the guest's page cache and
@@ -282,11 +317,11 @@ class Sandbox:
         for against the one achieved, and whether the sandbox is behind (the snapshot.behind event says why)."""
         return dict(self._cp.json("GET", _sandbox_path(self.id, "snapshots")))
 
-    def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> Dict[str, Any]:
+    def set_snapshot_interval(self, snapshot_interval_s: int, *, best_effort: Optional[bool] = None) -> SandboxInfo:
         """Sets the seconds between rolling snapshots (5…86400). One the node can never keep for this size is refused
         (`snapshot_interval_unachievable`, details["minimumS"]) unless best_effort."""
         body = {"snapshotIntervalS": snapshot_interval_s, "bestEffort": best_effort}
-        return dict(self._cp.json("POST", _sandbox_path(self.id, "snapshot-interval"), json_body=body))
+        return SandboxInfo.from_api(self._cp.json("POST", _sandbox_path(self.id, "snapshot-interval"), json_body=body))
 
     def events(self, *, after_seq: Optional[int] = None, types: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         """The sandbox's events in log order, every page; types=["egress", "secret"] keeps those families only."""
