@@ -102,9 +102,11 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
       await s.kill();
       return t;
     };
-    // The same version under a second name whose pool holds one VM: the pool's figure against the plain fork's, same run.
+    // Version 1's snapshot (the same size and disk delta) under a second name whose pool holds one VM: the pool's
+    // figure against the plain fork's, same run. Not version 2's: a pool serves every fork of its snapshot for the
+    // tenant, so creates from `name` would take its VMs.
     const pooledName = `${name}-pooled`;
-    await Template.fromSnapshot(pooledName, warm.version.snapshotId, config);
+    await Template.fromSnapshot(pooledName, cold.version.snapshotId, config);
     await Template.setWarmPool(pooledName, 1, config);
     const shapes: Array<{ label: string; create: () => Promise<Sandbox> }> = [
       { label: `custom template (512 MiB, ${deltaMib} MiB disk delta)`, create: () => Sandbox.create({ ...config, template: name }) },
