@@ -1,5 +1,6 @@
 // Custom templates (BENCH_ONLY=custom-templates): a 512 MiB template with a large disk delta built cold and again with
-// only its last step changed, the bytes each version stored, and create → first exec from it against creates from base.
+// only its last step changed, the bytes each version stored, and create → first exec from it against creates from base
+// and from the same version with a warm pool of its own.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -80,7 +81,7 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
     });
 
     /** Where each create's time went: the node's restore (prepare: RAM, device state, disk; start: QEMU to agent), the rest of the API call, the first exec. */
-    const phases = new Map<string, { prepare: number[]; start: number[]; api: number[]; exec: number[] }>();
+    const phases = new Map<string, { prepare: number[]; start: number[]; api: number[]; exec: number[]; pooled: number }>();
     const firstExec = async (create: () => Promise<Sandbox>, label?: string): Promise<number> => {
       const t0 = performance.now();
       const s = await create();
@@ -90,7 +91,8 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
       if (label !== undefined) {
         const [started] = await s.events({ types: ['sandbox.started'] });
         const d = started?.data as { prepareMs?: number; restoreMs?: number; pooled?: boolean } | undefined;
-        const p = phases.get(label) ?? { prepare: [], start: [], api: [], exec: [] };
+        const p = phases.get(label) ?? { prepare: [], start: [], api: [], exec: [], pooled: 0 };
+        if (d?.pooled === true) p.pooled++;
         p.prepare.push(d?.prepareMs ?? 0);
         p.start.push(d?.restoreMs ?? 0);
         p.api.push(t1 - t0 - (d?.prepareMs ?? 0) - (d?.restoreMs ?? 0));
@@ -100,8 +102,15 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
       await s.kill();
       return t;
     };
+    // Version 1's snapshot (the same size and disk delta) under a second name whose pool holds one VM: the pool's
+    // figure against the plain fork's, same run. Not version 2's: a pool serves every fork of its snapshot for the
+    // tenant, so creates from `name` would take its VMs.
+    const pooledName = `${name}-pooled`;
+    await Template.fromSnapshot(pooledName, cold.version.snapshotId, config);
+    await Template.setWarmPool(pooledName, 1, config);
     const shapes: Array<{ label: string; create: () => Promise<Sandbox> }> = [
       { label: `custom template (512 MiB, ${deltaMib} MiB disk delta)`, create: () => Sandbox.create({ ...config, template: name }) },
+      { label: 'the same template, warm pool of 1', create: () => Sandbox.create({ ...config, template: pooledName }) },
       { label: 'base, 256 MiB (warm pool)', create: () => Sandbox.create({ ...config }) },
       { label: 'base, 512 MiB (restore, no pool)', create: () => Sandbox.create({ ...config, memoryMib: 512 }) },
     ];
@@ -112,7 +121,7 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
     // Interleaved, so every kind sees the same host load.
     for (let i = 0; i < n; i++)
       for (const shape of shapes) times.set(shape.label, [...(times.get(shape.label) ?? []), await firstExec(shape.create, shape.label)]);
-    const base = pct(times.get(shapes[2]!.label)!, 50);
+    const base = pct(times.get(shapes[3]!.label)!, 50);
     for (const shape of shapes) {
       const xs = times.get(shape.label)!;
       rows.push({
@@ -128,9 +137,12 @@ export async function customTemplatesBench(config: ConnectionConfig, opts: { qui
         n: xs.length,
         p50: '',
         p95: '',
-        other: `node prepare ${ms(pct(p.prepare, 50))}, start ${ms(pct(p.start, 50))}, rest of the create ${ms(pct(p.api, 50))}, first exec ${ms(pct(p.exec, 50))}`,
+        other:
+          `node prepare ${ms(pct(p.prepare, 50))}, start ${ms(pct(p.start, 50))}, rest of the create ${ms(pct(p.api, 50))}, first exec ${ms(pct(p.exec, 50))}` +
+          (p.pooled > 0 ? `; ${p.pooled} of ${xs.length} from the pool` : ''),
       });
     }
+    await Template.delete(pooledName, config);
     await Template.delete(name, config);
   } finally {
     rmSync(context, { recursive: true, force: true });

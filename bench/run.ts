@@ -884,8 +884,9 @@ function customTemplatesSection(header: string, rs: Row[]): string {
     'random data to its disk (1 GiB; 128 MiB with BENCH_QUICK=1) is built through the SDK (`Template.build`), then built ' +
     'again with only its last step changed: the rebuild forks the cached first step. "Stored" sums the bytes the snapshots ' +
     "of each version's build added to the chunk store. Creates are interleaved with creates from base: a create from a " +
-    "custom template forks its version's snapshot (no warm pool per template yet), so its baseline is base at 512 MiB, " +
-    'which restores too; base at 256 MiB is served by the warm pool.\n\n' +
+    "custom template forks its version's snapshot, so its baseline is base at 512 MiB, which restores too; base at " +
+    '256 MiB is served by the warm pool, and "the same template, warm pool of 1" is the same version under a second ' +
+    'name whose template pool keeps one VM (a create finding it empty, its refill still running, forks directly).\n\n' +
     `${mdRows(rs)}<!-- /custom-templates phase -->\n`
   );
 }

@@ -22,6 +22,7 @@ const PORT_OFFSETS = {
   'restore-race': 18,
   'revocation-wipe': 30,
   'snapshot-cadence': 34,
+  'template-pool': 36,
 } as const;
 
 export interface OwnServerInfo {

@@ -7,6 +7,7 @@ import { toTemplate, type Template } from './api.js';
 import type { Principal } from './keys.js';
 import { checkEnvs, type SandboxService } from './sandboxes.js';
 import { findTemplate, findTemplateVersion, listTemplates, versionHolding } from './templates.js';
+import type { TemplatePools } from './template-pools.js';
 
 type Schemas = ControlPlaneApi.components['schemas'];
 export type TemplateVersion = Schemas['TemplateVersion'];
@@ -30,6 +31,7 @@ export interface CustomTemplatesDeps {
   events: EventLog;
   clock: Clock;
   sandboxes: SandboxService;
+  pools: TemplatePools;
   /** The step cache's bound per tenant; default TEMPLATE_CACHE_ENTRIES. */
   cacheEntries?: number;
 }
@@ -52,7 +54,7 @@ export function toTemplateVersion(row: TemplateVersionRow): TemplateVersion {
   };
 }
 
-function toCustomTemplate(row: TemplateVersionRow): Template {
+function toCustomTemplate(row: TemplateVersionRow, warmPoolSize: number): Template {
   return {
     id: row.id,
     name: row.name,
@@ -63,6 +65,7 @@ function toCustomTemplate(row: TemplateVersionRow): Template {
     vcpus: row.vcpus,
     diskMib: row.disk_mib,
     version: row.version,
+    warmPoolSize,
   };
 }
 
@@ -101,7 +104,10 @@ export class CustomTemplates {
       .execute();
     const newest = new Map<string, TemplateVersionRow>();
     for (const r of rows) if (!newest.has(r.name)) newest.set(r.name, r);
-    return [...(await listTemplates(db)).map(toTemplate), ...[...newest.values()].map(toCustomTemplate)];
+    const sizes = new Map(
+      (await db.selectFrom('template_pools').select(['name', 'size']).where('tenant_id', '=', who.tenantId).execute()).map((r) => [r.name, r.size]),
+    );
+    return [...(await listTemplates(db)).map(toTemplate), ...[...newest.values()].map((r) => toCustomTemplate(r, sizes.get(r.name) ?? 0))];
   }
 
   async get(who: Principal, name: string): Promise<Schemas['TemplateDetail']> {
@@ -113,7 +119,9 @@ export class CustomTemplates {
       .where('name', '=', name)
       .orderBy('version', 'desc')
       .execute();
-    if (versions.length > 0) return { template: toCustomTemplate(versions[0]!), versions: versions.map(toTemplateVersion) };
+    if (versions.length > 0) {
+      return { template: toCustomTemplate(versions[0]!, await this.deps.pools.size(who.tenantId, name)), versions: versions.map(toTemplateVersion) };
+    }
     const platform = await findTemplate(db, name);
     if (platform) return { template: toTemplate(platform), versions: [] };
     throw noSuchTemplate(name);
@@ -203,7 +211,31 @@ export class CustomTemplates {
       }
     }
     if (snap.name === null) await sandboxes.nameSnapshot(who, snap.id, pinName(row.name, row.version), { pinForTemplate: true });
+    // The pool, if the template has one, holds the previous version: its node replaces it with this one.
+    await this.#pushPool(who.tenantId, req.name);
     return toTemplateVersion(row);
+  }
+
+  /** Sets how many warmed VMs of the template's newest version its node keeps (PATCH /v1/templates/{name}). */
+  async setWarmPool(who: Principal, name: string, warmPoolSize: number): Promise<Template> {
+    const { db, pools } = this.deps;
+    const newest = await findTemplateVersion(db, who.tenantId, name);
+    if (!newest || name.startsWith('tpl_')) {
+      if (await findTemplate(db, name)) {
+        throw new SandglassError(
+          'permission_denied',
+          `${name} is a platform template; its warm pool is the node's setting (warmPoolSize in its configuration).`,
+        );
+      }
+      throw noSuchTemplate(name);
+    }
+    await pools.set(who.tenantId, name, warmPoolSize);
+    return toCustomTemplate(newest, warmPoolSize);
+  }
+
+  /** A pool change reaches its node now when it can; a node that cannot be told gets it at its next registration. */
+  async #pushPool(tenantId: string, name: string): Promise<void> {
+    await this.deps.pools.push(tenantId, name).catch(() => undefined);
   }
 
   /**
@@ -233,6 +265,8 @@ export class CustomTemplates {
         .execute();
       await events.append({ type: 'template.deleted', tenantId: who.tenantId, data: { name, versions: rows.map((r) => r.version) } }, { clock, trx });
     });
+    // Drained when no version is left, moved to the newest one left when only the pooled version went.
+    await this.#pushPool(who.tenantId, name);
     for (const r of rows) {
       if (await versionHolding(db, who.tenantId, r.snapshot_id)) continue;
       const snap = await sandboxes.getSnapshot(who, r.snapshot_id).catch(() => undefined);

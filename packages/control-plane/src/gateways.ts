@@ -21,6 +21,8 @@ export interface PlacementRequest {
   exclude?: string[];
   /** The template's artifact key: a node that has it cached is preferred. */
   templateKey?: string;
+  /** A node holding a warm pool of the template the sandbox is created from: preferred above all when it fits. */
+  preferNode?: string;
   /** The sandbox's rolling-snapshot interval: a node whose capture capacity can take it is preferred. */
   snapshotIntervalS?: number;
 }
@@ -104,6 +106,11 @@ export class GatewayClient {
   async tenantKeyRevoked(gateway: GatewayEndpoint, tenantId: string): Promise<{ stoppedSandboxes: string[]; wipedFiles: number }> {
     const path = `/internal/v1/tenants/${encodeURIComponent(tenantId)}/key-revoked`;
     return (await this.#call(gateway, 'POST', path, undefined, this.#requestTimeoutMs)) as { stoppedSandboxes: string[]; wipedFiles: number };
+  }
+
+  /** Tells a gateway which warm pool of a tenant template to keep (size 0: none). */
+  async setTemplatePool(gateway: GatewayEndpoint, req: InternalBody<'nodeSetTemplatePool'>): Promise<void> {
+    await this.#call(gateway, 'PUT', '/internal/v1/template-pools', req, this.#requestTimeoutMs);
   }
 
   async killSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<void> {

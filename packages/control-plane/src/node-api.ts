@@ -32,6 +32,8 @@ export interface NodeApiOptions {
   revokedKeyIds(): Promise<string[]>;
   /** A node registered again: the sandboxes its previous process ran must move (their VMs died with it). */
   onOrphaned(nodeId: string, sandboxIds: string[]): void;
+  /** A node (re)registered: what it must keep (template warm pools) is sent to it again. */
+  onRegistered?(nodeId: string): void;
 }
 
 type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
@@ -79,9 +81,22 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       scope.route({ method, url: path.replace(/\{(\w+)\}/g, ':$1'), schema, handler });
     };
 
-    /** A tenant the node may hold keys of: one with a sandbox placed on it, or the template tenant. */
+    /**
+     * A tenant the node may hold keys of: one with a sandbox placed on it, the template tenant, or (keys, never
+     * secrets) one whose template warm pool the control plane put on it.
+     */
     const mayServe = async (nodeId: string, tenantId: string, secret?: string): Promise<void> => {
       if (tenantId === TEMPLATE_TENANT && secret === undefined) return;
+      if (secret === undefined) {
+        const pool = await db
+          .selectFrom('template_pools')
+          .select('name')
+          .where('tenant_id', '=', tenantId)
+          .where('gateway_id', '=', nodeId)
+          .where('size', '>', 0)
+          .executeTakeFirst();
+        if (pool) return;
+      }
       const rows = await db
         .selectFrom('sandboxes')
         .select('secrets')
@@ -113,7 +128,10 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       const hb = req.body as Heartbeat;
       const result = await opts.nodes.heartbeat(nodeId, hb);
       if (result.orphaned.length > 0) opts.onOrphaned(nodeId, result.orphaned);
-      if (hb.epoch === null) opts.logger.info({ nodeId, epoch: result.epoch, url: hb.url }, 'node registered');
+      if (hb.epoch === null) {
+        opts.logger.info({ nodeId, epoch: result.epoch, url: hb.url }, 'node registered');
+        opts.onRegistered?.(nodeId);
+      }
       return {
         epoch: result.epoch,
         heartbeatIntervalS: opts.nodes.heartbeatIntervalMs / 1000,

@@ -112,6 +112,15 @@ describe.each(dialects)('NodeDirectory on $dialect', ({ url }) => {
     expect(await nodes.get('n1')).toBeUndefined();
   });
 
+  it("prefers the node holding the template's warm pool while it fits, over a cached template and more room", async () => {
+    await nodes.heartbeat('n1', beat({ templates: ['00112233445566ff'], capacityMemoryMib: 4096, freeMemoryMib: 4096 }));
+    await nodes.heartbeat('n2', beat({ capacityMemoryMib: 512, freeMemoryMib: 512 }));
+    const pick = (memoryMib: number) => nodes.pick({ tenantId: 't', memoryMib, vcpus: 1, templateKey: '00112233445566ff', preferNode: 'n2' });
+    expect((await pick(256)).id).toBe('n2');
+    // One that does not fit there goes where it fits.
+    expect((await pick(1024)).id).toBe('n1');
+  });
+
   it('prefers a node whose capture capacity takes the snapshots asked of it, over a cached template, but excludes none', async () => {
     // n1 has the template and the most room, but sustains 24 captures a minute; n2 has not measured yet.
     await nodes.heartbeat('n1', beat({ templates: ['00112233445566ff'], capacityMemoryMib: 4096, freeMemoryMib: 4096, captureCapacityPerMin: 24.9 }));

@@ -119,7 +119,8 @@ export class NodeDirectory implements GatewayDirectory {
   }
 
   /**
-   * The alive node with the most uncommitted memory that fits the sandbox, preferring first one that can keep the
+   * The alive node with the most uncommitted memory that fits the sandbox, preferring first the node holding a warm
+   * pool of its template (`preferNode`: a create from it is a hand-over there), then one that can keep the
    * snapshot intervals asked of it (its sandboxes' and the new one's, against the capture capacity it last reported;
    * a node that has not measured one yet counts as able), then one with the template cached. A node that cannot keep up
    * is still used when no other fits: late snapshots are reported (snapshot.behind), a refused create is not a snapshot.
@@ -135,10 +136,16 @@ export class NodeDirectory implements GatewayDirectory {
         room: Math.min(n.capacity_memory_mib - (committed.get(n.id)?.memoryMib ?? 0), n.free_memory_mib),
         keepsUp: n.capture_capacity_per_min === null || (committed.get(n.id)?.capturesPerMin ?? 0) + asked <= n.capture_capacity_per_min,
         cached: req.templateKey !== undefined && (JSON.parse(n.templates) as string[]).includes(req.templateKey),
+        pooled: req.preferNode === n.id,
       }))
       .filter((c) => c.room >= req.memoryMib);
     candidates.sort(
-      (a, b) => Number(b.keepsUp) - Number(a.keepsUp) || Number(b.cached) - Number(a.cached) || b.room - a.room || a.node.id.localeCompare(b.node.id),
+      (a, b) =>
+        Number(b.pooled) - Number(a.pooled) ||
+        Number(b.keepsUp) - Number(a.keepsUp) ||
+        Number(b.cached) - Number(a.cached) ||
+        b.room - a.room ||
+        a.node.id.localeCompare(b.node.id),
     );
     const best = candidates[0];
     if (!best) {

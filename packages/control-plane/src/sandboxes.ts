@@ -15,6 +15,7 @@ import {
 import { parsePolicy } from '@sandglass/egress';
 import { auditExport, type AuditExportSigner, type EventLog, type StoredEvent } from '@sandglass/events';
 import type { KeyProvider } from '@sandglass/kms';
+import type { TemplatePools } from './template-pools.js';
 import { achievedCadence } from '@sandglass/snapshots';
 import {
   toSandbox,
@@ -88,6 +89,8 @@ export interface SandboxServiceDeps {
   publicGatewayUrl?: string;
   /** The tenants' key provider: a failover move asks it (verify) before it brings a sandbox back anywhere. */
   keys?: KeyProvider;
+  /** Custom templates' warm pools: a create from one prefers the node holding its pool. */
+  templatePools?: TemplatePools;
 }
 
 const isFinal = (state: SandboxState) => state === 'ended' || state === 'failed';
@@ -261,7 +264,13 @@ export class SandboxService {
     const secrets = await this.#requestSecrets(who, req.secrets);
     const envs = checkEnvs({ ...(JSON.parse(version.envs) as Record<string, string>), ...(req.envs ?? {}) }, 'envs');
     const envNames = Object.keys(envs);
-    const gateway = await gateways.pick({ tenantId: who.tenantId, memoryMib: version.memory_mib, vcpus: version.vcpus });
+    const preferNode = await this.deps.templatePools?.nodeFor(who.tenantId, version.name);
+    const gateway = await gateways.pick({
+      tenantId: who.tenantId,
+      memoryMib: version.memory_mib,
+      vcpus: version.vcpus,
+      ...(preferNode === undefined ? {} : { preferNode }),
+    });
     const id = newId('sbx');
     if (envNames.length > 0) await this.#saveEnvs(id, who.tenantId, envs);
     await events.append(

@@ -36,6 +36,7 @@ import { LONGEST_TOKEN_TTL_MS, SandboxService } from './sandboxes.js';
 import { SecretStore } from './secrets.js';
 import { TenantKeyService, type TenantKeyAdmin } from './tenant-keys.js';
 import { CustomTemplates } from './custom-templates.js';
+import { TemplatePools } from './template-pools.js';
 
 export const CONTROL_PLANE_SPEC = fileURLToPath(new URL('../../../spec/control-plane.yaml', import.meta.url));
 const VERSION = (JSON.parse(readFileSync(new URL('../../control-plane/package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -152,7 +153,9 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
     gateways: opts.gateways,
     gatewayClient,
   });
+  const templatePools = new TemplatePools({ db, clock, logger: opts.logger, gateways: opts.gateways, gatewayClient });
   const sandboxes = new SandboxService({
+    templatePools,
     secrets,
     db,
     events,
@@ -205,10 +208,15 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
 
   route('GET', '/v1/health', async () => ({ status: 'ok' as const, version: VERSION }));
 
-  const templates = new CustomTemplates({ db, events, clock, sandboxes, cacheEntries: opts.templateCacheEntries });
+  const templates = new CustomTemplates({ db, events, clock, sandboxes, pools: templatePools, cacheEntries: opts.templateCacheEntries });
+  // A restarted control plane (or gateway, in `sandglass up` both restart together) sets every pool again.
+  app.addHook('onReady', async () => {
+    void templatePools.pushAll();
+  });
   route('GET', '/v1/templates', async (req) => ({ templates: await templates.list(who(req)) }));
   route('POST', '/v1/templates', async (req, reply) => reply.code(201).send(await templates.createVersion(who(req), req.body)));
   route('GET', '/v1/templates/{name}', async (req) => templates.get(who(req), req.params.name));
+  route('PATCH', '/v1/templates/{name}', async (req) => templates.setWarmPool(who(req), req.params.name, req.body.warmPoolSize));
   route('DELETE', '/v1/templates/{name}', async (req, reply) => {
     await templates.delete(who(req), req.params.name, req.query.version);
     return reply.code(204).send();
@@ -344,6 +352,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
         onOrphaned: (_nodeId, ids) => {
           for (const id of ids) void mover.move(id, 'node_restarted');
         },
+        onRegistered: (nodeId) => void templatePools.pushAll(nodeId),
       }),
     );
   }

@@ -440,6 +440,22 @@ const sandboxLifecycle: Migration = {
   },
 };
 
+const templatePools: Migration = {
+  async up(db: Kysely<any>) {
+    // A custom template's warm pool (issue 24): its size per (tenant, name), applying to the newest version, and the
+    // node the control plane put it on (null until placed).
+    await db.schema
+      .createTable('template_pools')
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('size', 'integer', (c) => c.notNull())
+      .addColumn('gateway_id', 'text')
+      .addColumn('updated_at', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('template_pools_pk', ['tenant_id', 'name'])
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -462,5 +478,6 @@ export const migrationProvider: MigrationProvider = {
     '0013_node_capture_capacity': nodeCaptureCapacity,
     '0014_template_cache_use': templateCacheUse,
     '0015_sandbox_lifecycle': sandboxLifecycle,
+    '0016_template_pools': templatePools,
   }),
 };

@@ -221,6 +221,15 @@ export interface TemplateVersionsTable {
   created_at: IsoTime;
 }
 
+/** A custom template's warm pool: its size (newest version) and the node holding it. */
+export interface TemplatePoolsTable {
+  tenant_id: string;
+  name: string;
+  size: number;
+  gateway_id: string | null;
+  updated_at: IsoTime;
+}
+
 /** A build step's result, keyed by the step and everything before it: a rebuild forks it instead of running it again. */
 export interface TemplateCacheTable {
   tenant_id: string;
@@ -302,6 +311,7 @@ export interface Schema {
   node_credentials: NodeCredentialsTable;
   node_enrolments: NodeEnrolmentsTable;
   template_versions: TemplateVersionsTable;
+  template_pools: TemplatePoolsTable;
   template_cache: TemplateCacheTable;
   template_builds: TemplateBuildsTable;
   template_build_lines: TemplateBuildLinesTable;

@@ -21,7 +21,8 @@ import {
   type TemplateSnapshot,
 } from './templates.js';
 import { checkSize, defaultGuestBudgetMib, nodeSizes, type NodeSizes } from './sizes.js';
-import { WarmPool } from './pool.js';
+import { WarmPool, type Warm } from './pool.js';
+import { TemplatePools } from './template-pools.js';
 import { defaultImageCacheBytes, RamFiles, reapOrphanRamDirs } from './ram.js';
 import type { CaptureGate } from './capture-gate.js';
 import { DEFAULT_SNAPSHOT_INTERVAL_S, SnapshotManager, type SnapshotIndex, type SnapshotInfo } from './snapshots.js';
@@ -185,6 +186,8 @@ export class Gateway {
   private readonly buildFailures = new Map<string, { err: unknown; atMs: number }>();
   private baseStatus: { status: 'building' | 'ready' | 'failed'; key?: string; error?: string } = { status: 'building' };
   private pool?: WarmPool;
+  /** Warm pools of tenant template versions, set by the control plane (PUT /internal/v1/template-pools). */
+  readonly templatePools: TemplatePools;
   readonly ram: RamFiles;
   readonly snapshots: SnapshotManager;
   readonly network: NetworkManager;
@@ -266,10 +269,22 @@ export class Gateway {
       imageCacheBytes,
       diskCacheDir: join(opts.home.root, 'disk-cache'),
     });
+    this.templatePools = new TemplatePools({
+      manifest: (tenantId, snapshotId) => this.snapshots.manifest(tenantId, snapshotId),
+      template: (m) => this.snapshotTemplate(m),
+      prepare: (m, dir, template) => this.snapshots.prepareRestore(m, dir, template),
+      requireKey: (tenantId) => this.revocation.requireKey(tenantId),
+      room: () => this.committedMib() <= this.budgetMib,
+      runDir: (id) => sandboxDir(this.opts.home.run, id),
+      ram: this.ram,
+      logger: opts.logger,
+      clock: opts.clock,
+    });
     const keys = opts.keys;
     this.revocation = new TenantRevocation({
       sandboxes: this.sandboxes,
       snapshots: this.snapshots,
+      pools: this.templatePools,
       verify: async (tenantId) => {
         if (keys?.verify) await keys.verify(tenantId);
         else await opts.store.tenant(tenantId);
@@ -368,7 +383,7 @@ export class Gateway {
   private committedMib(): number {
     let sum = 0;
     for (const s of this.sandboxes.values()) sum += s.template.config.memoryMib;
-    return sum + this.warmAvailable * BASE_TEMPLATE.memoryMib;
+    return sum + this.warmAvailable * BASE_TEMPLATE.memoryMib + this.templatePools.committedMib();
   }
 
   async createSandbox(req: CreateSandboxRequest): Promise<Sandbox> {
@@ -576,22 +591,27 @@ export class Gateway {
         details: { field: 'snapshotId' },
       });
     }
-    if (this.committedMib() + m.vm.memoryMib > this.budgetMib) {
-      throw new SandglassError(
-        'capacity_exhausted',
-        `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${m.vm.memoryMib} MiB asked.`,
-      );
+    // A create from a tenant template (a fork given its own network, no replay) takes a VM its pool restored from this
+    // very snapshot of this very tenant; out of the pool, it counts as nobody's until the sandbox below holds it.
+    const taken = kind === 'fork' && req.replay === undefined && req.network !== undefined ? this.templatePools.take(req.tenantId, req.snapshotId) : undefined;
+    let template: TemplateSnapshot;
+    let replay: Awaited<ReturnType<Gateway['replayStart']>> | undefined;
+    try {
+      if (this.committedMib() + m.vm.memoryMib > this.budgetMib) {
+        throw new SandglassError(
+          'capacity_exhausted',
+          `This node has ${this.budgetMib - this.committedMib()} MiB of guest memory left; ${m.vm.memoryMib} MiB asked.`,
+        );
+      }
+      template = taken?.warm.template ?? (await this.snapshotTemplate(m));
+      // A replay reads only its source's recording: refused before anything starts when there is none.
+      replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
+    } catch (err) {
+      await taken?.drop();
+      throw err;
     }
-    const dir = sandboxDir(this.opts.home.run, req.id);
-    const template = await this.templates.byKey(m.vm.templateKey);
-    if (!template) {
-      throw new SandglassError(
-        'template_not_found',
-        `Snapshot ${req.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which neither this node nor the template registry has.`,
-      );
-    }
-    // A replay reads only its source's recording: refused before anything starts when there is none.
-    const replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
+    const warm: Warm | undefined = taken?.warm;
+    const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
     const source = replay?.source;
     const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
     if (kind === 'resume' && req.publicPorts !== undefined && req.publicPorts.length > 0) this.publicPorts.set(req.id, new Set(req.publicPorts));
@@ -600,18 +620,20 @@ export class Gateway {
     const t0 = performance.now();
     let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
     try {
-      prepared = await this.snapshots.prepareRestore(m, dir, template);
+      prepared = warm?.prepared ?? (await this.snapshots.prepareRestore(m, dir, template));
       // Killed while its files were written (a revocation waits for them, then wipes them): it never boots.
       sbx.abortIfEnded();
     } catch (err) {
       this.sandboxes.delete(req.id);
       this.publicPorts.delete(req.id);
+      await taken?.drop();
       rmSync(dir, { recursive: true, force: true });
       throw err;
     }
     sbx.adoptSnapshot(prepared);
     sbx.setDefaults(req.defaults ?? prepared.defaults ?? {});
-    const { restoreMs } = await sbx.start({ source: async () => prepared!.source });
+    // A pooled VM is handed over as a warm template restore is: the start re-seeds its entropy and sets its clock.
+    const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: async () => prepared!.source });
     const restored = this.restoredNetwork(prepared.network, req);
     const network = source ? { ...restored, replayOf: source.sourceSandboxId } : restored;
     await this.connectNetwork(sbx, network, req.envs, source && req.replay ? source.answers(req.replay.exchanges) : undefined);
@@ -630,7 +652,7 @@ export class Gateway {
         type: 'sandbox.started',
         tenantId: req.tenantId,
         sandboxId: req.id,
-        data: { pid: sbx.pid ?? null, vmId: req.id, pooled: false, template: template.key, accel: this.accel, ...timing },
+        data: { pid: sbx.pid ?? null, vmId: warm?.id ?? req.id, pooled, template: template.key, accel: this.accel, ...timing },
       });
       // The fork's own network (its snapshot's): the source's policy may have changed since that snapshot was taken.
       await this.opts.events.append({
@@ -647,6 +669,18 @@ export class Gateway {
       });
     }
     return sbx;
+  }
+
+  /** The template a snapshot sits on, from this node or the template registry. */
+  private async snapshotTemplate(m: Awaited<ReturnType<SnapshotManager['manifest']>>): Promise<TemplateSnapshot> {
+    const template = await this.templates.byKey(m.vm.templateKey);
+    if (!template) {
+      throw new SandglassError(
+        'template_not_found',
+        `Snapshot ${m.snapshotId} sits on template ${m.vm.template} (${m.vm.templateKey}), which neither this node nor the template registry has.`,
+      );
+    }
+    return template;
   }
 
   /** `compact`: the guest first runs a template's memory prep, so the snapshot's RAM holds only its live pages. */
@@ -805,6 +839,7 @@ export class Gateway {
     this.revocation.stop();
     await this.snapshots.stop();
     await this.pool?.close();
+    await this.templatePools.close();
     // A build in flight is stopped and its temporary directory removed: a stopped node leaves no half template.
     await this.templates.close();
     if (opts.end === false) await this.evictAll();

@@ -50,6 +50,8 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return reply.status(204).send();
     });
     route('POST', '/internal/v1/tenants/{tenantId}/key-revoked', async (req) => gw.revocation.revoke(req.params.tenantId, 'api'));
+    route('GET', '/internal/v1/template-pools', async () => ({ pools: gw.templatePools.list() }));
+    route('PUT', '/internal/v1/template-pools', async (req) => gw.templatePools.set(req.body));
     route('GET', '/internal/v1/templates', async () => ({ templates: gw.listTemplates(), sizes: gw.sizes }));
     route('POST', '/internal/v1/templates/prepare', async (req) => {
       const { template, memoryMib, vcpus, snapshotIntervalS, bestEffort } = req.body;

@@ -1,16 +1,28 @@
 // A small pool of template restores kept running and warmed, so a create is a hand-over instead of a restore.
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
 import type { Clock, Logger } from '@sandglass/core';
 import { runToExit } from './agent-link.js';
-import { restoreSnapshot, type Restored } from './restore.js';
+import { restoreSnapshot, type Restored, type RestoreSource } from './restore.js';
 import { templateSource, type TemplateSnapshot } from './templates.js';
 import type { RamFiles } from './ram.js';
+import type { PreparedRestore } from './snapshots.js';
+import { wipePath } from './revocation.js';
 
 export interface Warm extends Restored {
   id: string;
   dir: string;
   template: TemplateSnapshot;
+  /** A tenant template's pool: the snapshot restored into `dir`, which the sandbox it goes to adopts. */
+  prepared?: PreparedRestore;
+}
+
+/**
+ * What a pool restores: its template (the base pool), or a tenant snapshot written into the entry's run directory
+ * first, exactly as a fork's restore writes it (`prepare`), with `admit` asked before each entry (memory budget, key).
+ */
+export interface PoolSource {
+  prepare?: (dir: string) => Promise<PreparedRestore>;
+  admit?: () => Promise<boolean>;
 }
 
 // Under TCG a fresh QEMU has an empty translation cache: the first process a guest starts costs ~0.3 s and the
@@ -32,12 +44,23 @@ export class WarmPool {
 
   constructor(
     private readonly template: TemplateSnapshot,
-    private readonly size: number,
+    private size: number,
     private readonly runDir: (id: string) => string,
     private readonly ram: RamFiles,
     private readonly log: Logger,
     private readonly clock: Clock,
+    private readonly from: PoolSource = {},
   ) {}
+
+  /** Entries warmed or warming, for what the node's memory admission counts. */
+  get held(): number {
+    return this.ready.length + (this.filling ? 1 : 0);
+  }
+
+  /** Every path of the pool's entries: their run directories and guest RAM files. */
+  paths(): string[] {
+    return this.ready.flatMap((w) => [w.dir, w.vm.memPath]);
+  }
 
   get available(): number {
     return this.ready.length;
@@ -51,12 +74,26 @@ export class WarmPool {
     return w;
   }
 
+  /** A new size: entries past it are discarded now, missing ones restored in the background. */
+  async resize(size: number): Promise<void> {
+    this.size = size;
+    await Promise.all(this.ready.splice(size).map((w) => this.discard(w)));
+    this.failures = 0;
+    this.refill();
+  }
+
+  /** Stops a VM taken from this pool but not handed out after all (its create was refused): nobody else gets it. */
+  async drop(w: Warm): Promise<void> {
+    await this.discard(w);
+  }
+
   refill(): void {
     if (this.filling || this.closed || this.size === 0) return;
     this.filling = true;
     this.fillLoop = (async () => {
       while (!this.closed && this.ready.length < this.size && this.failures < 3) {
         try {
+          if (this.from.admit && !(await this.from.admit())) break;
           this.ready.push(await this.warmOne());
           this.failures = 0;
         } catch (err) {
@@ -72,15 +109,20 @@ export class WarmPool {
     const id = `pool_${randomBytes(8).toString('hex')}`;
     const dir = this.runDir(id);
     try {
-      const r = await restoreSnapshot(await templateSource(this.template, this.ram), id, dir, this.ram);
+      const prepared = this.from.prepare ? await this.from.prepare(dir) : undefined;
+      const source: RestoreSource = prepared ? prepared.source : await templateSource(this.template, this.ram);
+      const r = await restoreSnapshot(source, id, dir, this.ram, () => {
+        if (this.closed) throw new Error('pool closed while warming');
+      });
       for (const argv of WARMUP) await runToExit(r.agent, argv, { timeoutMs: 60_000 });
-      const w: Warm = { ...r, id, dir, template: this.template };
+      const w: Warm = { ...r, id, dir, template: this.template, ...(prepared ? { prepared } : {}) };
       // A pooled VM that dies is simply dropped; nobody owns it yet.
       void r.vm.exited.then(() => {
         const i = this.ready.indexOf(w);
         if (i >= 0) {
           this.ready.splice(i, 1);
-          rmSync(dir, { recursive: true, force: true });
+          wipePath(dir);
+          wipePath(r.vm.memPath);
           this.ram.remove(r.vm.memPath);
           this.refill();
         }
@@ -91,15 +133,17 @@ export class WarmPool {
       }
       return w;
     } catch (err) {
-      rmSync(dir, { recursive: true, force: true });
+      wipePath(dir);
       throw err;
     }
   }
 
+  // Emptied, not only unlinked: a tenant pool's files are the tenant's plaintext (a revocation drains through here).
   private async discard(w: Warm): Promise<void> {
     await w.agent.close();
     await w.vm.stop(1000);
-    rmSync(w.dir, { recursive: true, force: true });
+    wipePath(w.dir);
+    wipePath(w.vm.memPath);
     this.ram.remove(w.vm.memPath);
   }
 

@@ -18,6 +18,15 @@ export interface RevocationOptions {
   clock: Clock;
   logger: Logger;
   pollIntervalMs?: number;
+  /** The tenant template pools: VMs restored from the tenant's snapshots, bound to no sandbox yet. */
+  pools?: TenantPools;
+}
+
+export interface TenantPools {
+  tenants(): string[];
+  paths(tenantId: string): string[];
+  /** Stops and wipes the tenant's pooled VMs, waiting out restores in flight. */
+  drainTenant(tenantId: string): Promise<void>;
 }
 
 /** Where a tenant's plaintext lives on this node, and the sandboxes that make more of it. */
@@ -30,7 +39,7 @@ export interface TenantPlaintext {
  * The one list of a tenant's plaintext on this node. A new cache of tenant data must be added here, or a revocation
  * leaves it behind (tests/byok.test.ts lists the tmpfs and run directories after a revocation and finds nothing).
  * - each sandbox's guest RAM file on tmpfs (`<vm>.mem`) and its run directory (qcow2 overlays with the guest's disk
- *   writes, device state, sockets);
+ *   writes, device state, sockets); so for each VM of the tenant's template pools (`pool_…`), drained first;
  * - the restored disk deltas kept on disk for forks of snapshots with large ones (`disk-cache/snap-<id>.qcow2`);
  * - the snapshot RAM images cached on tmpfs for forks and resumes (`snap-<id>.img`); a capture's RAM copy in flight
  *   (`<snap>.capture`) becomes one when it commits or is removed when it fails, and the wipe waits for it; so it does
@@ -39,7 +48,7 @@ export interface TenantPlaintext {
  *   cache, dropped through onRevoked as the wipe starts).
  * Decrypted secret values are never held past one proxied request, and a sandbox's connections close with it.
  */
-export function tenantPlaintext(o: Pick<RevocationOptions, 'sandboxes' | 'snapshots'>, tenantId: string): TenantPlaintext {
+export function tenantPlaintext(o: Pick<RevocationOptions, 'sandboxes' | 'snapshots' | 'pools'>, tenantId: string): TenantPlaintext {
   const sandboxes = [...o.sandboxes.values()].filter((s) => s.tenantId === tenantId);
   const paths: string[] = [];
   for (const s of sandboxes) {
@@ -47,6 +56,7 @@ export function tenantPlaintext(o: Pick<RevocationOptions, 'sandboxes' | 'snapsh
     if (s.vm) paths.push(s.vm.memPath);
   }
   paths.push(...o.snapshots.imagesOf(tenantId));
+  paths.push(...(o.pools?.paths(tenantId) ?? []));
   return { sandboxes, paths };
 }
 
@@ -110,11 +120,13 @@ export class TenantRevocation {
     try {
       const tenants = new Set<string>();
       for (const s of this.#o.sandboxes.values()) tenants.add(s.tenantId);
+      for (const t of this.#o.pools?.tenants() ?? []) tenants.add(t);
       for (const t of this.#revoked) tenants.add(t);
       for (const tenantId of tenants) {
         if (this.#revoked.has(tenantId)) {
           // A boot that raced the revocation: stopped and wiped again.
-          if (tenantPlaintext(this.#o, tenantId).sandboxes.length > 0) await this.revoke(tenantId, 'api');
+          const left = tenantPlaintext(this.#o, tenantId);
+          if (left.sandboxes.length > 0 || (this.#o.pools?.tenants().includes(tenantId) ?? false)) await this.revoke(tenantId, 'api');
           continue;
         }
         try {
@@ -140,6 +152,8 @@ export class TenantRevocation {
         this.#o.logger.warn({ tenantId, err: (err as Error).message }, "dropping a revoked tenant's keys failed");
       }
     }
+    // No pooled VM of the tenant is handed out from here on; those warming finish or fail first, then all are wiped.
+    await this.#o.pools?.drainTenant(tenantId);
     const { sandboxes } = tenantPlaintext(this.#o, tenantId);
     const why = trigger === 'api' ? "the tenant's key was revoked" : `the tenant's key provider refused its key (${reason ?? 'revoked'})`;
     await Promise.all(

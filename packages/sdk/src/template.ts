@@ -64,6 +64,15 @@ export class Template {
     }
   }
 
+  /**
+   * Keeps `warmPoolSize` VMs of the template's newest version restored and warmed on a node (0: none, at most 8), so a
+   * create from it is a hand-over like a create from base; answers the template with its pool size.
+   */
+  static async setWarmPool(name: string, warmPoolSize: number, config?: ConnectionConfig): Promise<TemplateInfo> {
+    const cp = await ControlPlane.open(config);
+    return cp.json<ControlPlaneReply<'updateTemplate'>>('PATCH', templatePath(name), { json: { warmPoolSize } });
+  }
+
   /** Deletes a template's versions, or one with `version`; sandboxes and snapshots made from them keep working. */
   static async delete(name: string, opts: ConnectionConfig & { version?: number } = {}): Promise<void> {
     const { version, ...config } = opts;

@@ -1,4 +1,4 @@
-// `template build|ls|rm|logs|create`: the tenant's custom templates, built from a spec and a context directory or promoted from a snapshot.
+// `template build|ls|rm|logs|create|pool`: the tenant's custom templates, built from a spec and a context directory or promoted from a snapshot.
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import type { Command } from 'commander';
@@ -78,6 +78,21 @@ export function registerTemplateCommands(program: Command, act: Act): void {
     .action(
       act(async (name: string, flags: { version?: number }) => {
         await Template.delete(name, { version: flags.version });
+      }),
+    );
+
+  template
+    .command('pool')
+    .description("keep <size> VMs of a custom template's newest version warmed for instant creates (0 turns it off, at most 8)")
+    .argument('<name>', 'the template')
+    .argument('<size>', 'warmed VMs to keep')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (name: string, size: string, flags: { json?: boolean }) => {
+        if (!/^\d+$/.test(size)) throw new UsageError(`size must be a whole number from 0 to 8, got '${size}'`);
+        const t = await Template.setWarmPool(name, Number(size));
+        if (flags.json) return printJson(t);
+        process.stderr.write(`${name}: ${t.warmPoolSize ?? 0} warmed VM(s) of version ${t.version ?? ''}\n`);
       }),
     );
 

@@ -56,7 +56,11 @@ export interface paths {
         delete: operations["deleteTemplate"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Sets a custom template's warm pool size (VMs of its newest version kept restored, for creates as fast as from base).
+         * @description `warmPoolSize` VMs restored from the newest version's snapshot are kept warmed on one node, bound to no sandbox; a create from the template takes one (its `sandbox.started` event says `pooled: true`). A new version replaces the pool, deleting the template drains it, 0 turns it off. Pooled VMs count against the node's guest memory as running sandboxes do, so a node with less room keeps fewer.
+         */
+        patch: operations["updateTemplate"];
         trace?: never;
     };
     "/v1/template-cache/{key}": {
@@ -745,6 +749,8 @@ export interface components {
             diskMib?: number | null;
             /** @description The newest version's number (custom templates). */
             version?: number;
+            /** @description Warmed VMs of the newest version kept for creates (custom templates; 0: none). */
+            warmPoolSize?: number;
         };
         /** @description Lower-case letters, digits, '.', '_' and '-'; a platform template's name (base) cannot be taken. */
         TemplateName: string;
@@ -1446,6 +1452,38 @@ export interface operations {
             403: components["responses"]["Error"];
             404: components["responses"]["Error"];
             409: components["responses"]["Error"];
+        };
+    };
+    updateTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    warmPoolSize: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The template with its pool size. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
         };
     };
     getTemplateCacheEntry: {

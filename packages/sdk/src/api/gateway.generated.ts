@@ -719,6 +719,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/internal/v1/template-pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The tenant template pools this node keeps, and how many warmed VMs each holds now. */
+        get: operations["nodeListTemplatePools"];
+        /** @description Keeps `size` VMs restored from a tenant template version's snapshot warmed on this node, bound to no sandbox, for creates from that version (a fork of `snapshotId` with the request's own network and envs). One pool per (tenant, template name): a new `snapshotId` (a new version published) drains the old pool and fills a new one; `size` 0 drains it (the template deleted, or its pool turned off). A pooled VM holds the tenant's decrypted data: it is handed only to a fork of the same tenant and snapshot, at most once, and a revocation of the tenant's key drains every pool of the tenant. */
+        put: operations["nodeSetTemplatePool"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/internal/v1/tenants/{tenantId}/key-revoked": {
         parameters: {
             query?: never;
@@ -889,6 +907,14 @@ export interface components {
         };
         SnapshotReply: {
             snapshot: components["schemas"]["Snapshot"];
+        };
+        NodeTemplatePool: {
+            tenantId: string;
+            name: string;
+            snapshotId?: string | null;
+            size: number;
+            /** @description Warmed VMs ready to hand out now. */
+            available: number;
         };
         /** @description A fork that did not start; the gateway has recorded sandbox.failed for it. */
         NodeForkFailure: {
@@ -2216,6 +2242,60 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeListTemplatePools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pools. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        pools: components["schemas"]["NodeTemplatePool"][];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeSetTemplatePool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    tenantId: string;
+                    name: string;
+                    /** @description Required when size is above 0. */
+                    snapshotId?: string;
+                    size: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The pool as it is now (filling runs on after the answer). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeTemplatePool"];
+                };
             };
             default: components["responses"]["Error"];
         };
