@@ -12,7 +12,7 @@ export interface PauseDiskRow {
 
 const MiB = 1024 * 1024;
 
-/** Each round: two fresh sandboxes write the same 8 MiB file and start one background process, then pause and resume. */
+/** Each round: two fresh sandboxes each write an 8 MiB file and start one background process, then pause and resume. */
 export async function pauseDiskBench(config: ConnectionConfig, opts: { rounds: number }): Promise<PauseDiskRow[]> {
   // A resume that boots waits on a TCG cold boot: longer than the SDK's default request timeout on a busy host.
   const slow = { ...config, requestTimeoutMs: 600_000 };
@@ -21,8 +21,9 @@ export async function pauseDiskBench(config: ConnectionConfig, opts: { rounds: n
     disk: { pause: [] as number[], resume: [] as number[], bytes: [] as number[] },
   };
   for (let i = 0; i < opts.rounds; i++) {
-    const data = randomBytes(8 * MiB);
     for (const kind of ['memory', 'disk'] as const) {
+      // Fresh bytes per sandbox: the twins share a tenant, and the second would otherwise find the file's chunks stored.
+      const data = randomBytes(8 * MiB);
       const s = await Sandbox.create({ ...config, timeoutS: 1800, snapshotIntervalS: 3600 });
       try {
         await s.files.write('/root/data.bin', data);
@@ -41,7 +42,7 @@ export async function pauseDiskBench(config: ConnectionConfig, opts: { rounds: n
     }
   }
   const mib = (xs: number[]) => `${(xs.reduce((a, b) => a + b, 0) / xs.length / MiB).toFixed(1)} MiB stored (mean)`;
-  const ratio = (a: number[], b: number[]) => `${(median(a) / median(b)).toFixed(2)}× the memory pause's p50`;
+  const ratio = (a: number[], b: number[]) => `${(median(a) / median(b)).toFixed(2)}× the memory row's p50`;
   return [
     { what: 'pause, memory kept (sandbox 256 MiB, 8 MiB file)', samplesMs: t.memory.pause, note: mib(t.memory.bytes) },
     { what: 'pause, keepMemory: false', samplesMs: t.disk.pause, note: `${mib(t.disk.bytes)}; ${ratio(t.disk.pause, t.memory.pause)}` },
