@@ -28,6 +28,7 @@ import { customTemplatesBench } from './custom-templates.js';
 import { ttiBench } from './tti.js';
 import { materializeBench } from './materialize.js';
 import { portsBench } from './ports.js';
+import { pauseDiskBench } from './pause-disk.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -263,6 +264,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
  * BENCH_ONLY=density (bench/density.ts, BENCH_DENSITY_N idle sandboxes, the copy-on-write probe of bench/density-cow.ts) replaces its section.
  * BENCH_ONLY=ports (bench/ports.ts, BENCH_PORTS_N, BENCH_PORTS_BIG_MIB) times guest ports against the guest's own request and replaces its section.
+ * BENCH_ONLY=pause-disk (bench/pause-disk.ts) prints a disk-only pause and its cold-boot resume against a memory pause (bytes, latency).
  */
 const only = process.env.BENCH_ONLY;
 
@@ -994,6 +996,20 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Guest ports', portRows);
     if (!quick) writeSection('ports', portsSection(header, portRows, n));
+    return;
+  }
+  if (only === 'pause-disk') {
+    const running = await start({ home, port });
+    const pauseRows: Row[] = [];
+    try {
+      const config = { apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() };
+      for (const r of await pauseDiskBench(config, { rounds: quick ? 2 : 5 })) addLatencyTo(pauseRows, r.what, r.samplesMs, [r.note]);
+    } finally {
+      await running.stop();
+    }
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    console.log(hostLine());
+    printTable('Disk-only pause against a memory pause', pauseRows);
     return;
   }
   if (only === 'files') {

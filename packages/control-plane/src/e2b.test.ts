@@ -459,6 +459,18 @@ describe('one sandbox', () => {
     expect(verifyAccessToken(running.json().envdAccessToken, NODE_KEYS.accessToken, clock.nowMs()).sbx).toBe(sbx.sandboxID);
   });
 
+  it('pauses without memory when asked (pause({ keepMemory: false })): the node is told to keep the disk alone', async () => {
+    const sbx = await create();
+    expect((await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: { memory: false } })).statusCode).toBe(204);
+    const pauses = seen.filter((r) => r.url.endsWith('/pause'));
+    expect(pauses.at(-1)!.body).toEqual({ keepMemory: false });
+    expect((await row(sbx.sandboxID)).state).toBe('paused');
+    expect((await call('POST', `/sandboxes/${sbx.sandboxID}/resume`, { json: { timeout: 10 } })).statusCode).toBe(201);
+    // The default (and memory: true) is the whole VM, as before: nothing new in the node request.
+    expect((await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: { memory: true } })).statusCode).toBe(204);
+    expect(seen.filter((r) => r.url.endsWith('/pause')).at(-1)!.body).toEqual({});
+  });
+
   it('connects the same way under v1, the route of releases before 2.51', async () => {
     const sbx = await create();
     await call('POST', `/sandboxes/${sbx.sandboxID}/pause`);

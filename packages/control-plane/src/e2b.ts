@@ -436,9 +436,9 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
     });
 
     route('POST', '/sandboxes/{sandboxID}/pause', async (req, reply) => {
-      if (req.body.memory === false) throw unsupported('memory', 'a Sandglass pause always keeps memory (its snapshot is the whole VM)');
       await live(req, req.params.sandboxID);
-      await sandboxes.pause(who(req), req.params.sandboxID);
+      // memory: false is a disk-only pause: the next connect boots the sandbox over its files, its processes gone.
+      await sandboxes.pause(who(req), req.params.sandboxID, { keepMemory: req.body.memory });
       return reply.code(204).send();
     });
 

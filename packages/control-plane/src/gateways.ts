@@ -68,6 +68,11 @@ export type GatewayForkReply = SuccessBody<GatewayApi.operations['nodeForkSandbo
 export interface GatewayClientOptions {
   /** For calls that restore or snapshot a VM (create, resume, fork, snapshot, pause): seconds under TCG; the default leaves ample room. */
   createTimeoutMs?: number;
+  /**
+   * For resume and fork, which may cold-boot a disk-only snapshot: the node alone gives the booting guest's agent
+   * 120 s to answer under TCG, so this is that and room to prepare the disk. Default 300 s.
+   */
+  bootTimeoutMs?: number;
   requestTimeoutMs?: number;
 }
 
@@ -77,11 +82,13 @@ const sandboxPath = (id: string) => `/internal/v1/sandboxes/${encodeURIComponent
 export class GatewayClient {
   readonly #authorization: string;
   readonly #createTimeoutMs: number;
+  readonly #bootTimeoutMs: number;
   readonly #requestTimeoutMs: number;
 
   constructor(nodeSecret: Buffer, opts: GatewayClientOptions = {}) {
     this.#authorization = `Bearer ${deriveNodeKeys(nodeSecret).internalBearer.toString('hex')}`;
     this.#createTimeoutMs = opts.createTimeoutMs ?? 120_000;
+    this.#bootTimeoutMs = opts.bootTimeoutMs ?? Math.max(300_000, this.#createTimeoutMs);
     this.#requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
   }
 
@@ -125,16 +132,16 @@ export class GatewayClient {
     return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/snapshots`, req, this.#createTimeoutMs)) as GatewaySnapshotReply;
   }
 
-  async pauseSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<GatewaySnapshotReply> {
-    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/pause`, undefined, this.#createTimeoutMs)) as GatewaySnapshotReply;
+  async pauseSandbox(gateway: GatewayEndpoint, sandboxId: string, req: { keepMemory?: boolean } = {}): Promise<GatewaySnapshotReply> {
+    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/pause`, req, this.#createTimeoutMs)) as GatewaySnapshotReply;
   }
 
   async resumeSandbox(gateway: GatewayEndpoint, sandboxId: string, req: GatewayResumeRequest): Promise<GatewayCreateReply> {
-    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/resume`, req, this.#createTimeoutMs)) as GatewayCreateReply;
+    return (await this.#call(gateway, 'POST', `${sandboxPath(sandboxId)}/resume`, req, this.#bootTimeoutMs)) as GatewayCreateReply;
   }
 
   async forkSandboxes(gateway: GatewayEndpoint, req: GatewayForkRequest): Promise<GatewayForkReply> {
-    return (await this.#call(gateway, 'POST', '/internal/v1/forks', req, this.#createTimeoutMs)) as GatewayForkReply;
+    return (await this.#call(gateway, 'POST', '/internal/v1/forks', req, this.#bootTimeoutMs)) as GatewayForkReply;
   }
 
   async deleteSnapshot(gateway: GatewayEndpoint, snapshotId: string, tenantId: string): Promise<void> {

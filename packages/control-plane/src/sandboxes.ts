@@ -539,9 +539,9 @@ export class SandboxService {
   }
 
   /** Snapshots the sandbox (reason pause) and releases its VM; the gateway records snapshot.taken and sandbox.paused. */
-  async pause(who: Principal, id: string): Promise<PauseResponse> {
+  async pause(who: Principal, id: string, opts: { keepMemory?: boolean | undefined } = {}): Promise<PauseResponse> {
     const row = await this.#running(who, id, 'pause');
-    const { snapshot } = await this.deps.gatewayClient.pauseSandbox(await this.#gatewayOf(row), id);
+    const { snapshot } = await this.deps.gatewayClient.pauseSandbox(await this.#gatewayOf(row), id, opts.keepMemory === false ? { keepMemory: false } : {});
     return { sandbox: toSandbox(await this.#row(id)), snapshot };
   }
 

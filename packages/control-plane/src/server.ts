@@ -276,7 +276,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('POST', '/v1/sandboxes/{id}/snapshots', async (req, reply) =>
     reply.code(201).send(await sandboxes.takeSnapshot(who(req), idOf(req), req.body.name, { compact: req.body.compact })),
   );
-  route('POST', '/v1/sandboxes/{id}/pause', async (req) => sandboxes.pause(who(req), idOf(req)));
+  route('POST', '/v1/sandboxes/{id}/pause', async (req) => sandboxes.pause(who(req), idOf(req), { keepMemory: req.body?.keepMemory }));
   route('POST', '/v1/sandboxes/{id}/resume', async (req) => sandboxes.resume(who(req), idOf(req), req.body));
   route('GET', '/v1/snapshots/{id}', async (req) => sandboxes.getSnapshot(who(req), idOf(req)));
   route('PATCH', '/v1/snapshots/{id}', async (req) => sandboxes.nameSnapshot(who(req), idOf(req), req.body.name));

@@ -268,6 +268,7 @@ export class Gateway {
       gate: opts.captureGate,
       imageCacheBytes,
       diskCacheDir: join(opts.home.root, 'disk-cache'),
+      guest: { kernelPath: opts.image.kernelPath, initrdPath: opts.image.initramfsPath, append: opts.kernelArgs, rootfsPath: opts.image.rootfsPath },
     });
     this.templatePools = new TemplatePools({
       manifest: (tenantId, snapshotId) => this.snapshots.manifest(tenantId, snapshotId),
@@ -604,6 +605,14 @@ export class Gateway {
         );
       }
       template = taken?.warm.template ?? (await this.snapshotTemplate(m));
+      // A replay re-runs the recorded inputs against the snapshot's processes; a disk-only snapshot has none to re-run them on.
+      if (kind === 'fork' && req.replay && m.diskOnly) {
+        throw new SandglassError(
+          'invalid_argument',
+          `Snapshot ${req.snapshotId} is disk-only (its memory was discarded at a pause); a replay needs a snapshot with memory.`,
+          { details: { field: 'replay' } },
+        );
+      }
       // A replay reads only its source's recording: refused before anything starts when there is none.
       replay = kind === 'fork' && req.replay ? await this.replayStart(req.tenantId, req.replay, m.takenAt) : undefined;
     } catch (err) {
@@ -638,7 +647,12 @@ export class Gateway {
     const network = source ? { ...restored, replayOf: source.sourceSandboxId } : restored;
     await this.connectNetwork(sbx, network, req.envs, source && req.replay ? source.answers(req.replay.exchanges) : undefined);
     this.snapshots.track(sbx);
-    const timing = { restoreMs: Math.round(restoreMs * 10) / 10, prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10 };
+    const timing = {
+      restoreMs: Math.round(restoreMs * 10) / 10,
+      prepareMs: Math.round((performance.now() - t0 - restoreMs) * 10) / 10,
+      // A disk-only snapshot's guest was booted, not restored: its processes are gone.
+      ...(m.diskOnly ? { coldBoot: true } : {}),
+    };
     if (kind === 'resume') {
       await this.opts.events.append({
         type: 'sandbox.resumed',
@@ -692,15 +706,18 @@ export class Gateway {
     return this.snapshots.snapshotNow(sbx, 'manual', name);
   }
 
-  /** Snapshots the sandbox and releases its VM: a paused sandbox holds no RAM or CPU, only its snapshots. */
-  async pauseSandbox(id: string, reason?: 'timeout'): Promise<SnapshotInfo> {
+  /**
+   * Snapshots the sandbox and releases its VM: a paused sandbox holds no RAM or CPU, only its snapshots. `keepMemory:
+   * false` keeps its disk alone (its processes are lost; the resume boots the guest over that disk).
+   */
+  async pauseSandbox(id: string, reason?: 'timeout', opts: { keepMemory?: boolean } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(id);
     sbx.requireRunning();
     // No rolling capture may land after the pause snapshot: stop the schedule (waiting out one in flight) first.
     await this.snapshots.untrack(id);
     let snap: SnapshotInfo;
     try {
-      snap = await this.snapshots.captureNow(sbx, 'pause');
+      snap = await this.snapshots.captureNow(sbx, 'pause', { memory: opts.keepMemory !== false });
     } catch (err) {
       if (sbx.state === 'running') this.snapshots.track(sbx);
       throw err;
@@ -710,7 +727,7 @@ export class Gateway {
       type: 'sandbox.paused',
       tenantId: sbx.tenantId,
       sandboxId: id,
-      data: { snapshotId: snap.id, ...(reason === undefined ? {} : { reason }) },
+      data: { snapshotId: snap.id, ...(reason === undefined ? {} : { reason }), ...(opts.keepMemory === false ? { memory: false } : {}) },
     });
     return snap;
   }

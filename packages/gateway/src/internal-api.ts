@@ -73,7 +73,7 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
     });
     route('GET', '/internal/v1/sandboxes/{id}/metrics', async (req) => metricsView(gw.get(req.params.id).metrics, req.query));
     route('POST', '/internal/v1/sandboxes/{id}/pause', async (req) => ({
-      snapshot: await gw.pauseSandbox(req.params.id),
+      snapshot: await gw.pauseSandbox(req.params.id, undefined, { keepMemory: req.body?.keepMemory }),
     }));
     route('POST', '/internal/v1/sandboxes/{id}/resume', async (req) => {
       return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));

@@ -148,6 +148,15 @@ export class RamFiles {
     return path;
   }
 
+  /** Makes VM `vmId`'s RAM file empty (a cold boot): QEMU sizes it to the guest's memory. */
+  createEmpty(vmId: string): string {
+    const path = this.pathFor(vmId);
+    rmSync(path, { force: true });
+    closeSync(openSync(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o600));
+    chownToVm(path, vmId);
+    return path;
+  }
+
   /**
    * A tmpfs copy of a template's RAM file, made once per process: restores then copy tmpfs to tmpfs.
    * Written under a temporary name and renamed, so a crash never leaves a half copy that looks whole.

@@ -28,7 +28,7 @@ import { inProcessGate, type CaptureGate } from './capture-gate.js';
 import { CaptureTimes } from './capture-times.js';
 import type { GatewayEvents } from './events.js';
 import { defaultImageCacheBytes, heldBytes, markUsed, type RamFiles } from './ram.js';
-import type { RestoreSource } from './restore.js';
+import type { GuestBoot, RestoreSource } from './restore.js';
 import { checkDefaults, type CaptureBase, type CommandRecord, type Sandbox, type SandboxDefaults } from './sandbox.js';
 import { TEMPLATE_TENANT, type TemplateSnapshot } from './templates.js';
 import type { NetworkSpec } from './network.js';
@@ -126,6 +126,8 @@ export interface SnapshotManagerOptions {
   diskCacheDir?: string;
   /** Ceiling on that cache (least recently used dropped first). */
   diskCacheBytes?: number;
+  /** The guest's kernel and root image, which a disk-only snapshot boots; without it such a snapshot is not restored. */
+  guest?: GuestBoot;
 }
 
 /** A disk delta smaller than this is written from the store each time: the copy would save next to nothing. */
@@ -240,9 +242,13 @@ export class SnapshotManager {
     });
   }
 
-  /** Captures outside the schedule; the caller has untracked the sandbox (a pause). */
-  captureNow(sbx: Sandbox, reason: SnapshotReason): Promise<SnapshotInfo> {
-    return this.capture(sbx, reason, null);
+  /**
+   * Captures outside the schedule; the caller has untracked the sandbox (a pause). `memory: false` captures the disk
+   * alone (a disk-only pause): the guest syncs its files, the disk's layer is frozen, and no RAM or device state is
+   * stored.
+   */
+  captureNow(sbx: Sandbox, reason: SnapshotReason, opts: { memory?: boolean } = {}): Promise<SnapshotInfo> {
+    return this.capture(sbx, reason, null, opts.memory !== false);
   }
 
   private async runCapture(sbx: Sandbox): Promise<void> {
@@ -256,7 +262,7 @@ export class SnapshotManager {
     }
   }
 
-  private async capture(sbx: Sandbox, reason: SnapshotReason, name: string | null): Promise<SnapshotInfo> {
+  private async capture(sbx: Sandbox, reason: SnapshotReason, name: string | null, keepMemory = true): Promise<SnapshotInfo> {
     const vm = sbx.vm;
     if (sbx.state !== 'running' || !vm) throw new SandglassError('sandbox_not_running', `Sandbox ${sbx.id} is ${sbx.state}.`);
     const { ram, events, clock } = this.opts;
@@ -276,17 +282,23 @@ export class SnapshotManager {
     const takenAt = new Date(takenAtMs).toISOString();
     this.capturing.add(id);
     try {
-      // The agent's reader must be between frames when the guest stops: restoring, the host starts a fresh frame.
-      const release = await sbx.requireRunning().quiesce({ timeoutMs: 15_000 });
-      let cap: Awaited<ReturnType<typeof vm.captureLive>>;
-      try {
-        // QEMU dies mid-capture (the OOM killer, a crash): the capture must fail cleanly and the sandbox with it.
-        if (failpoint('capture.qemu') === 'kill-qemu') process.kill(vm.pid, 'SIGKILL');
-        // /dev/shm full while the RAM image is copied out.
-        failpoint('shm.write');
-        cap = await vm.captureLive({ statePath, memCopyPath: memCopy, newLayerPath: newLayer });
-      } finally {
-        release();
+      let cap: { stateBytes: number; pausedMs: number; copyMs: number; stateMs: number };
+      if (keepMemory) {
+        // The agent's reader must be between frames when the guest stops: restoring, the host starts a fresh frame.
+        const release = await sbx.requireRunning().quiesce({ timeoutMs: 15_000 });
+        try {
+          // QEMU dies mid-capture (the OOM killer, a crash): the capture must fail cleanly and the sandbox with it.
+          if (failpoint('capture.qemu') === 'kill-qemu') process.kill(vm.pid, 'SIGKILL');
+          // /dev/shm full while the RAM image is copied out.
+          failpoint('shm.write');
+          cap = await vm.captureLive({ statePath, memCopyPath: memCopy, newLayerPath: newLayer });
+        } finally {
+          release();
+        }
+      } else {
+        // The guest's page cache dies with its memory: written out first, so the frozen layer holds every file.
+        await sbx.runInternal(['/bin/sync'], 60_000);
+        cap = { ...(await vm.freezeDisk(newLayer)), stateBytes: 0, copyMs: 0, stateMs: 0 };
       }
       failpoint('capture.after_pause');
       // Private layers of this sandbox, oldest first, the new active one left out: the host's own record of them,
@@ -295,9 +307,10 @@ export class SnapshotManager {
       const base = sbx.captureBase;
       const incremental = base?.baseLayer !== undefined && own[0] === base.baseLayer;
       failpoint('capture.chunks');
-      const memory = await chunkMemory(tenant, lease, memCopy, sbx.template.config.memoryMib * 1024 * 1024, base?.memory);
+      const none = { chunks: [] as string[], newChunks: 0, storedBytes: 0 };
+      const memory = keepMemory ? await chunkMemory(tenant, lease, memCopy, sbx.template.config.memoryMib * 1024 * 1024, base?.memory) : none;
       const disk = await chunkDiskLayers(tenant, lease, incremental ? own.slice(1) : own, incremental ? base!.disk : new Map());
-      const state = await chunkState(tenant, lease, readFileSync(statePath));
+      const state = keepMemory ? await chunkState(tenant, lease, readFileSync(statePath)) : none;
       failpoint('capture.after_chunks');
       const body: ManifestBody = {
         version: 1,
@@ -309,6 +322,7 @@ export class SnapshotManager {
         reason,
         name,
         pinned: name !== null,
+        ...(keepMemory ? {} : { diskOnly: true as const }),
         vm: { memoryMib: sbx.template.config.memoryMib, vcpus: sbx.template.config.vcpus, template: sbx.template.name, templateKey: sbx.template.key },
         memory: { chunkBytes: MEMORY_CHUNK_BYTES, sizeBytes: sbx.template.config.memoryMib * 1024 * 1024, chunks: memory.chunks },
         disk: { base: sbx.template.key, sizeBytes: disk.sizeBytes, clusterBytes: disk.clusterBytes, clusters: [...disk.clusters.entries()] },
@@ -362,11 +376,14 @@ export class SnapshotManager {
           copyMs: Math.round(cap.copyMs),
           stateMs: Math.round(cap.stateMs),
           newChunks: body.stats.newChunks,
+          ...(keepMemory ? {} : { memory: false }),
         },
       });
       this.lastTakenMs.set(sbx.id, takenAtMs);
-      this.captureTimes.record(body.vm.memoryMib, clock.nowMs() - startedMs);
       sbx.captureCommitted({ snapshotId: id, memory: memory.chunks, disk: disk.clusters, baseLayer: own[0] });
+      // A disk-only capture ends its sandbox (a pause): there is no RAM copy to keep, nor a cadence to learn from it.
+      if (!keepMemory) return info;
+      this.captureTimes.record(body.vm.memoryMib, clock.nowMs() - startedMs);
       // The copy is exactly this snapshot's RAM: keep it as the node's image of it for forks and resumes.
       renameSync(memCopy, this.imagePath(id, sbx.tenantId));
       this.trimImageCache();
@@ -451,6 +468,7 @@ export class SnapshotManager {
     this.lastTakenMs.set(m.sandboxId, Math.max(this.lastTakenMs.get(m.sandboxId) ?? 0, Date.parse(m.takenAt)));
     const t0 = performance.now();
     const tenant = await this.opts.store.tenant(m.tenantId);
+    if (m.diskOnly) return this.writeDiskRestore(tenant, m, dir, template);
     const image = this.imagePath(m.snapshotId, m.tenantId);
     // The VM restored here is named like its run directory (the sandbox id).
     const vmId = basename(dir);
@@ -482,6 +500,23 @@ export class SnapshotManager {
       },
       base: { snapshotId: m.snapshotId, memory: m.memory.chunks, disk: new Map(m.disk.clusters) },
       commands: m.agent.commands as CommandRecord[],
+      network: m.network as NetworkSpec | undefined,
+      ...(m.defaults === undefined ? {} : { defaults: checkDefaults(m.defaults as SandboxDefaults) }),
+    };
+  }
+
+  /** A disk-only snapshot's restore: its disk alone, booted by the guest's kernel; its old commands are gone with their guest. */
+  private async writeDiskRestore(tenant: TenantStore, m: ManifestBody, dir: string, template: TemplateSnapshot): Promise<PreparedRestore> {
+    const boot = this.opts.guest;
+    if (!boot) throw new SandglassError('internal', `Snapshot ${m.snapshotId} is disk-only, and this node was not told the guest kernel to boot it with.`);
+    const vmId = basename(dir);
+    const paths = prepareVmDir(dir, vmId);
+    await this.restoreDisk(tenant, m, paths.disk, template);
+    chownToVm(paths.disk, vmId);
+    return {
+      source: { config: { memoryMib: m.vm.memoryMib, vcpus: m.vm.vcpus, accel: this.opts.accel, cpu: this.opts.cpu }, boot, disk: { prepared: paths.disk } },
+      base: { snapshotId: m.snapshotId, memory: [], disk: new Map(m.disk.clusters) },
+      commands: [],
       network: m.network as NetworkSpec | undefined,
       ...(m.defaults === undefined ? {} : { defaults: checkDefaults(m.defaults as SandboxDefaults) }),
     };

@@ -14,6 +14,7 @@ export {
   type CreateProgress,
   type SandboxListOptions,
   type SnapshotOptions,
+  type PauseOptions,
 } from './sandbox.js';
 export {
   Commands,

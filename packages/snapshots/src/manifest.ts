@@ -23,6 +23,11 @@ export interface ManifestBody {
   name: string | null;
   pinned: boolean;
   vm: { memoryMib: number; vcpus: number; template: string; templateKey: string };
+  /**
+   * A disk-only snapshot (a pause that discards memory): no RAM and no device state (both lists empty). Restoring it
+   * cold-boots the guest's kernel over its disk: files are kept, processes are not.
+   */
+  diskOnly?: true;
   /** Chunk id per 64 KiB of guest RAM, in address order; ZERO for all-zero chunks. */
   memory: { chunkBytes: number; sizeBytes: number; chunks: string[] };
   /**
@@ -71,6 +76,9 @@ export function parseManifestBody(body: unknown): ManifestBody {
   const b = body as Partial<ManifestBody> | undefined;
   if (!b || b.version !== 1 || !b.memory || !Array.isArray(b.memory.chunks) || !b.disk || !Array.isArray(b.disk.clusters) || !b.state || !b.vm) {
     throw new Error('manifest body has an unknown shape');
+  }
+  if (b.diskOnly !== undefined && (b.diskOnly !== true || b.memory.chunks.length > 0 || b.state.chunks.length > 0)) {
+    throw new Error('a disk-only manifest names memory or device state');
   }
   return b as ManifestBody;
 }

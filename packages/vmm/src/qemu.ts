@@ -460,6 +460,26 @@ export class Vm {
     return capture;
   }
 
+  /**
+   * Freezes the disk's active qcow2 layer alone (new writes go to `newLayerPath`): a disk-only snapshot, with no RAM
+   * copy and no device state. `stop` flushes QEMU's own caches first, so the frozen layer is whole on its own; what the
+   * guest still holds in its page cache is not in it (the caller syncs the guest first). The guest then continues.
+   */
+  async freezeDisk(newLayerPath: string): Promise<{ frozenLayer: string; pausedMs: number }> {
+    const qmp = this.requireQmp();
+    if (dirname(newLayerPath) !== this.paths.dir) throw new SandglassError('internal', `a new disk layer must lie in ${this.paths.dir}`);
+    const frozenLayer = this.#layers[0]!;
+    const t0 = performance.now();
+    await qmp.execute('stop');
+    try {
+      await qmp.execute('blockdev-snapshot-sync', { device: 'root', 'snapshot-file': newLayerPath, format: 'qcow2', mode: 'absolute-paths' });
+      this.#layers.unshift(newLayerPath);
+    } finally {
+      await qmp.execute('cont').catch(() => {});
+    }
+    return { frozenLayer, pausedMs: performance.now() - t0 };
+  }
+
   /** The root disk's active layer as QMP `query-block` reports it, with its backing images below it. */
   async #rootImage(): Promise<QueryBlockImage> {
     const blocks = await this.requireQmp().execute<Array<{ device: string; inserted?: { image: QueryBlockImage } }>>('query-block');

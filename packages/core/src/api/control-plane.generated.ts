@@ -459,7 +459,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Snapshots the running sandbox (reason pause) and releases its VM; resume brings it back. */
+        /**
+         * Snapshots the running sandbox (reason pause) and releases its VM; resume brings it back.
+         * @description By default the snapshot is the whole VM (memory, devices, disk): the resume continues its processes where they were. With `keepMemory: false` only its disk is kept (the guest first syncs its files): the snapshot is smaller and quicker to take, and the resume boots the guest over that disk, so files are there but processes are not; its environment, user and workdir, network policy, secrets and public ports are kept. Its events say `memory: false` (sandbox.paused, snapshot.taken) and `coldBoot: true` (sandbox.resumed).
+         */
         post: operations["pauseSandbox"];
         delete?: never;
         options?: never;
@@ -1006,6 +1009,13 @@ export interface components {
         NameSnapshotRequest: {
             /** @description The new name, by the rules of SnapshotName; null removes it (and the pin that came with it). */
             name: string | null;
+        };
+        PauseSandboxRequest: {
+            /**
+             * @description false: keep the disk alone; the resume boots the guest (files kept, processes gone).
+             * @default true
+             */
+            keepMemory: boolean;
         };
         /** @description At most one of `at` and `snapshotId`. */
         ResumeSandboxRequest: {
@@ -2226,7 +2236,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PauseSandboxRequest"];
+            };
+        };
         responses: {
             /** @description The paused sandbox and the snapshot it resumes from. */
             200: {
@@ -2237,6 +2251,7 @@ export interface operations {
                     "application/json": components["schemas"]["PauseResponse"];
                 };
             };
+            400: components["responses"]["Error"];
             401: components["responses"]["Error"];
             404: components["responses"]["Error"];
             409: components["responses"]["Error"];

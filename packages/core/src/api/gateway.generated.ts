@@ -1995,7 +1995,17 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description false: a disk-only snapshot (the guest syncs, its disk is kept, its memory discarded); the resume boots the guest over that disk.
+                     * @default true
+                     */
+                    keepMemory?: boolean;
+                };
+            };
+        };
         responses: {
             /** @description Paused */
             200: {
