@@ -182,7 +182,7 @@ export class Cluster {
     this.#cps.set(i, proc);
     await waitFor(
       async () => (await fetch(`http://127.0.0.1:${port}/v1/health`).catch(() => undefined))?.ok === true,
-      60_000,
+      180_000,
       `control plane ${i + 1} did not come up`,
       proc,
     );

@@ -34,6 +34,8 @@ export interface NodeApiOptions {
   onOrphaned(nodeId: string, sandboxIds: string[]): void;
   /** A node (re)registered: what it must keep (template warm pools) is sent to it again. */
   onRegistered?(nodeId: string): void;
+  /** Verifies a request's credential for a sandbox and resumes it when it opted in (SandboxService.wake). */
+  wake(sandboxId: string, credential: string): Promise<{ gatewayId: string }>;
 }
 
 type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
@@ -232,6 +234,13 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       const node = row?.gateway_id ? await opts.nodes.get(row.gateway_id) : undefined;
       if (!node) throw new SandglassError('sandbox_not_found', `Sandbox ${sandboxId} is not running on any node.`);
       return { gatewayId: node.id, dataPlaneUrl: node.url };
+    });
+
+    // Any node may ask for any sandbox (a client may send its request to any gateway): what it must bring is the
+    // credential itself, verified here as if no node had seen it (security.md 1e).
+    route('POST', '/node/v1/sandboxes/{sandboxId}/wake', async (req) => {
+      const { sandboxId } = req.params as { sandboxId: string };
+      return opts.wake(sandboxId, (req.body as { credential: string }).credential);
     });
 
     // The lease is the node's: only it can release it, and a node that dies holding one blocks the sweep until it expires.

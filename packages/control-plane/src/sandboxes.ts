@@ -1,6 +1,16 @@
 // Sandbox lifecycle as the control plane drives it: typed commands in, events appended, gateways called; no HTTP here.
 import type { Kysely } from 'kysely';
-import { deriveNodeKeys, errorFromBody, invalidArgument, newId, SandglassError, signAccessToken, type Clock, type ControlPlaneApi } from '@sandglass/core';
+import {
+  deriveNodeKeys,
+  errorFromBody,
+  invalidArgument,
+  newId,
+  SandglassError,
+  signAccessToken,
+  verifyDataPlaneCredential,
+  type Clock,
+  type ControlPlaneApi,
+} from '@sandglass/core';
 import {
   fromIso,
   isPostgres,
@@ -157,7 +167,7 @@ export class SandboxService {
   /** Signs data-plane tokens: the node secret's access-token key, never the secret itself nor the internal bearer. */
   readonly #accessTokenKey: Buffer;
   /** Resumes made for requests (autoResume), one per sandbox at a time. */
-  readonly #wakes = new Map<string, Promise<'resumed'>>();
+  readonly #wakes = new Map<string, Promise<void>>();
 
   constructor(private readonly deps: SandboxServiceDeps) {
     this.#accessTokenKey = deriveNodeKeys(deps.nodeSecret).accessToken;
@@ -572,35 +582,53 @@ export class SandboxService {
   }
 
   /**
-   * A request to a guest port or envd of a sandbox its node does not run, carrying a credential the node verified
-   * for it (`keyId`: the API key that credential was obtained with). A paused sandbox opted in to autoResume is
-   * resumed (one resume per sandbox however many requests ask; the key must still be valid); one without it is
-   * `paused`; anything else is not found, as the node would say.
+   * A request to a guest port or envd of a sandbox its node does not run, with the credential it carried for it as
+   * received (an access token or a signed port URL's token), which the node verified and which is verified here again
+   * from scratch, so a node cannot wake a sandbox by naming its id: signature and expiry under the access-token key, the
+   * sandbox (and tenant) it names, and the API key behind it in the database (of that tenant, not revoked, not
+   * expired). A paused sandbox opted in to autoResume is resumed through the ordinary path (one resume per sandbox
+   * however many requests ask); one without it is `sandbox_paused`; anything else not running is not found, as the
+   * node would say. Answers the node the sandbox runs on now.
    */
-  async wake(id: string, keyId: string | undefined): Promise<'resumed' | 'paused'> {
+  async wake(id: string, credential: string): Promise<{ gatewayId: string }> {
+    const claims = verifyDataPlaneCredential(credential, this.#accessTokenKey, this.deps.clock.nowMs());
+    if (claims.sbx !== id) throw new SandglassError('permission_denied', 'This credential is for another sandbox.');
+    if (claims.kid === undefined) throw new SandglassError('permission_denied', 'This credential names no API key, so it wakes nothing.');
     const row = await this.deps.db.selectFrom('sandboxes').selectAll().where('id', '=', id).executeTakeFirst();
-    if (!row || isFinal(row.state)) throw new SandglassError('sandbox_not_found', `No sandbox ${id} is running on this node.`, { details: { field: 'id' } });
-    if (row.state !== 'paused') return 'resumed';
-    if (row.auto_resume !== 1) return 'paused';
-    let wake = this.#wakes.get(id);
-    if (!wake) {
-      wake = this.#wakeOnce(row, keyId).finally(() => this.#wakes.delete(id));
-      this.#wakes.set(id, wake);
+    if (!row || isFinal(row.state)) throw notHere(id);
+    if (claims.ten !== undefined && claims.ten !== row.tenant_id) throw new SandglassError('permission_denied', 'This credential is for another tenant.');
+    // The node refuses revoked keys it was told of; the database is asked too, so no push still in flight lets one through.
+    const key = await this.deps.db.selectFrom('api_keys').select(['tenant_id', 'revoked_at', 'expires_at']).where('id', '=', claims.kid).executeTakeFirst();
+    if (!key || key.tenant_id !== row.tenant_id) throw new SandglassError('permission_denied', 'This credential is for another tenant.');
+    if (key.revoked_at !== null) throw new SandglassError('api_key_revoked', 'The API key this credential was obtained with was revoked.');
+    if (key.expires_at !== null && fromIso(key.expires_at) <= this.deps.clock.nowMs())
+      throw new SandglassError('api_key_expired', 'The API key this credential was obtained with has expired.');
+    if (row.state === 'paused') {
+      if (row.auto_resume !== 1) {
+        throw new SandglassError(
+          'sandbox_paused',
+          `Sandbox ${id} is paused; resume it (POST /v1/sandboxes/${id}/resume, sbx.resume()), or create it with autoResume so that a request with its access token resumes it.`,
+        );
+      }
+      let wake = this.#wakes.get(id);
+      if (!wake) {
+        wake = this.#wakeOnce(row, claims.kid).finally(() => this.#wakes.delete(id));
+        this.#wakes.set(id, wake);
+      }
+      await wake;
     }
-    return wake;
+    const now = await this.#row(id);
+    if ((now.state !== 'running' && now.state !== 'starting') || now.gateway_id === null) throw notHere(id);
+    return { gatewayId: now.gateway_id };
   }
 
-  async #wakeOnce(row: SandboxRow, keyId: string | undefined): Promise<'resumed'> {
-    // The node refuses revoked keys it was told of; the database is asked too, so no push still in flight lets one through.
-    if (keyId !== undefined) {
-      const key = await this.deps.db.selectFrom('api_keys').select(['tenant_id', 'revoked_at', 'expires_at']).where('id', '=', keyId).executeTakeFirst();
-      if (!key || key.tenant_id !== row.tenant_id) throw new SandglassError('permission_denied', 'This access token is for another tenant.');
-      if (key.revoked_at !== null) throw new SandglassError('api_key_revoked', 'The API key this access token was obtained with was revoked.');
-      if (key.expires_at !== null && fromIso(key.expires_at) <= this.deps.clock.nowMs())
-        throw new SandglassError('api_key_expired', 'The API key this access token was obtained with has expired.');
+  async #wakeOnce(row: SandboxRow, keyId: string): Promise<void> {
+    try {
+      await this.resume({ tenantId: row.tenant_id, keyId, role: 'member' }, row.id, {});
+    } catch (err) {
+      // Another replica's wake (or the owner's resume) got there first: it runs, which is what this request wanted.
+      if (!(err instanceof SandglassError && err.code === 'sandbox_running')) throw err;
     }
-    await this.resume({ tenantId: row.tenant_id, keyId: keyId ?? 'autoResume', role: 'member' }, row.id, {});
-    return 'resumed';
   }
 
   /**
@@ -1038,6 +1066,11 @@ export class SandboxService {
       expiresAt: toIso(expMs),
     };
   }
+}
+
+/** What a node answers for a sandbox it does not run: the wake says the same of one that runs nowhere. */
+function notHere(id: string): SandglassError {
+  return new SandglassError('sandbox_not_found', `No sandbox ${id} is running on this node.`, { details: { field: 'id' } });
 }
 
 /** Another tenant's snapshot and one thinned or deleted answer alike. */

@@ -111,7 +111,7 @@ function noAuditKey(): never {
 export interface ControlPlane {
   app: FastifyInstance;
   /** A gateway's request to resume a paused sandbox for a request to it (SandboxService.wake); `sandglass up` wires it in. */
-  wake(sandboxId: string, keyId: string | undefined): Promise<'resumed' | 'paused'>;
+  wake(sandboxId: string, credential: string): Promise<{ gatewayId: string }>;
   /** Resolves to the URL it listens on. */
   listen(port: number, host?: string): Promise<string>;
   close(): Promise<void>;
@@ -353,13 +353,14 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
           for (const id of ids) void mover.move(id, 'node_restarted');
         },
         onRegistered: (nodeId) => void templatePools.pushAll(nodeId),
+        wake: (sandboxId, credential) => sandboxes.wake(sandboxId, credential),
       }),
     );
   }
 
   return {
     app,
-    wake: (sandboxId, keyId) => sandboxes.wake(sandboxId, keyId),
+    wake: (sandboxId, credential) => sandboxes.wake(sandboxId, credential),
     listen: async (port, host = '127.0.0.1') => {
       // Gateways started afresh forget what they were told: keys revoked while their tokens may live are told again.
       await tellGateways(await apiKeys.revokedSince(clock.nowMs() - LONGEST_TOKEN_TTL_MS));

@@ -1,5 +1,6 @@
-// Short-lived data-plane access tokens: the control plane signs, the gateway verifies (HMAC-SHA256 under the node's
-// access-token key, derived from the node secret by deriveNodeKeys).
+// Short-lived data-plane credentials: access tokens (the control plane signs, the gateway verifies) and signed port
+// URLs (the gateway signs, the gateway and the control plane verify), HMAC-SHA256 under the node's access-token key
+// (derived from the node secret by deriveNodeKeys) or, for port URLs, a key derived from it for that one purpose.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { SandglassError } from './errors.js';
 
@@ -38,4 +39,53 @@ export function verifyAccessToken(token: string, key: Buffer, nowMs: number): Ac
   const claims = JSON.parse(Buffer.from(m[1]!, 'base64url').toString('utf8')) as AccessClaims;
   if (claims.exp <= nowMs) throw new SandglassError('unauthenticated', 'The access token has expired; ask the control plane for a new one.');
   return claims;
+}
+
+/** A signed port URL's claims (`sgpu_…`): one port of one sandbox. */
+export interface PortUrlClaims {
+  sbx: string;
+  prt: number;
+  /** Expiry, unix ms. */
+  exp: number;
+  /** Id of the API key behind the access token it was minted for. */
+  kid?: string;
+}
+
+/** Its own key: a port URL never verifies as an access token, nor the other way round. */
+export function portUrlKey(accessTokenKey: Buffer): Buffer {
+  return createHmac('sha256', accessTokenKey).update('sandglass/v1/port-url').digest();
+}
+
+export function signPortUrlToken(claims: PortUrlClaims, urlKey: Buffer): string {
+  const body = b64(JSON.stringify(claims));
+  return `sgpu_${body}.${b64(mac(urlKey, body))}`;
+}
+
+/** Signature and expiry; which sandbox and port it opens, and whether its key was revoked, are the caller's to check. */
+export function verifyPortUrlToken(token: string, urlKey: Buffer, nowMs: number): PortUrlClaims {
+  const m = /^sgpu_([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(token);
+  if (!m) throw new SandglassError('unauthenticated', 'The port URL token is malformed.');
+  const got = Buffer.from(m[2]!, 'base64url');
+  const want = mac(urlKey, m[1]!);
+  if (got.length !== want.length || !timingSafeEqual(got, want)) throw new SandglassError('unauthenticated', 'The port URL token is not valid.');
+  const claims = JSON.parse(Buffer.from(m[1]!, 'base64url').toString('utf8')) as PortUrlClaims;
+  if (claims.exp <= nowMs) throw new SandglassError('unauthenticated', 'The port URL has expired; ask for a new one.');
+  return claims;
+}
+
+/** What either credential of a sandbox's data plane proves: the sandbox, the API key behind it, and the tenant where it names one. */
+export interface DataPlaneCredential {
+  sbx: string;
+  kid?: string;
+  ten?: string;
+}
+
+/** An access token (`sgat_…`) or a signed port URL's token (`sgpu_…`, also as its cookie), verified under the access-token key. */
+export function verifyDataPlaneCredential(token: string, accessTokenKey: Buffer, nowMs: number): DataPlaneCredential {
+  if (token.startsWith('sgpu_')) {
+    const { sbx, kid } = verifyPortUrlToken(token, portUrlKey(accessTokenKey), nowMs);
+    return { sbx, ...(kid !== undefined ? { kid } : {}) };
+  }
+  const { sbx, kid, ten } = verifyAccessToken(token, accessTokenKey, nowMs);
+  return { sbx, ten, ...(kid !== undefined ? { kid } : {}) };
 }

@@ -116,12 +116,14 @@ const RECORDED_EXCHANGE_BODY_BYTES = 8 * 1024 * 1024;
 
 /**
  * The control plane's side of a request that reaches a sandbox this node does not run, with a credential the node
- * verified for it (`keyId`: the API key that credential was obtained with): `resumed` when it runs on this node now
- * (paused and opted in to autoResume: resumed for this request), `paused` when it is paused without that opt-in.
- * Throws `sandbox_not_found` for any other (unknown, ended, failed), and the resume's own error when that fails.
+ * verified for it, passed on as received (an access token or a signed port URL's token): the control plane verifies it
+ * again itself (signature, expiry, the API key behind it in the database). `here` when the sandbox runs on this node
+ * now (paused and opted in to autoResume: resumed for this request), `elsewhere` when it runs on another node. Throws
+ * `sandbox_paused` when it is paused without that opt-in, `sandbox_not_found` for any other (unknown, ended, failed),
+ * the credential's refusal, and the resume's own error when that fails.
  */
 export interface SandboxWaker {
-  wake(sandboxId: string, keyId: string | undefined): Promise<'resumed' | 'paused'>;
+  wake(sandboxId: string, credential: string): Promise<'here' | 'elsewhere'>;
 }
 
 /** What a sandbox's timeout does: end it (sandbox.killed, reason timeout) or pause it (sandbox.paused, reason timeout). */
@@ -207,14 +209,14 @@ export class Gateway {
   /** Commands' recent output, for reconnects that need no guest round trip. */
   readonly outputHubs = new OutputHubs();
   /**
-   * Set where the control plane can resume a sandbox on this node for a request (`sandglass up`); unset (a cluster
-   * node), a request for a sandbox this node does not run is told only that.
+   * Set where the control plane can resume a sandbox for a request: in the same process (`sandglass up`) or over the
+   * node API (`sandglass gateway`). Unset, a request for a sandbox this node does not run is told only that.
    */
   waker?: SandboxWaker;
   /** Sandboxes whose restore (resume or fork) is in flight on this node. */
   readonly #restoring = new Set<string>();
   /** One wake in flight per sandbox: every request that arrives meanwhile waits for the same one. */
-  readonly #wakes = new Map<string, Promise<'resumed' | 'paused'>>();
+  readonly #wakes = new Map<string, Promise<'here' | 'elsewhere'>>();
 
   constructor(readonly opts: GatewayOptions) {
     // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
@@ -807,19 +809,23 @@ export class Gateway {
   }
 
   /**
-   * The sandbox a request whose credential the caller verified for `id` reaches: the one on this node, else — asked of
-   * the control plane, one wake at a time per sandbox — a paused one resumed for it, or `sandbox_paused`.
+   * The sandbox a request whose credential (`credential`, as received) the caller verified for `id` reaches: the one on
+   * this node, else — asked of the control plane, one wake at a time per sandbox — a paused one resumed for it, or
+   * `sandbox_paused`; one that runs on another node is not found here, as without a waker.
    */
-  async reach(id: string, keyId: string | undefined): Promise<Sandbox> {
+  async reach(id: string, credential: string): Promise<Sandbox> {
     const local = this.sandboxes.get(id);
     if (local?.state === 'paused') throw pausedError(id);
     if (local || !this.waker) return this.get(id);
     let wake = this.#wakes.get(id);
     if (!wake) {
-      wake = this.waker.wake(id, keyId).finally(() => this.#wakes.delete(id));
+      wake = this.waker.wake(id, credential).finally(() => this.#wakes.delete(id));
       this.#wakes.set(id, wake);
     }
-    if ((await wake) === 'paused') throw pausedError(id);
+    if ((await wake) === 'elsewhere')
+      throw new SandglassError('sandbox_not_found', `Sandbox ${id} runs on another node; GET /v1/sandboxes/${id} names its gateway.`, {
+        details: { field: 'id' },
+      });
     return this.get(id);
   }
 

@@ -12,6 +12,7 @@ export type SecretInfo = SuccessBody<Ops['nodeSecretInfo']>;
 export type NodeTemplateRecord = NodeApi.components['schemas']['TemplateRecord'];
 export type CaptureLeaseGrant = SuccessBody<Ops['nodeCaptureLeaseTake']>;
 export type SandboxLocation = SuccessBody<Ops['nodeSandboxLocation']>;
+export type SandboxWakeReply = SuccessBody<Ops['nodeSandboxWake']>;
 export type NodeDataKey = SuccessBody<Ops['nodeDataKey']>;
 export type NodeTenantKey = SuccessBody<Ops['nodeTenantKey']>;
 export type NodeEnrolment = SuccessBody<Ops['nodeEnrol']>;
@@ -130,6 +131,16 @@ export class NodeApiClient {
       if (err instanceof SandglassError && err.code === 'sandbox_not_found') return undefined;
       throw err;
     }
+  }
+
+  /**
+   * Asks the control plane to verify a request's credential for a sandbox this node does not run and to resume it when
+   * it opted in; the node it runs on now. Idempotent (a second ask finds it running); bounded like a resume, not like
+   * a lookup.
+   */
+  sandboxWake(sandboxId: string, credential: string, opts: { timeoutMs?: number } = {}): Promise<SandboxWakeReply> {
+    const path = `/node/v1/sandboxes/${encodeURIComponent(sandboxId)}/wake`;
+    return this.#call('POST', path, { body: { credential }, idempotent: true, timeoutMs: opts.timeoutMs }) as Promise<SandboxWakeReply>;
   }
 
   /** Refused with `conflict` while a GC sweep runs (not retried here: the caller decides how long to wait). Taking it twice is harmless. */

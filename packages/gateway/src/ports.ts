@@ -1,9 +1,17 @@
 // Inbound access to guest ports: `<port>-<id>.<domain>` and `/v1/sandboxes/{id}/ports/{port}/…` relayed to guest loopback.
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { SandglassError, invalidArgument, toSandglassError, type NodeKeys } from '@sandglass/core';
+import {
+  SandglassError,
+  invalidArgument,
+  portUrlKey,
+  signPortUrlToken,
+  toSandglassError,
+  verifyPortUrlToken,
+  type NodeKeys,
+  type PortUrlClaims,
+} from '@sandglass/core';
 import { AgentError, type NetConnection } from '@sandglass/agent-client';
 import { accessTokenHook, checkAccessToken } from './auth.js';
 import { specRoutes } from './spec.js';
@@ -42,16 +50,8 @@ interface Target {
 /** What a request's credential allows beyond relaying: a signed URL's first use is answered with its cookie. */
 interface Admission {
   redirectCookie?: { value: string; maxAgeS: number };
-  /** It carried a credential for the sandbox (not just a public port): only such a request may resume it. */
-  credential?: { keyId: string | undefined };
-}
-
-interface PortUrlClaims {
-  sbx: string;
-  prt: number;
-  /** Expiry, unix ms. */
-  exp: number;
-  kid?: string;
+  /** The credential it carried for the sandbox, as received (not just a public port): only such a request may resume it. */
+  credential?: string;
 }
 
 /** The upgrade token of a raw TCP tunnel (`/v1/sandboxes/{id}/tunnel/{port}`). */
@@ -89,8 +89,7 @@ export class GuestPorts {
     this.domain = (opts.domain ?? DEFAULT_PORT_DOMAIN).toLowerCase();
     if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(this.domain)) throw new Error(`port domain ${opts.domain} is not a DNS name`);
     this.#hostForm = new RegExp(`^(\\d{1,5})-([A-Za-z0-9_]{1,64})\\.${this.domain.replaceAll('.', '\\.')}(?::\\d{1,5})?$`, 'i');
-    // Its own key: a port URL never verifies as an access token, nor the other way round.
-    this.#urlKey = createHmac('sha256', keys.accessToken).update('sandglass/v1/port-url').digest();
+    this.#urlKey = portUrlKey(keys.accessToken);
   }
 
   /** Serves the host form at the root, before any route: every path of such a host is the guest's. */
@@ -147,27 +146,15 @@ export class GuestPorts {
   /** A signed URL's credential for one port of one sandbox, minted for a holder of the sandbox's access token. */
   signUrl(accessToken: string, sandboxId: string, port: number, expiresInS: number): { token: string; expiresAtMs: number } {
     const nowMs = this.gw.opts.clock.nowMs();
-    checkAccessToken(accessToken, sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
-    const kid = (JSON.parse(Buffer.from(accessToken.slice(5).split('.')[0]!, 'base64url').toString('utf8')) as { kid?: string }).kid;
+    const { kid } = checkAccessToken(accessToken, sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
     const claims: PortUrlClaims = { sbx: sandboxId, prt: port, exp: nowMs + expiresInS * 1000, ...(kid !== undefined ? { kid } : {}) };
-    const body = Buffer.from(JSON.stringify(claims)).toString('base64url');
-    return { token: `sgpu_${body}.${this.#mac(body).toString('base64url')}`, expiresAtMs: claims.exp };
-  }
-
-  #mac(body: string): Buffer {
-    return createHmac('sha256', this.#urlKey).update(body).digest();
+    return { token: signPortUrlToken(claims, this.#urlKey), expiresAtMs: claims.exp };
   }
 
   /** Verifies a signed URL's token (or the cookie it became) for exactly this sandbox and port. */
   #checkUrlToken(token: string, target: Target): PortUrlClaims {
-    const m = /^sgpu_([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(token);
-    if (!m) throw new SandglassError('unauthenticated', 'The port URL token is malformed.');
-    const got = Buffer.from(m[2]!, 'base64url');
-    const want = this.#mac(m[1]!);
-    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new SandglassError('unauthenticated', 'The port URL token is not valid.');
-    const claims = JSON.parse(Buffer.from(m[1]!, 'base64url').toString('utf8')) as PortUrlClaims;
     const nowMs = this.gw.opts.clock.nowMs();
-    if (claims.exp <= nowMs) throw new SandglassError('unauthenticated', 'The port URL has expired; ask for a new one.');
+    const claims = verifyPortUrlToken(token, this.#urlKey, nowMs);
     if (claims.kid !== undefined && this.gw.revokedKeys.has(claims.kid, nowMs))
       throw new SandglassError('api_key_revoked', 'The API key this port URL was obtained with was revoked.');
     if (claims.sbx !== target.sandboxId || claims.prt !== target.port)
@@ -208,14 +195,14 @@ export class GuestPorts {
   #authenticate(raw: http.IncomingMessage, target: Target): Admission {
     const token = header(raw, PORT_TOKEN_HEADER);
     if (token !== undefined) {
-      const claims = checkAccessToken(token, target.sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
-      return { credential: { keyId: claims.kid } };
+      checkAccessToken(token, target.sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
+      return { credential: token };
     }
     const q = new URL(target.path, 'http://x').searchParams.get(PORT_URL_PARAM);
     if (q !== null) {
       const claims = this.#checkUrlToken(q, target);
       const isPlainGet = (raw.method === 'GET' || raw.method === 'HEAD') && header(raw, 'upgrade') === undefined;
-      const credential = { keyId: claims.kid };
+      const credential = q;
       return isPlainGet
         ? { credential, redirectCookie: { value: q, maxAgeS: Math.max(1, Math.floor((claims.exp - this.gw.opts.clock.nowMs()) / 1000)) } }
         : { credential };
@@ -228,7 +215,8 @@ export class GuestPorts {
       let refused: unknown;
       for (const cookie of cookies) {
         try {
-          return { credential: { keyId: this.#checkUrlToken(cookie, target).kid } };
+          this.#checkUrlToken(cookie, target);
+          return { credential: cookie };
         } catch (err) {
           refused = err;
         }
@@ -264,7 +252,7 @@ export class GuestPorts {
       auth = this.#authenticate(raw, target);
       if (Number.isNaN(target.port)) throw invalidArgument('port', 'must be an integer from 1 to 65535');
       // Only a request that proved a credential for this sandbox is told it is paused, or resumes it (autoResume).
-      sbx = auth.credential ? await this.gw.reach(target.sandboxId, auth.credential.keyId) : this.gw.get(target.sandboxId);
+      sbx = auth.credential ? await this.gw.reach(target.sandboxId, auth.credential) : this.gw.get(target.sandboxId);
       if (sbx.state !== 'running') throw new SandglassError('sandbox_not_running', `Sandbox ${sbx.id} is ${sbx.state}; resume it to reach its ports.`);
     } catch (err) {
       return refuse(err);

@@ -65,6 +65,8 @@ export interface RunningGatewayNode {
 const NODE_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 /** A clean stop waits this long for the outbox to reach the control plane; what is left is delivered by the next run. */
 const STOP_DRAIN_MS = 5000;
+/** A wake may be a whole resume, bounded on the control plane's side by its own restore timeout (120 s): a little more. */
+const WAKE_TIMEOUT_MS = 130_000;
 
 /** `host:port` or `[v6]:port` → the parts; anything else stops start-up naming the flag. */
 export function parseListen(flag: string, value: string): { host: string; port: number } {
@@ -242,6 +244,12 @@ export async function startGateway(opts: GatewayNodeOptions): Promise<RunningGat
   const membership = new Membership({ client, node, url, internalUrl, logger: log });
   // Registered before the data plane serves: the keys revoked while their tokens may live arrive with registration.
   await membership.start();
+  // A request with a credential for a sandbox this node does not run: the control plane verifies the credential and
+  // resumes the sandbox when it opted in (autoResume); it answers the node that runs it, this one or another.
+  gateway.waker = {
+    wake: async (id, credential) =>
+      (await client.sandboxWake(id, credential, { timeoutMs: WAKE_TIMEOUT_MS })).gatewayId === opts.nodeId ? 'here' : 'elsewhere',
+  };
   // E2B's SDK sends every envd request to one URL: one for a sandbox another node runs is forwarded there.
   const envdForward = new EnvdForwarder({ nodeId: opts.nodeId, locate: (id) => client.sandboxLocation(id, { timeoutMs: 3000 }), clock });
   const dataApp = await createDataPlaneServer(gateway, { envdForward });

@@ -159,7 +159,7 @@ export async function start(opts: UpOptions = {}): Promise<Running> {
     portDomain: process.env.SANDGLASS_PORT_DOMAIN ?? DEFAULT_PORT_DOMAIN,
   });
   // One process: a request to a paused sandbox's port or envd can resume it here (autoResume).
-  gateway.waker = { wake: (id, keyId) => cp.wake(id, keyId) };
+  gateway.waker = { wake: async (id, credential) => ((await cp.wake(id, credential)).gatewayId === LOCAL_NODE_ID ? 'here' : 'elsewhere') };
   await cp.listen(port, host);
   const url = `http://${host}:${port}`;
   writeFileSync(layout.serverFile, JSON.stringify({ url, gatewayUrl, internalSocket, pid: process.pid, adminKeyFile: layout.adminKeyFile }, null, 2) + '\n', {

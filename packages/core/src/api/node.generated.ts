@@ -159,6 +159,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/node/v1/sandboxes/{sandboxId}/wake": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A request reached this node for a sandbox it does not run, carrying a credential the node verified for that sandbox: the node passes the credential on as it received it (an access token `sgat_…`, or a signed port URL's token `sgpu_…`, also as its cookie), and the control plane verifies it again itself — signature and expiry, the sandbox (and tenant) it names, the API key behind it in the database (of the sandbox's tenant, not revoked, not expired) — so naming a sandbox id opens nothing. A paused sandbox created with `autoResume` is then resumed through the ordinary resume (placement keeps its last node while that is alive; one resume however many requests ask at once); the answer is the node it runs on now, which may be another one. `sandbox_paused` when it is paused without `autoResume` (it stays paused); `sandbox_not_found` when it is not running nor paused (unknown, ended, failed); `unauthenticated`, `permission_denied`, `api_key_revoked` or `api_key_expired` when the credential does not hold, and the resume's own error when that fails. */
+        post: operations["nodeSandboxWake"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/node/v1/capture-leases": {
         parameters: {
             query?: never;
@@ -579,6 +596,39 @@ export interface operations {
                         gatewayId: components["schemas"]["NodeId"];
                         /** @description The node's advertised data-plane base URL (its heartbeat's url). */
                         dataPlaneUrl: string;
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    nodeSandboxWake: {
+        parameters: {
+            query?: never;
+            header: {
+                "x-sandglass-node": components["parameters"]["NodeId"];
+            };
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    credential: string;
+                };
+            };
+        };
+        responses: {
+            /** @description It runs (resumed for this request, or already running) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        gatewayId: components["schemas"]["NodeId"];
                     };
                 };
             };

@@ -143,14 +143,14 @@ export function envdApi(gw: Gateway, keys: NodeKeys, opts: { hostForm: boolean; 
       }
       // The token first: whether a sandbox exists is told only to a holder of its token.
       if (!token) throw new SandglassError('unauthenticated', "Send the sandbox's envd access token as X-Access-Token.");
-      const claims = checkAccessToken(token, sandboxId, keys, clock, gw.revokedKeys);
+      checkAccessToken(token, sandboxId, keys, clock, gw.revokedKeys);
       // Where the control plane can say (a waker): a paused sandbox answers that it is paused, or (autoResume) is
       // resumed for this request; others are not here.
       const local = gw.sandboxes.get(sandboxId);
       const sbx =
         local !== undefined || gw.waker === undefined
           ? local
-          : await gw.reach(sandboxId, claims.kid).catch((err: unknown) => {
+          : await gw.reach(sandboxId, token).catch((err: unknown) => {
               if (err instanceof SandglassError && err.code === 'sandbox_not_found') return undefined;
               throw new EdgeError(502, toSandglassError(err).message);
             });
