@@ -194,6 +194,34 @@ describe('node API', () => {
     expect((await database.db.selectFrom('sandboxes').select('state').where('id', '=', onN1).executeTakeFirstOrThrow()).state).toBe('starting');
   });
 
+  it("drops a node's forged events about its own sandbox: an unlisted type, a malformed or foreign snapshotId, an extra field", async () => {
+    const at = '2026-11-30T11:59:00.000Z';
+    const ev = (type: string, data: Record<string, unknown>) => ({ id: newId('evt'), type, tenantId: tenant, sandboxId: onN1, at, data });
+    const exited = { commandId: newId('cmd'), exitCode: 0, signal: null, timedOut: false, outputBytes: 0 };
+    const forged = [
+      ev('command.forged', { commandId: newId('cmd') }),
+      ev('sandbox.paused', { snapshotId: 7 }),
+      ev('command.exited', { ...exited, verdict: 'all tests passed' }),
+      ev('sandbox.paused', { snapshotId: newId('snap') }),
+    ];
+    const before = await events.list({ sandboxId: onN1 });
+    const res = (await call('POST', '/node/v1/events', { body: { events: forged } })).json();
+    expect(res.appended).toBe(0);
+    expect(res.dropped.map((d: { id: string; code: string; field: string }) => [d.id, d.code, d.field])).toEqual([
+      [forged[0]!.id, 'node_event_invalid', '/type'],
+      [forged[1]!.id, 'node_event_invalid', '/data/snapshotId'],
+      [forged[2]!.id, 'node_event_invalid', '/data/verdict'],
+      [forged[3]!.id, 'node_event_refused', '/data/snapshotId'],
+    ]);
+    expect(await events.list({ sandboxId: onN1 })).toEqual(before);
+    // The same shapes without the forgery pass.
+    expect((await call('POST', '/node/v1/events', { body: { events: [ev('command.exited', exited)] } })).json()).toEqual({
+      appended: 1,
+      duplicates: 0,
+      dropped: [],
+    });
+  });
+
   it("appends a node's wipe report only for a revoked tenant it ran, naming only that tenant's sandboxes there", async () => {
     const at = '2026-11-30T11:59:00.000Z';
     const report = (tenantId: string, data: Record<string, unknown> = {}) => ({
