@@ -73,6 +73,64 @@ export async function renderApiTypes(spec: string): Promise<string> {
   return `// GENERATED from ${spec} by scripts/gen.ts (openapi-typescript). Do not edit by hand: run \`npm run gen\`.\n\n${astToString(ast)}`;
 }
 
+interface EventEntry {
+  scope: 'sandbox' | 'tenant' | 'system';
+  node: boolean;
+  description: string;
+  data: Record<string, unknown>;
+  example: Record<string, unknown>;
+}
+
+/** spec/events.yaml: every event type and the schema of its data, with each `$ref` into its `$defs` inlined. */
+export function loadEvents(): Record<string, EventEntry> {
+  const doc = parse(readFileSync(`${root}spec/events.yaml`, 'utf8')) as { $defs: Record<string, unknown>; events: Record<string, EventEntry> };
+  const inline = (v: unknown, seen: string[]): unknown => {
+    if (Array.isArray(v)) return v.map((x) => inline(x, seen));
+    if (typeof v !== 'object' || v === null) return v;
+    const o = v as Record<string, unknown>;
+    if (typeof o.$ref === 'string') {
+      const name = /^#\/\$defs\/(\w+)$/.exec(o.$ref)?.[1];
+      if (!name || !(name in doc.$defs)) throw new Error(`spec/events.yaml: unknown $ref ${o.$ref}`);
+      if (seen.includes(name)) throw new Error(`spec/events.yaml: $defs/${name} refers to itself`);
+      const { $ref: _ref, ...rest } = o;
+      return { ...(inline(doc.$defs[name], [...seen, name]) as object), ...(inline(rest, seen) as object) };
+    }
+    return Object.fromEntries(Object.entries(o).map(([k, x]) => [k, inline(x, seen)]));
+  };
+  return Object.fromEntries(Object.entries(doc.events).map(([type, e]) => [type, { ...e, data: inline(e.data, []) as Record<string, unknown> }]));
+}
+
+/**
+ * The event types as TypeScript: EVENT_SPECS (scope, whether a node may send it, the schema of its data) for core's
+ * validator, and EventDataMap from the same schemas through openapi-typescript, so a type and its check cannot differ.
+ */
+export async function renderEventTypes(events: Record<string, EventEntry>): Promise<string> {
+  const schemas = Object.fromEntries(Object.entries(events).map(([type, e]) => [type, { ...e.data, description: e.description }]));
+  const ast = await openapiTS({ openapi: '3.1.0', info: { title: 'events', version: '1' }, paths: {}, components: { schemas } } as never, {
+    defaultNonNullable: true,
+    emptyObjectsUnknown: true,
+  });
+  const types = astToString(ast)
+    .replace(/^export type paths = .*$/m, '')
+    .replace(/^export type webhooks = .*$/m, '')
+    .replace(/^export type \$defs = .*$/m, '')
+    .replace(/^export type operations = .*$/m, '')
+    .replace(/^export interface components \{/m, 'interface components {')
+    .replace(/\n{3,}/g, '\n\n');
+  const specs = Object.entries(events)
+    .map(([type, e]) => `  ${JSON.stringify(type)}: { scope: ${JSON.stringify(e.scope)}, node: ${e.node}, data: ${JSON.stringify(e.data)} },`)
+    .join('\n');
+  return (
+    `// GENERATED from spec/events.yaml by scripts/gen.ts. Do not edit by hand: run \`npm run gen\`.\n\n` +
+    `/** Each event type: what it is about, whether a node may send it, and the JSON Schema of its data. */\n` +
+    `export const EVENT_SPECS = {\n${specs}\n} as const;\n\n` +
+    `${types.trim()}\n\n` +
+    `/** The data each event type carries. */\nexport type EventDataMap = components['schemas'];\n` +
+    `export type EventType = keyof EventDataMap;\n` +
+    `export type EventData<T extends EventType> = EventDataMap[T];\n`
+  );
+}
+
 /** Every generated file, by path from the repository root, with the content the generator gives it. */
 export async function generate(): Promise<Array<{ path: string; content: string }>> {
   const cat = loadCatalogue();
@@ -86,6 +144,7 @@ export async function generate(): Promise<Array<{ path: string; content: string 
     { path: 'packages/core/src/errors.generated.ts', content: renderTs(cat) },
     { path: 'packages/sdk/src/api/error-codes.generated.ts', content: renderSdkCodes(cat) },
     { path: 'docs/errors.md', content: renderDocs(cat) },
+    { path: 'packages/core/src/api/events.generated.ts', content: await renderEventTypes(loadEvents()) },
     ...apis.flat(),
   ];
 }

@@ -21,6 +21,8 @@ const cluster = new Cluster({
   heartbeatIntervalS: 1,
 });
 let config: ConnectionConfig;
+/** The ids of every event this suite forged: the only ones the control plane may have dropped. */
+const forgedIds = new Set<string>();
 
 beforeAll(async () => {
   try {
@@ -61,11 +63,15 @@ describe('a compromised node', () => {
       // The victim's own tenant and sandbox, from the node it does not run on.
       { id: newId('evt'), type: 'snapshot.deleted', tenantId: info.tenantId, sandboxId: victim.id, at, data: { snapshotId: snap.id, why: 'user' } },
     ];
+    for (const e of forged) forgedIds.add(e.id);
     const res = await asNode(attacker, 'POST', '/node/v1/events', { events: forged });
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { appended: number; dropped: Array<{ id: string; code: string }> };
+    const body = (await res.json()) as { appended: number; dropped: Array<{ id: string; code: string; field: string }> };
     expect(body.appended).toBe(0);
-    expect(body.dropped.map((d) => [d.id, d.code])).toEqual(forged.map((e) => [e.id, 'node_event_refused']));
+    expect(body.dropped.map((d) => [d.id, d.code, d.field])).toEqual([
+      [forged[0]!.id, 'node_event_invalid', '/sandboxId'],
+      [forged[1]!.id, 'node_event_refused', '/sandboxId'],
+    ]);
     expect((await victim.timeline()).map((s) => [s.id, s.name, s.pinned])).toEqual([[snap.id, 'keep', true]]);
     expect(await victim.events()).toEqual(before);
     // And the snapshot still brings the sandbox back.
@@ -73,6 +79,69 @@ describe('a compromised node', () => {
     expect((await fork!.commands.run('echo alive')).stdout).toBe('alive\n');
     await fork!.kill();
     await victim.kill();
+  });
+
+  it("cannot forge events into its own sandbox's log: an unlisted type, a malformed snapshotId, an extra field are all dropped", async () => {
+    const sbx = await Sandbox.create({ ...config, timeoutS: 600, snapshotIntervalS: 3600 });
+    const info = (await Sandbox.list(config)).find((x) => x.id === sbx.id)!;
+    const node = info.gatewayId!;
+    // What the node really records: a start, a command, a file write, a snapshot. All must land: the schema fits them.
+    expect((await sbx.commands.run('echo hi')).stdout).toBe('hi\n');
+    await sbx.files.write('/tmp/real.txt', 'real');
+    const snap = await sbx.snapshot({ name: 'real' });
+    const want = ['sandbox.created', 'sandbox.started', 'sandbox.synced', 'command.started', 'command.exited', 'file.written', 'snapshot.taken'];
+    await waitFor(
+      async () => {
+        const types = new Set((await sbx.events()).map((e) => e.type));
+        return want.every((t) => types.has(t));
+      },
+      60_000,
+      "the node's own events did not reach the log",
+    );
+    const before = await sbx.events();
+    const at = new Date().toISOString();
+    const ev = (type: string, data: Record<string, unknown>) => ({ id: newId('evt'), type, tenantId: info.tenantId, sandboxId: sbx.id, at, data });
+    const exited = before.find((e) => e.type === 'command.exited')!.data;
+    const forged = [
+      // A type in a family nodes send, which no gateway records.
+      ev('command.forged', { commandId: newId('cmd'), note: 'anything' }),
+      // The projection's pointer to the snapshot a resume starts from, as a number.
+      ev('sandbox.paused', { snapshotId: 7 }),
+      // A real type and a real shape, with a field the gateway never writes.
+      ev('command.exited', { ...exited, commandId: newId('cmd'), exitCode: 0, verdict: 'all tests passed' }),
+      ev('sandbox.paused', { snapshotId: snap.id, note: 'trust me' }),
+      // A snapshot id that is well-formed but not this sandbox's (nor anyone's).
+      ev('sandbox.paused', { snapshotId: newId('snap') }),
+    ];
+    for (const e of forged) forgedIds.add(e.id);
+    const res = await asNode(node, 'POST', '/node/v1/events', { events: forged });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { appended: number; duplicates: number; dropped: Array<{ id: string; code: string; field: string }> };
+    expect(body.appended).toBe(0);
+    expect(body.dropped.map((d) => [d.id, d.code, d.field])).toEqual([
+      [forged[0]!.id, 'node_event_invalid', '/type'],
+      [forged[1]!.id, 'node_event_invalid', '/data/snapshotId'],
+      [forged[2]!.id, 'node_event_invalid', '/data/verdict'],
+      [forged[3]!.id, 'node_event_invalid', '/data/note'],
+      [forged[4]!.id, 'node_event_refused', '/data/snapshotId'],
+    ]);
+    // Sent again (an outbox that retried): dropped again, never appended, never an error that would stall it.
+    const again = (await (await asNode(node, 'POST', '/node/v1/events', { events: forged })).json()) as typeof body;
+    expect([again.appended, again.duplicates, again.dropped.length]).toEqual([0, 0, forged.length]);
+    expect(await sbx.events()).toEqual(before);
+    expect((await Sandbox.list(config)).find((x) => x.id === sbx.id)?.state).toBe('running');
+    // The node's own events go on landing after the forgeries.
+    expect((await sbx.commands.run('echo after')).stdout).toBe('after\n');
+    await waitFor(async () => (await sbx.events()).filter((e) => e.type === 'command.exited').length === 2, 60_000, 'the later command was not logged');
+    await sbx.kill();
+    // No legitimate event of either node was dropped: the control plane's only drops are the ones this suite forged.
+    const dropLines = cluster
+      .log('cp1')
+      .split('\n')
+      .filter((l) => l.includes('node events dropped'))
+      .flatMap((l) => (JSON.parse(l) as { dropped: Array<{ id: string }> }).dropped);
+    expect(dropLines.length).toBeGreaterThanOrEqual(2 * forged.length);
+    expect(dropLines.filter((d) => !forgedIds.has(d.id))).toEqual([]);
   });
 
   it("cannot speak as another node: with its own key and the victim node's id, it gets no secret, key or heartbeat", async () => {

@@ -163,7 +163,18 @@ describe('node API', () => {
   });
 
   it("appends a node's events once, and only about sandboxes placed on it", async () => {
-    const mine = { id: newId('evt'), type: 'command.started', tenantId: tenant, sandboxId: onN1, at: '2026-11-30T11:59:00.000Z', data: { commandId: 'c1' } };
+    const started = {
+      commandId: newId('cmd'),
+      argv: ['true'],
+      cwd: null,
+      pty: false,
+      user: 'root',
+      envNames: [],
+      stdin: false,
+      timeoutMs: null,
+      recordingId: null,
+    };
+    const mine = { id: newId('evt'), type: 'command.started', tenantId: tenant, sandboxId: onN1, at: '2026-11-30T11:59:00.000Z', data: started };
     const first = await call('POST', '/node/v1/events', { body: { events: [mine] } });
     expect(first.json()).toEqual({ appended: 1, duplicates: 0, dropped: [] });
     // Redelivered after a lost answer: in the log once.
@@ -183,6 +194,34 @@ describe('node API', () => {
     expect((await database.db.selectFrom('sandboxes').select('state').where('id', '=', onN1).executeTakeFirstOrThrow()).state).toBe('starting');
   });
 
+  it("drops a node's forged events about its own sandbox: an unlisted type, a malformed or foreign snapshotId, an extra field", async () => {
+    const at = '2026-11-30T11:59:00.000Z';
+    const ev = (type: string, data: Record<string, unknown>) => ({ id: newId('evt'), type, tenantId: tenant, sandboxId: onN1, at, data });
+    const exited = { commandId: newId('cmd'), exitCode: 0, signal: null, timedOut: false, outputBytes: 0 };
+    const forged = [
+      ev('command.forged', { commandId: newId('cmd') }),
+      ev('sandbox.paused', { snapshotId: 7 }),
+      ev('command.exited', { ...exited, verdict: 'all tests passed' }),
+      ev('sandbox.paused', { snapshotId: newId('snap') }),
+    ];
+    const before = await events.list({ sandboxId: onN1 });
+    const res = (await call('POST', '/node/v1/events', { body: { events: forged } })).json();
+    expect(res.appended).toBe(0);
+    expect(res.dropped.map((d: { id: string; code: string; field: string }) => [d.id, d.code, d.field])).toEqual([
+      [forged[0]!.id, 'node_event_invalid', '/type'],
+      [forged[1]!.id, 'node_event_invalid', '/data/snapshotId'],
+      [forged[2]!.id, 'node_event_invalid', '/data/verdict'],
+      [forged[3]!.id, 'node_event_refused', '/data/snapshotId'],
+    ]);
+    expect(await events.list({ sandboxId: onN1 })).toEqual(before);
+    // The same shapes without the forgery pass.
+    expect((await call('POST', '/node/v1/events', { body: { events: [ev('command.exited', exited)] } })).json()).toEqual({
+      appended: 1,
+      duplicates: 0,
+      dropped: [],
+    });
+  });
+
   it("appends a node's wipe report only for a revoked tenant it ran, naming only that tenant's sandboxes there", async () => {
     const at = '2026-11-30T11:59:00.000Z';
     const report = (tenantId: string, data: Record<string, unknown> = {}) => ({
@@ -194,6 +233,7 @@ describe('node API', () => {
     });
     const post = async (node: string, ...evs: unknown[]) => (await call('POST', '/node/v1/events', { node, body: { events: evs } })).json();
     const reasons = (res: { dropped: Array<{ reason: string }> }) => res.dropped.map((d) => d.reason);
+    const drops = (res: { dropped: Array<{ code: string; field: string }> }) => res.dropped.map((d) => [d.code, d.field]);
 
     // Before the revocation: a node cannot claim a live tenant's data was destroyed.
     const early = await post('n1', report(tenant));
@@ -222,12 +262,14 @@ describe('node API', () => {
       { ...report(tenant), type: 'tenant.deleted', data: {} }, // only the wipe report passes
     );
     expect(bent.appended).toBe(0);
-    expect(reasons(bent)).toEqual([
-      `a stopped sandbox is not of tenant ${tenant} on this node`,
-      'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
-      'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}',
-      `tenant ${other} has no sandbox placed on this node`,
-      `a node may send tenant.deleted of tenant ${tenant} about no sandbox: only gc.completed (system) and tenant.plaintext_wiped pass`,
+    expect(reasons(bent)[0]).toBe(`a stopped sandbox is not of tenant ${tenant} on this node`);
+    expect(reasons(bent)[3]).toBe(`tenant ${other} has no sandbox placed on this node`);
+    expect(drops(bent)).toEqual([
+      ['node_event_refused', '/data/stoppedSandboxes'],
+      ['node_event_invalid', '/data/trigger'],
+      ['node_event_invalid', '/data/wipedFiles'],
+      ['node_event_refused', '/tenantId'],
+      ['node_event_invalid', '/type'],
     ]);
 
     // The node that ran the tenant's sandbox reports its wipe once the key is gone, even with the sandbox ended.
@@ -284,7 +326,18 @@ describe('node API', () => {
     ];
     const res = (await call('POST', '/node/v1/events', { body: { events: forged } })).json();
     expect(res.appended).toBe(0);
-    expect(res.dropped.map((d: { id: string; code: string }) => [d.id, d.code])).toEqual(forged.map((e) => [e.id, 'node_event_refused']));
+    expect(res.dropped.map((d: { id: string; code: string; field: string }) => [d.id, d.code, d.field])).toEqual(
+      [
+        ['node_event_invalid', '/sandboxId'],
+        ['node_event_invalid', '/sandboxId'],
+        ['node_event_refused', '/data/snapshotId'],
+        ['node_event_refused', '/sandboxId'],
+        ['node_event_refused', '/type'],
+        ['node_event_refused', '/data/snapshotId'],
+        ['node_event_invalid', '/data/snapshotId'],
+        ['node_event_refused', '/type'],
+      ].map(([code, field], i) => [forged[i]!.id, code, field]),
+    );
     const snaps = await database.db.selectFrom('snapshots').select(['id', 'pinned']).orderBy('id').execute();
     expect(snaps).toEqual(
       [

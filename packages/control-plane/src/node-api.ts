@@ -11,7 +11,7 @@ import type { SecretStore } from './secrets.js';
 import { dbTemplateRegistry, type TemplateSnapshotRef } from './templates.js';
 import { GcGate } from './gc-gate.js';
 import { NODE_ID, type NodeCredentials, type NodeIdentity } from './node-credentials.js';
-import { nodeEventRefusal, TEMPLATE_TENANT } from './node-events.js';
+import { nodeEventRefusal, TEMPLATE_TENANT, type NodeEventDrop } from './node-events.js';
 import { LONGEST_TOKEN_TTL_MS } from './sandboxes.js';
 
 export const NODE_SPEC = fileURLToPath(new URL('../../../spec/node.yaml', import.meta.url));
@@ -147,7 +147,7 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
       const nodeId = nodeOf(req);
       let appended = 0;
       let duplicates = 0;
-      const dropped: Array<{ id: string; code: 'node_event_refused'; reason: string }> = [];
+      const dropped: Array<{ id: string } & NodeEventDrop> = [];
       for (const e of (req.body as { events: NodeEvent[] }).events) {
         // A redelivery first: what it asked for may be gone since (a deleted snapshot), and it changes nothing anyway.
         const before = await db.selectFrom('events').select('id').where('id', '=', e.id).executeTakeFirst();
@@ -155,9 +155,10 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
           duplicates++;
           continue;
         }
-        const why = await nodeEventRefusal(db, opts.keys, nodeId, e);
-        if (why) {
-          dropped.push({ id: e.id, code: 'node_event_refused', reason: why });
+        // Dropped, not failed: the node's outbox moves past it and never sends it again.
+        const drop = await nodeEventRefusal(db, opts.keys, nodeId, e);
+        if (drop) {
+          dropped.push({ id: e.id, ...drop });
           continue;
         }
         await events.append({ id: e.id, at: e.at, type: e.type, tenantId: e.tenantId, sandboxId: e.sandboxId, data: e.data }, { clock });

@@ -1,6 +1,6 @@
-// Which events a node may append to the log: an allow-list of what gateways really send, each bound to what it runs.
+// Which events a node may append to the log: the types spec/events.yaml lets nodes send, in their schema, each bound to what the node runs.
 import type { Kysely } from 'kysely';
-import { SandglassError, type NodeApi } from '@sandglass/core';
+import { eventDataProblem, eventSpec, isEventType, SandglassError, type EventData, type EventType, type NodeApi } from '@sandglass/core';
 import type { Schema } from '@sandglass/db';
 import type { KeyProvider } from '@sandglass/kms';
 
@@ -9,114 +9,85 @@ type NodeEvent = NodeApi.components['schemas']['NodeEvent'];
 /** Templates are snapshots of this tenant (the gateway's TEMPLATE_TENANT). */
 export const TEMPLATE_TENANT = 'system';
 
+/** Why an event was dropped: the stable code, the JSON pointer of the field at fault (into the event), and the rule. */
+export interface NodeEventDrop {
+  /** node_event_invalid: not an event the spec knows in that shape; node_event_refused: not this node's to send. */
+  code: 'node_event_invalid' | 'node_event_refused';
+  field: string;
+  reason: string;
+}
+
+const invalid = (field: string, reason: string): NodeEventDrop => ({ code: 'node_event_invalid', field, reason });
+const refused = (field: string, reason: string): NodeEventDrop => ({ code: 'node_event_refused', field, reason });
+
+/** The node events whose data.snapshotId names a snapshot of the event's own sandbox (sandbox.forked names its source's). */
+const OWN_SNAPSHOT_TYPES = new Set<EventType>(['snapshot.taken', 'snapshot.failed', 'snapshot.deleted', 'sandbox.paused', 'sandbox.resumed']);
+
+/** Of those, the ones whose snapshot must already be in the log. */
+const MUST_EXIST = new Set<EventType>(['snapshot.deleted', 'sandbox.paused', 'sandbox.resumed']);
+
+/** A node event that passed nodeEventShapeDrop: a type of the spec, its data in that type's shape. */
+export type CheckedNodeEvent = Omit<NodeEvent, 'type'> & { type: EventType };
+
 /**
- * The projection-moving types a gateway records about a sandbox it runs (packages/gateway: gateway.ts, sandbox.ts,
- * snapshots.ts, revocation.ts). The rest of sandbox.* (created, moved, configured, extended, network_changed, timeout)
- * and snapshot.named are the control plane's own decisions: a node that sends one is refused.
+ * Why the event cannot be appended whatever the database holds, or undefined. It must be of a type spec/events.yaml
+ * lists (else node_event_invalid), one a node may send (else node_event_refused), about what its scope says (a
+ * sandbox, a tenant, or the system tenant), and its data must fit the type's schema exactly (node_event_invalid
+ * naming the field): a node cannot put a field, a type or a value the platform never writes into the log.
  */
-const SANDBOX_TYPES = new Set([
-  'sandbox.started',
-  'sandbox.resumed',
-  'sandbox.forked',
-  'sandbox.paused',
-  'sandbox.synced',
-  'sandbox.killed',
-  'sandbox.failed',
-  'snapshot.taken',
-  'snapshot.failed',
-  'snapshot.deleted',
-]);
-
-/** The node's word on a sandbox's snapshot cadence: about no snapshot, so checked by its data (cadenceRefusal). */
-const CADENCE_TYPES = new Set(['snapshot.behind', 'snapshot.caught_up']);
-const BEHIND_REASONS = new Set(['slots_full', 'capture_slow', 'failing']);
-
-/** What a sandbox's node observes of it and no projection reads: the spec lets gateways add types in these families. */
-const SANDBOX_FAMILIES = ['command.', 'file.', 'egress.', 'port.'];
-const SANDBOX_RECORDS = new Set([
-  'secret.approval_requested',
-  'secret.approval_decided',
-  'recording.capped',
-  'agent.protocol_violation',
-  'quota.events_dropped',
-]);
-
-/** The events about no sandbox a node sends: a standalone gateway's GC report, and a revoked tenant's wipe report. */
-const SANDBOXLESS_TYPES: Record<string, 'system' | 'tenant'> = { 'gc.completed': 'system', 'tenant.plaintext_wiped': 'tenant' };
-
-/** The kind of an event as the allow-list sees it, before anything is looked up: undefined when no node may send it. */
-export function nodeEventKind(e: Pick<NodeEvent, 'type' | 'tenantId' | 'sandboxId'>): 'sandbox' | 'snapshot' | 'cadence' | 'system' | 'wipe' | undefined {
-  if (e.sandboxId === undefined) {
-    const scope = SANDBOXLESS_TYPES[e.type];
-    if (scope === 'system') return e.tenantId === TEMPLATE_TENANT ? 'system' : undefined;
-    if (scope === 'tenant') return e.tenantId === TEMPLATE_TENANT ? undefined : 'wipe';
-    return undefined;
+export function nodeEventShapeDrop(e: NodeEvent): NodeEventDrop | undefined {
+  if (!isEventType(e.type)) return invalid('/type', `${e.type} is not an event type of spec/events.yaml`);
+  const spec = eventSpec(e.type);
+  if (!spec.node) return refused('/type', `a node may not send ${e.type}: the control plane records it`);
+  if (spec.scope === 'sandbox') {
+    if (e.sandboxId === undefined) return invalid('/sandboxId', `${e.type} is about a sandbox: it names a sandboxId`);
+    // The template tenant runs no sandbox; an event naming both is a forgery.
+    if (e.tenantId === TEMPLATE_TENANT) return refused('/tenantId', `tenant ${TEMPLATE_TENANT} runs no sandbox`);
+  } else {
+    if (e.sandboxId !== undefined) return invalid('/sandboxId', `${e.type} is about no sandbox`);
+    if ((spec.scope === 'system') !== (e.tenantId === TEMPLATE_TENANT)) {
+      return refused('/tenantId', spec.scope === 'system' ? `${e.type} is of tenant ${TEMPLATE_TENANT}` : `${e.type} is not of tenant ${TEMPLATE_TENANT}`);
+    }
   }
-  // The template tenant runs no sandbox; an event naming both is a forgery.
-  if (e.tenantId === TEMPLATE_TENANT) return undefined;
-  if (CADENCE_TYPES.has(e.type)) return 'cadence';
-  if (e.type.startsWith('snapshot.')) return SANDBOX_TYPES.has(e.type) ? 'snapshot' : undefined;
-  if (SANDBOX_TYPES.has(e.type) || SANDBOX_RECORDS.has(e.type) || SANDBOX_FAMILIES.some((f) => e.type.startsWith(f))) return 'sandbox';
-  return undefined;
+  const problem = eventDataProblem(e.type, e.data);
+  return problem ? invalid(problem.field, problem.message) : undefined;
 }
 
 /**
- * Why an event from this node is not appended, or undefined. Every event must be of a kind the allow-list admits; one
- * about a sandbox counts only while the sandbox is of the event's tenant and placed on the node (so a node that comes
- * back cannot end or alter one that moved), and a snapshot.* event only when its snapshot is that sandbox's.
+ * Why an event from this node is not appended, or undefined. Its shape first (nodeEventShapeDrop); then one about a
+ * sandbox counts only while the sandbox is of the event's tenant and placed on the node (so a node that comes back
+ * cannot end or alter one that moved), and one naming a snapshot of its sandbox only when the snapshot is that
+ * sandbox's; a wipe report only when it cannot be a harmful forgery (plaintextWipeRefusal).
  */
-export async function nodeEventRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  const kind = nodeEventKind(e);
-  if (kind === undefined) {
-    return e.sandboxId === undefined
-      ? `a node may send ${e.type} of tenant ${e.tenantId} about no sandbox: only gc.completed (system) and tenant.plaintext_wiped pass`
-      : `a node may not send ${e.type} about a sandbox of tenant ${e.tenantId}`;
-  }
-  if (kind === 'system') return undefined;
-  if (kind === 'wipe') return plaintextWipeRefusal(db, keys, nodeId, e);
+export async function nodeEventRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<NodeEventDrop | undefined> {
+  const shape = nodeEventShapeDrop(e);
+  if (shape) return shape;
+  const checked = e as CheckedNodeEvent;
+  const scope = eventSpec(checked.type).scope;
+  if (scope === 'system') return undefined;
+  if (scope === 'tenant') return plaintextWipeRefusal(db, keys, nodeId, checked as CheckedNodeEvent & { type: 'tenant.plaintext_wiped' });
   const row = await db.selectFrom('sandboxes').select(['tenant_id', 'gateway_id']).where('id', '=', e.sandboxId!).executeTakeFirst();
-  if (!row) return 'no such sandbox';
-  if (row.tenant_id !== e.tenantId) return 'the sandbox belongs to another tenant';
-  if (row.gateway_id !== nodeId) return `the sandbox is placed on ${row.gateway_id ?? 'no node'}`;
-  if (kind === 'snapshot') return snapshotRefusal(db, e);
-  if (kind === 'cadence') return cadenceRefusal(e);
+  if (!row) return refused('/sandboxId', 'no such sandbox');
+  if (row.tenant_id !== e.tenantId) return refused('/sandboxId', 'the sandbox belongs to another tenant');
+  if (row.gateway_id !== nodeId) return refused('/sandboxId', `the sandbox is placed on ${row.gateway_id ?? 'no node'}`);
+  if (OWN_SNAPSHOT_TYPES.has(checked.type)) return snapshotRefusal(db, checked);
   return undefined;
 }
 
 /**
- * snapshot.behind and snapshot.caught_up carry numbers a reader shows as the sandbox's cadence: each must be what
- * the gateway's scheduler produces (packages/events EventDataMap), so a node cannot put text or a forged shape there.
+ * An event that names, in data.snapshotId, a snapshot of its own sandbox: snapshot.deleted, sandbox.paused and
+ * sandbox.resumed one that exists (the pause's snapshot.taken comes first in the node's outbox), snapshot.taken or
+ * snapshot.failed a new id or (a capture retried) one already of that sandbox. Snapshot ids are object names in the
+ * shared store, so any node can learn another tenant's; naming one must change nothing of it.
  */
-export function cadenceRefusal(e: Pick<NodeEvent, 'type' | 'data'>): string | undefined {
-  const d = e.data as Record<string, unknown>;
-  const seconds = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 10 * 86400 * 1000;
-  const shaped =
-    seconds(d.intervalS) &&
-    (d.intervalS as number) > 0 &&
-    (d.achievedIntervalS === null || seconds(d.achievedIntervalS)) &&
-    seconds(d.windowS) &&
-    Number.isSafeInteger(d.takenInWindow) &&
-    (d.takenInWindow as number) >= 0 &&
-    (e.type === 'snapshot.behind' ? seconds(d.lateS) && BEHIND_REASONS.has(d.why as string) : seconds(d.behindForS));
-  if (!shaped) {
-    return e.type === 'snapshot.behind'
-      ? 'snapshot.behind wants data {intervalS, achievedIntervalS, windowS, takenInWindow, lateS, why: slots_full|capture_slow|failing}'
-      : 'snapshot.caught_up wants data {intervalS, achievedIntervalS, windowS, takenInWindow, behindForS}';
-  }
-  return undefined;
-}
-
-/**
- * A snapshot.* event names, in data.snapshotId, a snapshot of its own sandbox: snapshot.deleted one that exists, and
- * snapshot.taken or snapshot.failed a new id or (a capture retried) one already of that sandbox. Snapshot ids are
- * object names in the shared store, so any node can learn another tenant's; naming one must change nothing of it.
- */
-async function snapshotRefusal(db: Kysely<Schema>, e: NodeEvent): Promise<string | undefined> {
-  const snapshotId = (e.data as { snapshotId?: unknown }).snapshotId;
-  if (typeof snapshotId !== 'string') return `${e.type} wants data.snapshotId`;
+async function snapshotRefusal(db: Kysely<Schema>, e: CheckedNodeEvent): Promise<NodeEventDrop | undefined> {
+  // The schema made it a snap_ id where the type has one (snapshot.failed may name none: nothing to bind).
+  const snapshotId = (e.data as { snapshotId?: string }).snapshotId;
+  if (snapshotId === undefined) return undefined;
   const row = await db.selectFrom('snapshots').select(['tenant_id', 'sandbox_id']).where('id', '=', snapshotId).executeTakeFirst();
-  if (!row) return e.type === 'snapshot.deleted' ? `no snapshot ${snapshotId} of sandbox ${e.sandboxId}` : undefined;
-  if (row.tenant_id !== e.tenantId || row.sandbox_id !== e.sandboxId) return `snapshot ${snapshotId} is not of sandbox ${e.sandboxId}`;
+  if (!row) return MUST_EXIST.has(e.type) ? refused('/data/snapshotId', `no snapshot ${snapshotId} of sandbox ${e.sandboxId}`) : undefined;
+  if (row.tenant_id !== e.tenantId || row.sandbox_id !== e.sandboxId)
+    return refused('/data/snapshotId', `snapshot ${snapshotId} is not of sandbox ${e.sandboxId}`);
   return undefined;
 }
 
@@ -126,21 +97,15 @@ async function snapshotRefusal(db: Kysely<Schema>, e: NodeEvent): Promise<string
  * node (in any state: the wipe ended them), every sandbox it says it stopped is that tenant's and was placed here, and
  * the key provider, asked now, says the key is revoked, so a node cannot claim a live tenant's data was destroyed.
  */
-async function plaintextWipeRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeId: string, e: NodeEvent): Promise<string | undefined> {
-  const data = e.data as { trigger?: unknown; stoppedSandboxes?: unknown; wipedFiles?: unknown };
-  const stopped = data.stoppedSandboxes;
-  if (
-    (data.trigger !== 'api' && data.trigger !== 'provider') ||
-    !Array.isArray(stopped) ||
-    !stopped.every((id) => typeof id === 'string') ||
-    !Number.isSafeInteger(data.wipedFiles) ||
-    (data.wipedFiles as number) < 0
-  ) {
-    return 'a wipe report wants data {trigger, stoppedSandboxes, wipedFiles}';
-  }
-  const ids = [...new Set(stopped as string[])];
-  // One node holds far fewer sandboxes than this; the bound keeps the query within every database's parameter limit.
-  if (ids.length > 4096) return 'a wipe report names more sandboxes than a node holds';
+async function plaintextWipeRefusal(
+  db: Kysely<Schema>,
+  keys: KeyProvider,
+  nodeId: string,
+  e: CheckedNodeEvent & { type: 'tenant.plaintext_wiped' },
+): Promise<NodeEventDrop | undefined> {
+  // The schema checked the shape, and bounded the list (4096) within every database's parameter limit.
+  const data = e.data as EventData<'tenant.plaintext_wiped'>;
+  const ids = [...new Set(data.stoppedSandboxes)];
   const want = Math.max(ids.length, 1);
   const placed = await db
     .selectFrom('sandboxes')
@@ -151,14 +116,16 @@ async function plaintextWipeRefusal(db: Kysely<Schema>, keys: KeyProvider, nodeI
     .limit(want)
     .execute();
   if (placed.length < want) {
-    return ids.length === 0 ? `tenant ${e.tenantId} has no sandbox placed on this node` : `a stopped sandbox is not of tenant ${e.tenantId} on this node`;
+    return ids.length === 0
+      ? refused('/tenantId', `tenant ${e.tenantId} has no sandbox placed on this node`)
+      : refused('/data/stoppedSandboxes', `a stopped sandbox is not of tenant ${e.tenantId} on this node`);
   }
   try {
     if (keys.verify) await keys.verify(e.tenantId);
     else await keys.dataKey(e.tenantId, 'chunk-data');
   } catch (err) {
     if (err instanceof SandglassError && err.code === 'key_revoked') return undefined;
-    return `the key provider did not confirm the revocation: ${(err as Error).message}`;
+    return refused('/tenantId', `the key provider did not confirm the revocation: ${(err as Error).message}`);
   }
-  return `the key of tenant ${e.tenantId} is not revoked`;
+  return refused('/tenantId', `the key of tenant ${e.tenantId} is not revoked`);
 }

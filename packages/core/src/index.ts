@@ -12,6 +12,7 @@ export * from './access-token.js';
 export * from './node-secret.js';
 export * from './validation.js';
 export * from './failpoints.js';
+export * from './event-schema.js';
 // The wire types of each API, generated from spec/*.yaml (`npm run gen`), and the route generics read from them.
 export type * as ControlPlaneApi from './api/control-plane.generated.js';
 export type * as GatewayApi from './api/gateway.generated.js';

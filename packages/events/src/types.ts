@@ -57,8 +57,8 @@ export interface SnapshotCadenceData {
 type Open<T> = T & { [extra: string]: unknown };
 
 /**
- * The event types Sandglass records and the data the projection reads from them. The gateway may record further
- * `command.*` and `file.*` types; every `sandbox.*` type must be one of these, since the projection applies them.
+ * The data the projection reads from each event type. The full list of types and the exact schema of each is
+ * spec/events.yaml (core's EventType and EventData<T>); the node API admits nothing else from a node.
  */
 export interface EventDataMap {
   'sandbox.created': SandboxCreatedData;

@@ -2,7 +2,7 @@
 import { posix } from 'node:path';
 import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { SandglassError } from '@sandglass/core';
+import { SandglassError, type EventData, type EventType } from '@sandglass/core';
 import { type AgentClient, AgentError, type FileStat, type FsEventOp } from '@sandglass/agent-client';
 import { mapAgentError, viaAgent } from './agent-link.js';
 import { agentNameRefused, cleanGuestPath, isPlainName } from './paths.js';
@@ -11,7 +11,7 @@ import type { Recorder } from './recording.js';
 /** What the files of one sandbox need from it: its agent while it runs, and its event record. */
 export interface FilesHost {
   requireRunning(): AgentClient;
-  record(type: string, data: Record<string, unknown>): Promise<unknown>;
+  record<T extends EventType>(type: T, data: EventData<T>): Promise<unknown>;
   /** Where written content is recorded, when the sandbox records its inputs. */
   recorder?(): Recorder | undefined;
 }

@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { failpoint, invalidArgument, newId, SandglassError, type Clock, type Logger, type Timer } from '@sandglass/core';
+import { failpoint, invalidArgument, newId, SandglassError, type Clock, type EventData, type EventType, type Logger, type Timer } from '@sandglass/core';
 import type { Vm } from '@sandglass/vmm';
 import type { AgentClient, InputResult, ProtocolViolation, SignalName } from '@sandglass/agent-client';
 import type { ChunkStore } from '@sandglass/chunkstore';
@@ -467,8 +467,9 @@ export class Sandbox {
   }
 
   /** Appends one of this sandbox's events (through the node's per-sandbox quota). */
-  record(type: string, data: Record<string, unknown>): Promise<unknown> {
-    return Promise.resolve(this.events.append({ type, tenantId: this.tenantId, sandboxId: this.id, data }));
+  /** Typed by spec/events.yaml: what the node API checks an event against is what this call compiles against. */
+  record<T extends EventType>(type: T, data: EventData<T>): Promise<unknown> {
+    return Promise.resolve(this.events.append({ type, tenantId: this.tenantId, sandboxId: this.id, data: data as Record<string, unknown> }));
   }
 
   async startCommand(req: StartCommand): Promise<CommandRecord> {
@@ -663,7 +664,7 @@ export class Sandbox {
 }
 
 /** The agent's digests of a command's whole output (what a replay compares), only when every field is well formed. */
-function outputDigests(v: unknown): Record<string, string | number> | undefined {
+function outputDigests(v: unknown): EventData<'command.exited'>['output'] {
   if (typeof v !== 'object' || v === null) return undefined;
   const o = v as Record<string, unknown>;
   const hex = (x: unknown) => typeof x === 'string' && /^[0-9a-f]{64}$/.test(x);

@@ -55,6 +55,7 @@ const CODES: Record<ErrorCode, { family: ErrorFamily; status: number; retryable:
   sandbox_running: { family: 'conflict', status: 409, retryable: false },
   node_fenced: { family: 'conflict', status: 409, retryable: false },
   node_event_refused: { family: 'permission_denied', status: 403, retryable: false },
+  node_event_invalid: { family: 'invalid_argument', status: 400, retryable: false },
   egress_denied: { family: 'permission_denied', status: 403, retryable: false },
   egress_secret_scope: { family: 'permission_denied', status: 403, retryable: false },
   egress_approval_denied: { family: 'permission_denied', status: 403, retryable: false },

@@ -44,7 +44,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Admitted by an allow-list: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only the kinds a gateway records, for a sandbox of the event's tenant placed on this node, and a snapshot.* event only for a snapshot of that sandbox (snapshot.behind and snapshot.caught_up, about no snapshot, only with their data in the scheduler's shape). Anything else is dropped with code node_event_refused. */
+        /** @description A batch of the gateway's events, in the order they happened, from its durable outbox. Idempotent by event id: a batch delivered twice is appended once. Each event is checked against spec/events.yaml: a type it does not list, or data that does not fit that type's schema exactly (a missing or extra field, a wrong type, a value out of bounds), is dropped with code node_event_invalid; a type only the control plane records (node: false), or one about the wrong scope of tenant, with node_event_refused. Then it is bound to what the node runs: about no sandbox only gc.completed (system tenant) and a revoked tenant's tenant.plaintext_wiped; about a sandbox only one of the event's tenant placed on this node, and one naming a snapshot of it (snapshot.*, sandbox.paused, sandbox.resumed) only for that sandbox's snapshot; else node_event_refused. Each drop names the offending field as a JSON pointer into the event; the node's outbox moves past it and never sends it again. */
         post: operations["nodeAppendEvents"];
         delete?: never;
         options?: never;
@@ -381,10 +381,12 @@ export interface operations {
                         dropped: {
                             id: string;
                             /**
-                             * @description Stable; the reason says which rule refused it.
+                             * @description Stable. node_event_invalid, the event does not fit spec/events.yaml; node_event_refused, it is not this node's to send.
                              * @enum {string}
                              */
-                            code: "node_event_refused";
+                            code: "node_event_invalid" | "node_event_refused";
+                            /** @description The JSON pointer of the part of the event at fault: /type, /tenantId, /sandboxId, /data/snapshotId… */
+                            field: string;
                             reason: string;
                         }[];
                     };

@@ -50,6 +50,7 @@ export type ErrorCode =
   | 'api_key_expired'
   | 'node_fenced'
   | 'node_event_refused'
+  | 'node_event_invalid'
   | 'vm_reply_refused'
   | 'port_not_listening'
   | 'internal';

@@ -51,6 +51,7 @@ KNOWN_ERROR_CODES: Dict[str, Tuple[str, int, bool]] = {
     "sandbox_running": ("conflict", 409, False),
     "node_fenced": ("conflict", 409, False),
     "node_event_refused": ("permission_denied", 403, False),
+    "node_event_invalid": ("invalid_argument", 400, False),
     "egress_denied": ("permission_denied", 403, False),
     "egress_secret_scope": ("permission_denied", 403, False),
     "egress_approval_denied": ("permission_denied", 403, False),
