@@ -26,6 +26,18 @@ describe('spec/events.yaml', () => {
     for (const t of EVENT_TYPES) expect(eventDataProblem(t, spec.events[t]!.example), t).toBeUndefined();
   });
 
+  it('fits what a disk-only pause and a pooled or cold-booted start record, and nothing else in their place', () => {
+    const snap = 'snap_aaaaaaaaaaaaaaaaaaaa';
+    expect(eventDataProblem('sandbox.paused', { snapshotId: snap, memory: false })).toBeUndefined();
+    expect(eventDataProblem('sandbox.paused', { snapshotId: snap, memory: true })?.field).toBe('/data/memory');
+    expect(eventDataProblem('snapshot.taken', { ...spec.events['snapshot.taken']!.example, memory: false })).toBeUndefined();
+    expect(eventDataProblem('sandbox.resumed', { snapshotId: snap, coldBoot: true })).toBeUndefined();
+    expect(eventDataProblem('sandbox.resumed', { snapshotId: snap, coldBoot: 'yes' })?.field).toBe('/data/coldBoot');
+    const started = { pid: 1, vmId: 'pool_0123456789abcdef', restoreMs: 1, prepareMs: 2, pooled: true, template: 'base', accel: 'tcg' };
+    expect(eventDataProblem('sandbox.started', started)).toBeUndefined();
+    expect(eventDataProblem('sandbox.started', { ...started, coldBoot: true })).toBeUndefined();
+  });
+
   it('names the field of every mutation of an example: one more field, one missing, one of the wrong shape', () => {
     for (const t of EVENT_TYPES) {
       const { example, data } = spec.events[t]!;
