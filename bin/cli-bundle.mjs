@@ -65,27 +65,14 @@ export function serverBundleFresh() {
  * its own (`mcp` loads the MCP SDK that way), so no command parses code only another needs. Returns esbuild's status.
  */
 export function buildCliBundle() {
-  // Beside dist/, at its depth, so the source map's relative paths hold once the files move into dist/.
-  const staging = `${repo}packages/cli/.dist-${process.pid}`;
-  const esbuild = `${repo}node_modules/.bin/esbuild`;
   const args = [
     `sandglass=${repo}packages/cli/src/main.ts`,
-    '--bundle',
     '--splitting',
     '--chunk-names=chunks/[name]-[hash]',
-    '--platform=node',
-    '--format=esm',
-    '--target=node20',
-    '--conditions=@sandglass/source',
     '--external:@sandglass/server',
-    '--sourcemap',
-    '--log-level=warning',
     "--banner:js=import { createRequire as __sandglassRequire } from 'node:module'; const require = __sandglassRequire(import.meta.url);",
-    `--outdir=${staging}`,
   ];
-  try {
-    const status = spawnSync(esbuild, args, { stdio: 'inherit' }).status;
-    if (status !== 0) return status;
+  return esbuild('packages/cli', args, (staging) => {
     // Chunks first (their names carry a content hash, so they sit beside the old ones), then the entry, map first: a
     // CLI starting meanwhile reads the old bundle or the new one, never half of one. Then the old chunks go.
     const chunks = `${dirname(CLI_BUNDLE)}/chunks`;
@@ -95,6 +82,21 @@ export function buildCliBundle() {
     renameSync(`${staging}/sandglass.js.map`, `${CLI_BUNDLE}.map`);
     renameSync(`${staging}/sandglass.js`, CLI_BUNDLE);
     for (const name of readdirSync(chunks)) if (!fresh.has(name)) rmSync(`${chunks}/${name}`, { force: true });
+  });
+}
+
+/**
+ * Runs esbuild with what both bundles share (ESM for Node 20 from the TypeScript sources, source maps) plus `args`,
+ * into a staging folder beside the package's dist/, at its depth, so the source map's relative paths hold once
+ * `install` has moved the files into dist/; the staging folder goes either way. Returns esbuild's status.
+ */
+function esbuild(pkgDir, args, install) {
+  const staging = `${repo}${pkgDir}/.dist-${process.pid}`;
+  const common = ['--bundle', '--platform=node', '--format=esm', '--target=node20', '--conditions=@sandglass/source', '--sourcemap', '--log-level=warning'];
+  try {
+    const status = spawnSync(`${repo}node_modules/.bin/esbuild`, [...args, ...common, `--outdir=${staging}`], { stdio: 'inherit' }).status;
+    if (status !== 0) return status;
+    install(staging);
     return 0;
   } finally {
     if (existsSync(staging)) rmSync(staging, { recursive: true, force: true });
@@ -119,29 +121,10 @@ function npmDependencies() {
  * server starting meanwhile loads the old bundle or the new one. Returns esbuild's status.
  */
 export function buildServerBundle() {
-  const dir = dirname(SERVER_BUNDLE);
-  const staging = `${repo}packages/server/.dist-${process.pid}`;
   const external = npmDependencies().flatMap((name) => [`--external:${name}`, `--external:${name}/*`]);
-  const args = [
-    `${repo}packages/server/src/index.ts`,
-    '--bundle',
-    '--platform=node',
-    '--format=esm',
-    '--target=node20',
-    '--conditions=@sandglass/source',
-    ...external,
-    '--sourcemap',
-    '--log-level=warning',
-    `--outfile=${staging}/server.js`,
-  ];
-  try {
-    const status = spawnSync(`${repo}node_modules/.bin/esbuild`, args, { stdio: 'inherit' }).status;
-    if (status !== 0) return status;
-    mkdirSync(dir, { recursive: true });
+  return esbuild('packages/server', [`server=${repo}packages/server/src/index.ts`, ...external], (staging) => {
+    mkdirSync(dirname(SERVER_BUNDLE), { recursive: true });
     renameSync(`${staging}/server.js.map`, `${SERVER_BUNDLE}.map`);
     renameSync(`${staging}/server.js`, SERVER_BUNDLE);
-    return 0;
-  } finally {
-    if (existsSync(staging)) rmSync(staging, { recursive: true, force: true });
-  }
+  });
 }
