@@ -19,10 +19,45 @@ export interface Warm extends Restored {
 /**
  * What a pool restores: its template (the base pool), or a tenant snapshot written into the entry's run directory
  * first, exactly as a fork's restore writes it (`prepare`), with `admit` asked before each entry (memory budget, key).
+ * `vms` starts and stops the entries' VMs: QEMU restores, unless a unit test of the pool's bookkeeping gives a double.
  */
 export interface PoolSource {
   prepare?: (dir: string) => Promise<PreparedRestore>;
   admit?: () => Promise<boolean>;
+  vms?: PoolVms;
+}
+
+/** How a pool's entries come to life and go: restored and warmed; stopped; their files emptied. */
+export interface PoolVms {
+  /** A VM restored into `dir` and warmed up; `check` throws once the pool is closed, ending the restore early. */
+  start(id: string, dir: string, template: TemplateSnapshot, prepare: PoolSource['prepare'], check: () => void): Promise<Warm>;
+  stop(w: Warm): Promise<void>;
+  /** Empties the entry's run directory and RAM file (a tenant pool's files are the tenant's plaintext). */
+  wipe(w: Warm): void;
+}
+
+/** The pool's VMs as QEMU restores: a template's or a prepared snapshot's, then WARMUP run in the guest. */
+export function qemuPoolVms(ram: RamFiles): PoolVms {
+  const wipe = (w: Warm) => {
+    wipePath(w.dir);
+    wipePath(w.vm.memPath);
+    ram.remove(w.vm.memPath);
+  };
+  return {
+    async start(id, dir, template, prepare, check) {
+      const prepared = prepare ? await prepare(dir) : undefined;
+      const source: RestoreSource = prepared ? prepared.source : await templateSource(template, ram);
+      const r = await restoreSnapshot(source, id, dir, ram, check);
+      for (const argv of WARMUP) await runToExit(r.agent, argv, { timeoutMs: 60_000 });
+      return { ...r, id, dir, template, ...(prepared ? { prepared } : {}) };
+    },
+    async stop(w) {
+      await w.agent.close();
+      await w.vm.stop(1000);
+      wipe(w);
+    },
+    wipe,
+  };
 }
 
 // Under TCG a fresh QEMU has an empty translation cache: the first process a guest starts costs ~0.3 s and the
@@ -41,16 +76,19 @@ export class WarmPool {
   private fillLoop?: Promise<void>;
   private closed = false;
   private failures = 0;
+  private readonly vms: PoolVms;
 
   constructor(
     private readonly template: TemplateSnapshot,
     private size: number,
     private readonly runDir: (id: string) => string,
-    private readonly ram: RamFiles,
+    ram: RamFiles,
     private readonly log: Logger,
     private readonly clock: Clock,
     private readonly from: PoolSource = {},
-  ) {}
+  ) {
+    this.vms = from.vms ?? qemuPoolVms(ram);
+  }
 
   /** Entries warmed or warming, for what the node's memory admission counts. */
   get held(): number {
@@ -109,21 +147,15 @@ export class WarmPool {
     const id = `pool_${randomBytes(8).toString('hex')}`;
     const dir = this.runDir(id);
     try {
-      const prepared = this.from.prepare ? await this.from.prepare(dir) : undefined;
-      const source: RestoreSource = prepared ? prepared.source : await templateSource(this.template, this.ram);
-      const r = await restoreSnapshot(source, id, dir, this.ram, () => {
+      const w = await this.vms.start(id, dir, this.template, this.from.prepare, () => {
         if (this.closed) throw new Error('pool closed while warming');
       });
-      for (const argv of WARMUP) await runToExit(r.agent, argv, { timeoutMs: 60_000 });
-      const w: Warm = { ...r, id, dir, template: this.template, ...(prepared ? { prepared } : {}) };
       // A pooled VM that dies is simply dropped; nobody owns it yet.
-      void r.vm.exited.then(() => {
+      void w.vm.exited.then(() => {
         const i = this.ready.indexOf(w);
         if (i >= 0) {
           this.ready.splice(i, 1);
-          wipePath(dir);
-          wipePath(r.vm.memPath);
-          this.ram.remove(r.vm.memPath);
+          this.vms.wipe(w);
           this.refill();
         }
       });
@@ -140,11 +172,7 @@ export class WarmPool {
 
   // Emptied, not only unlinked: a tenant pool's files are the tenant's plaintext (a revocation drains through here).
   private async discard(w: Warm): Promise<void> {
-    await w.agent.close();
-    await w.vm.stop(1000);
-    wipePath(w.dir);
-    wipePath(w.vm.memPath);
-    this.ram.remove(w.vm.memPath);
+    await this.vms.stop(w);
   }
 
   async close(): Promise<void> {

@@ -1,6 +1,6 @@
 // Warm pools of tenant template versions: VMs restored from a version's snapshot, bound to no sandbox, for its creates.
 import { SandglassError, type Clock, type Logger } from '@sandglass/core';
-import { WarmPool, type Warm } from './pool.js';
+import { WarmPool, type PoolVms, type Warm } from './pool.js';
 import type { PreparedRestore } from './snapshots.js';
 import type { ManifestBody } from '@sandglass/snapshots';
 import type { RamFiles } from './ram.js';
@@ -31,6 +31,8 @@ export interface TemplatePoolsDeps {
   ram: RamFiles;
   logger: Logger;
   clock: Clock;
+  /** The entries' VMs; QEMU restores unless a unit test gives a double. */
+  vms?: PoolVms;
 }
 
 interface Entry {
@@ -85,6 +87,7 @@ export class TemplatePools {
         await deps.requireKey(req.tenantId);
         return deps.room();
       },
+      ...(deps.vms ? { vms: deps.vms } : {}),
     });
     const entry: Entry = { tenantId: req.tenantId, name: req.name, snapshotId: req.snapshotId, memoryMib: m.vm.memoryMib, size: req.size, pool };
     this.#entries.set(key, entry);
