@@ -29,6 +29,7 @@ import { ttiBench } from './tti.js';
 import { materializeBench } from './materialize.js';
 import { portsBench } from './ports.js';
 import { pauseDiskBench } from './pause-disk.js';
+import { clientsBench } from './clients.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const home = process.env.SANDGLASS_BENCH_HOME ?? join(root, '.sandglass-test');
@@ -264,6 +265,7 @@ async function egressPhase(): Promise<void> {
  * BENCH_ONLY=custom-templates (bench/custom-templates.ts) builds a custom template cold and cached and creates from it against base.
  * BENCH_ONLY=density (bench/density.ts, BENCH_DENSITY_N idle sandboxes, the copy-on-write probe of bench/density-cow.ts) replaces its section.
  * BENCH_ONLY=ports (bench/ports.ts, BENCH_PORTS_N, BENCH_PORTS_BIG_MIB) times guest ports against the guest's own request and replaces its section.
+ * BENCH_ONLY=clients (bench/clients.ts) times the CLI's start, the servers' load, the Python SDK and the MCP server against their baselines.
  * BENCH_ONLY=pause-disk (bench/pause-disk.ts) prints a disk-only pause and its cold-boot resume against a memory pause (bytes, latency).
  */
 const only = process.env.BENCH_ONLY;
@@ -893,6 +895,19 @@ function customTemplatesSection(header: string, rs: Row[]): string {
   );
 }
 
+function clientsSection(header: string, rs: Row[]): string {
+  return (
+    `<!-- clients phase -->\n## Clients\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ` +
+    `${loadavg()} at the end, in one run (\`BENCH_ONLY=clients npm run bench\`) against one \`sandglass up\`. Each group is ` +
+    'interleaved round by round with its own baseline, so load from other work falls on both alike; read the ratios. ' +
+    'CLI and server rows are one fresh process each, spawn to exit (the CLI from its bundle, ' +
+    '`packages/cli/dist/sandglass.js`; the servers loaded from `packages/server/dist/server.js` or from the sources through ' +
+    "tsx with its transform cache warm). The Python SDK's calls are timed inside one long-lived Debian `python3`; MCP's " +
+    "through the official SDK's stdio client to `sandglass mcp`, next to the TypeScript SDK's own call on the same sandbox.\n\n" +
+    `${mdRows(rs)}<!-- /clients phase -->\n`
+  );
+}
+
 function ttiSection(header: string, rs: Row[], n: number): string {
   return (
     `<!-- tti phase -->\n## Time to interactive\n\nMeasured ${new Date().toISOString().slice(0, 10)} on ${header}, load average ${loadavg()} ` +
@@ -996,6 +1011,25 @@ async function main(): Promise<void> {
     const header = hostLine();
     printTable('Guest ports', portRows);
     if (!quick) writeSection('ports', portsSection(header, portRows, n));
+    return;
+  }
+  if (only === 'clients') {
+    const running = await start({ home, port });
+    const clientRows: Row[] = [];
+    try {
+      const rs = await clientsBench({ apiUrl: running.url, apiKey: readFileSync(running.adminKeyFile, 'utf8').trim() }, { quick });
+      for (const r of rs) {
+        const base = rs.find((b) => b.what === r.against);
+        const ratio = base ? `${(pct(r.samplesMs, 50) / pct(base.samplesMs, 50)).toFixed(2)}× its baseline (p50)` : '';
+        addLatencyTo(clientRows, r.what, r.samplesMs, [ratio]);
+      }
+    } finally {
+      await running.stop();
+    }
+    accel ??= await nodeAccel(homeLayout(home), await ensureGuestImage({ home }), defaultKernelArgs().join(' '));
+    const header = hostLine();
+    printTable('Clients', clientRows);
+    if (!quick) writeSection('clients', clientsSection(header, clientRows));
     return;
   }
   if (only === 'pause-disk') {

@@ -1,52 +1,48 @@
-// `npx tsx bench/server-start.ts` (BENCH_N rounds, default 15): what compiling the servers saves a `sandglass up`,
-// `gateway`, `control-plane` or `doctor` before it does anything — loading @sandglass/server — compiled
+// Part of `BENCH_ONLY=clients` (bench/clients.ts): what compiling the servers saves a `sandglass up`, `gateway`,
+// `control-plane` or `doctor` before it does anything — loading @sandglass/server — compiled
 // (packages/server/dist/server.js, built by setup) against the sources through tsx (its transform cache warm, as on
 // every start after the first), with a bare `node -e 0` as the baseline. One fresh Node process per measurement, the
-// three kinds taking turns round by round so load from other work falls on each alike. Needs no server.
-import { spawnSync } from 'node:child_process';
+// kinds taking turns round by round so load from other work falls on each alike. Needs no server.
+import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import Table from 'cli-table3';
 import { buildServerBundle, SERVER_BUNDLE, serverBundleFresh } from '../bin/cli-bundle.mjs';
 
-const ROUNDS = Number(process.env.BENCH_N ?? 15);
 const repo = fileURLToPath(new URL('..', import.meta.url));
 
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
-}
-
-/** Wall time of one Node process running `code` as a module, from spawn to exit. */
-function run(args: string[]): number {
+/**
+ * Wall time of one process, from spawn to exit; a failure throws with its stderr. Never spawnSync: the server being
+ * measured against may run in this very process, and a blocked event loop would leave its requests unanswered.
+ */
+export async function timedSpawn(command: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const t0 = performance.now();
-  const r = spawnSync(process.execPath, args, { cwd: repo, stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  const child = spawn(command, args, { cwd: repo, env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const code = await new Promise<number | null>((resolve, reject) => child.on('error', reject).on('close', resolve));
   const ms = performance.now() - t0;
-  if (r.status !== 0) throw new Error(`node ${args.join(' ')} failed: ${r.stderr}`);
+  if (code !== 0) throw new Error(`${command} ${args.join(' ')} failed: ${stderr}`);
   return ms;
 }
 
-const KINDS: Array<{ name: string; args: string[] }> = [
-  { name: '`node -e 0` (baseline)', args: ['-e', '0'] },
-  { name: 'compiled (`packages/server/dist`)', args: ['--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(SERVER_BUNDLE).href)})`] },
-  {
-    name: 'sources through tsx',
-    args: ['--import', './bin/workspace-source.mjs', '--import', 'tsx/esm', '--input-type=module', '-e', "await import('@sandglass/server')"],
-  },
-];
-
-if (!serverBundleFresh() && buildServerBundle() !== 0) throw new Error('esbuild failed to bundle the servers');
-// One untimed round: tsx's transform cache filled, the files in the page cache.
-for (const k of KINDS) run(k.args);
-const times = KINDS.map(() => [] as number[]);
-for (let i = 0; i < ROUNDS; i++) for (const [j, k] of KINDS.entries()) times[j]!.push(run(k.args));
-
-const base = pct(times[0]!, 50);
-const table = new Table({ head: ['load @sandglass/server', 'p50', 'p95', 'p50 − baseline'] });
-for (const [j, k] of KINDS.entries()) {
-  const p50 = pct(times[j]!, 50);
-  table.push([k.name, `${p50.toFixed(0)} ms`, `${pct(times[j]!, 95).toFixed(0)} ms`, j === 0 ? '—' : `${(p50 - base).toFixed(0)} ms`]);
+/** Runs each kind once untimed (caches warm), then `rounds` rounds of all kinds in turn: milliseconds per kind. */
+export async function interleaved(kinds: Array<() => Promise<number>>, rounds: number): Promise<number[][]> {
+  for (const k of kinds) await k();
+  const times = kinds.map(() => [] as number[]);
+  for (let i = 0; i < rounds; i++) for (const [j, k] of kinds.entries()) times[j]!.push(await k());
+  return times;
 }
-console.log(table.toString());
-const [compiled, sources] = [pct(times[1]!, 50) - base, pct(times[2]!, 50) - base];
-console.log(`${ROUNDS} rounds; compiled loads in ${(sources / compiled).toFixed(2)}× less time than the sources (over the baseline)`);
+
+export async function serverStartBench(rounds: number): Promise<{ baseline: number[]; compiled: number[]; sources: number[] }> {
+  if (!serverBundleFresh() && buildServerBundle() !== 0) throw new Error('esbuild failed to bundle the servers');
+  const node = (args: string[]) => () => timedSpawn(process.execPath, args);
+  const [baseline, compiled, sources] = await interleaved(
+    [
+      node(['-e', '0']),
+      node(['--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(SERVER_BUNDLE).href)})`]),
+      node(['--import', './bin/workspace-source.mjs', '--import', 'tsx/esm', '--input-type=module', '-e', "await import('@sandglass/server')"]),
+    ],
+    rounds,
+  );
+  return { baseline: baseline!, compiled: compiled!, sources: sources! };
+}
