@@ -546,6 +546,63 @@ describe('guest ports', () => {
     expect((await get({})).status).toBe(401);
     await server.kill();
   });
+
+  it('trafficAccessToken opens the guest ports (e2b-traffic-access-token), never reaches the guest, and opens nothing else', async () => {
+    const s = await Sandbox.create({ timeoutMs: 600_000, network: { allowPublicTraffic: false } });
+    toKill.push(s.sandboxId);
+    const traffic = s.trafficAccessToken;
+    expect(traffic).toMatch(/^sgtt_/);
+    // A server that answers with the request headers it received, so the test sees what the guest saw.
+    const echo = [
+      'import http.server as h',
+      'class H(h.BaseHTTPRequestHandler):',
+      '  def do_GET(s):',
+      '    b = str(s.headers).encode(); s.send_response(200); s.send_header("content-length", str(len(b))); s.end_headers(); s.wfile.write(b)',
+      'h.HTTPServer(("127.0.0.1", 8001), H).serve_forever()',
+    ].join('\n');
+    await s.files.write('/tmp/echo.py', echo);
+    const server = await s.commands.run('exec python3 /tmp/echo.py', { background: true, timeoutMs: 0 });
+    const gw = new URL(gatewayUrl);
+    const get = (host: string, headers: Record<string, string>) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        request({ host: gw.hostname, port: gw.port, path: '/', headers: { host, ...headers } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString('utf8') }));
+        })
+          .on('error', reject)
+          .end();
+      });
+    const host = s.getHost(8001);
+    const seen = await until('the guest echo server', async () => {
+      const r = await get(host, { 'e2b-traffic-access-token': traffic! });
+      return r.status === 200 ? r : undefined;
+    });
+    expect(seen.body.toLowerCase()).not.toContain('e2b-traffic-access-token');
+    expect(seen.body).not.toContain(traffic!);
+    // Another sandbox's port, a tampered token, and no token: refused before any guest is asked.
+    expect((await get(`8001-${sbx.sandboxId}.sandglass.localhost:${gw.port}`, { 'e2b-traffic-access-token': traffic! })).status).toBe(403);
+    expect((await get(host, { 'e2b-traffic-access-token': `${traffic!.slice(0, -2)}AA` })).status).toBe(401);
+    expect((await get(host, {})).status).toBe(401);
+    // Not envd's credential, nor the gateway API's: it opens guest ports only.
+    const files = await fetch(`${gatewayUrl}/v1/sandboxes/${s.sandboxId}/files?path=/tmp/echo.py`, { headers: { authorization: `Bearer ${traffic}` } });
+    expect(files.status).toBe(401);
+    const envdFile = (token: string) =>
+      new Promise<number>((resolve, reject) => {
+        const path = '/files?path=%2Ftmp%2Fecho.py&username=user';
+        request(
+          { host: gw.hostname, port: gw.port, path, headers: { host: s.getHost(49983), 'x-access-token': token, 'e2b-traffic-access-token': traffic! } },
+          (res) => {
+            res.resume().on('end', () => resolve(res.statusCode!));
+          },
+        )
+          .on('error', reject)
+          .end();
+      });
+    expect(await envdFile((s as unknown as { envdAccessToken: string }).envdAccessToken)).toBe(200);
+    expect(await envdFile(traffic!)).toBe(401);
+    await server.kill();
+  });
 });
 
 describe('egress', () => {

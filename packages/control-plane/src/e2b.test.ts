@@ -8,7 +8,17 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { Sandbox as E2bSandbox } from 'e2b';
-import { createLogger, derefSchema, deriveNodeKeys, loadOpenApi, ManualClock, newId, verifyAccessToken } from '@sandglass/core';
+import {
+  createLogger,
+  derefSchema,
+  deriveNodeKeys,
+  loadOpenApi,
+  ManualClock,
+  newId,
+  trafficTokenKey,
+  verifyAccessToken,
+  verifyTrafficToken,
+} from '@sandglass/core';
 import { openDatabase, toIso, type Database } from '@sandglass/db';
 import { EventLog } from '@sandglass/events';
 import { bootstrapLocal, createControlPlane, E2B_ENVD_TOKEN_TTL_MS, LONGEST_TOKEN_TTL_MS, singleGateway, upsertTemplate, type ControlPlane } from './index.js';
@@ -186,7 +196,7 @@ async function call(method: Method, url: string, opts: { key?: string | null; js
   return res;
 }
 
-async function create(json: Record<string, unknown> = {}, key = adminKey): Promise<{ sandboxID: string; envdAccessToken: string }> {
+async function create(json: Record<string, unknown> = {}, key = adminKey): Promise<{ sandboxID: string; envdAccessToken: string; trafficAccessToken: string }> {
   const res = await call('POST', '/v2/sandboxes', { key, json: { templateID: 'base', ...json } });
   expect(res.statusCode, res.body).toBe(201);
   return res.json();
@@ -280,6 +290,18 @@ describe('create', () => {
     });
   });
 
+  it('hands out a traffic token for the guest ports alone: same sandbox, expiry and key as the envd token, never one for the other', async () => {
+    const sbx = await create({ network: { allowPublicTraffic: false } });
+    const envd = verifyAccessToken(sbx.envdAccessToken, NODE_KEYS.accessToken, clock.nowMs());
+    const traffic = verifyTrafficToken(sbx.trafficAccessToken, trafficTokenKey(NODE_KEYS.accessToken), clock.nowMs());
+    expect(traffic).toEqual({ sbx: sbx.sandboxID, ten: envd.ten, exp: envd.exp, kid: envd.kid });
+    expect(() => verifyAccessToken(sbx.trafficAccessToken, NODE_KEYS.accessToken, clock.nowMs())).toThrow(/malformed/);
+    expect(() => verifyTrafficToken(sbx.envdAccessToken, trafficTokenKey(NODE_KEYS.accessToken), clock.nowMs())).toThrow(/malformed/);
+    // Under the access-token key itself (not the one derived for traffic) it does not verify.
+    expect(() => verifyTrafficToken(sbx.trafficAccessToken, NODE_KEYS.accessToken, clock.nowMs())).toThrow(/not valid/);
+    expect((await call('GET', `/sandboxes/${sbx.sandboxID}`)).json()).not.toHaveProperty('trafficAccessToken');
+  });
+
   it('never signs an envd token past its key’s own expiry', async () => {
     const res = await cp.app.inject({ method: 'POST', url: '/v1/api-keys', headers: { authorization: `Bearer ${adminKey}` }, payload: { expiresInS: 3600 } });
     const sbx = await create({}, res.json().key);
@@ -307,7 +329,7 @@ describe('create', () => {
     [{ network: { denyOut: ['192.0.2.0/24'] } }, 'network.denyOut[0]'],
     [{ network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } }, 'network.rules'],
     [{ network: { egressProxy: { address: 'proxy:1080' } } }, 'network.egressProxy'],
-    [{ network: { allowPublicTraffic: false } }, 'network.allowPublicTraffic'],
+    [{ network: { allowPublicTraffic: true } }, 'network.allowPublicTraffic'],
     [{ autoPause: true, autoPauseMemory: false }, 'autoPauseMemory'],
     [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'volumeMounts'],
     [{ mcp: { github: {} } }, 'mcp'],

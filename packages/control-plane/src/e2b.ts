@@ -145,7 +145,9 @@ function toPolicy(input: NetworkInput, prefix: string, internetField: string): N
   if (input.egressProxy !== undefined && input.egressProxy !== null) throw unsupported(`${prefix}egressProxy`, 'an upstream SOCKS5 proxy is not supported');
   if (input.rules !== undefined && Object.keys(input.rules).length > 0)
     throw unsupported(`${prefix}rules`, 'header transforms are not supported; Sandglass secrets inject credentials (POST /v1/secrets)');
-  if (input.allowPublicTraffic !== undefined) throw unsupported(`${prefix}allowPublicTraffic`, 'Sandglass sandboxes have no public URLs');
+  // false is Sandglass's way anyway: every guest port needs a credential (the answer's trafficAccessToken opens them).
+  if (input.allowPublicTraffic === true)
+    throw unsupported(`${prefix}allowPublicTraffic`, 'ports are private here; make one public with PUT /v1/sandboxes/{id}/public-ports/{port}');
   if (input.maskRequestHost !== undefined) throw unsupported(`${prefix}maskRequestHost`, 'Sandglass sandboxes have no public URLs');
   if (input.httpsPorts !== undefined && input.httpsPorts.length > 0) throw unsupported(`${prefix}httpsPorts`, 'Sandglass sandboxes have no public URLs');
 
@@ -288,6 +290,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         clientID: CLIENT_ID,
         envdVersion: E2B_ENVD_VERSION,
         envdAccessToken: granted.token,
+        trafficAccessToken: granted.trafficToken,
         domain: domainOf(granted.gatewayUrl),
       };
     };

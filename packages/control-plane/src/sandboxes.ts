@@ -7,6 +7,8 @@ import {
   newId,
   SandglassError,
   signAccessToken,
+  signTrafficToken,
+  trafficTokenKey,
   verifyDataPlaneCredential,
   type Clock,
   type ControlPlaneApi,
@@ -391,11 +393,19 @@ export class SandboxService {
    * so a URL signed with it opens before the client's first envd request. Telling is best effort: a gateway that did
    * not hear still learns the token from that first request.
    */
-  async envdAccess(who: Principal, id: string, ttlMs: number): Promise<Access> {
+  /**
+   * E2B's credentials for a sandbox: the envd access token, and the traffic token for its guest ports alone
+   * (`trafficAccessToken`), which lives and dies with it (same expiry, same API key).
+   */
+  async envdAccess(who: Principal, id: string, ttlMs: number): Promise<Access & { trafficToken: string }> {
     const row = await this.#own(who, id);
     const granted = await this.access(who, id, ttlMs);
     await this.deps.gatewayClient.rememberEnvdToken(await this.#gatewayOf(row), id, granted.token).catch(() => undefined);
-    return granted;
+    const trafficToken = signTrafficToken(
+      { sbx: row.id, ten: row.tenant_id, exp: fromIso(granted.expiresAt), kid: who.keyId },
+      trafficTokenKey(this.#accessTokenKey),
+    );
+    return { ...granted, trafficToken };
   }
 
   async events(who: Principal, id: string, query: EventsQuery): Promise<StoredEvent[]> {

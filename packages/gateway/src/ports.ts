@@ -8,7 +8,9 @@ import {
   portUrlKey,
   signPortUrlToken,
   toSandglassError,
+  trafficTokenKey,
   verifyPortUrlToken,
+  verifyTrafficToken,
   type NodeKeys,
   type PortUrlClaims,
 } from '@sandglass/core';
@@ -24,6 +26,8 @@ import type { Sandbox } from './sandbox.js';
 export const DEFAULT_PORT_DOMAIN = 'sandglass.localhost';
 /** Where a browser sends the sandbox's access token (Authorization stays the guest application's). */
 export const PORT_TOKEN_HEADER = 'x-sandglass-access-token';
+/** E2B's header for its `trafficAccessToken`, which opens the guest ports of one sandbox and nothing else. */
+export const TRAFFIC_TOKEN_HEADER = 'e2b-traffic-access-token';
 /** The query parameter of a signed URL, and the cookie it is exchanged for. */
 export const PORT_URL_PARAM = 'sandglass_url_token';
 export const PORT_COOKIE = 'sandglass_port_access';
@@ -74,6 +78,7 @@ export class GuestPorts {
   readonly domain: string;
   readonly #hostForm: RegExp;
   readonly #urlKey: Buffer;
+  readonly #trafficKey: Buffer;
   /** The gateway's public ports, per sandbox: read once here, so deciding a port needs no credential touches nothing else. */
   readonly #public: Map<string, Set<number>>;
   readonly #open = new Map<string, number>();
@@ -90,6 +95,7 @@ export class GuestPorts {
     if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(this.domain)) throw new Error(`port domain ${opts.domain} is not a DNS name`);
     this.#hostForm = new RegExp(`^(\\d{1,5})-([A-Za-z0-9_]{1,64})\\.${this.domain.replaceAll('.', '\\.')}(?::\\d{1,5})?$`, 'i');
     this.#urlKey = portUrlKey(keys.accessToken);
+    this.#trafficKey = trafficTokenKey(keys.accessToken);
   }
 
   /** Serves the host form at the root, before any route: every path of such a host is the guest's. */
@@ -188,15 +194,24 @@ export class GuestPorts {
   }
 
   /**
-   * Who may open the port: the sandbox's access token (header), a signed URL or its cookie, or nobody needed for a
-   * public port. Answers the signed URL's first use with a redirect that sets the cookie (the URL token then leaves
-   * the address bar and the history). Runs before anything touches the guest.
+   * Who may open the port: the sandbox's access token (header), its traffic token (E2B's header), a signed URL or its
+   * cookie, or nobody needed for a public port. Answers the signed URL's first use with a redirect that sets the cookie
+   * (the URL token then leaves the address bar and the history). Runs before anything touches the guest.
    */
   #authenticate(raw: http.IncomingMessage, target: Target): Admission {
     const token = header(raw, PORT_TOKEN_HEADER);
     if (token !== undefined) {
       checkAccessToken(token, target.sandboxId, this.keys, this.gw.opts.clock, this.gw.revokedKeys);
       return { credential: token };
+    }
+    const traffic = header(raw, TRAFFIC_TOKEN_HEADER);
+    if (traffic !== undefined) {
+      const nowMs = this.gw.opts.clock.nowMs();
+      const claims = verifyTrafficToken(traffic, this.#trafficKey, nowMs);
+      if (claims.kid !== undefined && this.gw.revokedKeys.has(claims.kid, nowMs))
+        throw new SandglassError('api_key_revoked', 'The API key this traffic access token was obtained with was revoked.');
+      if (claims.sbx !== target.sandboxId) throw new SandglassError('permission_denied', 'This traffic access token is for another sandbox.');
+      return { credential: traffic };
     }
     const q = new URL(target.path, 'http://x').searchParams.get(PORT_URL_PARAM);
     if (q !== null) {
@@ -435,7 +450,7 @@ function forwardedHeaders(raw: http.IncomingMessage): [string, string][] {
   for (let i = 0; i + 1 < rh.length; i += 2) {
     const name = rh[i]!;
     const lower = name.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || lower === PORT_TOKEN_HEADER) continue;
+    if (HOP_BY_HOP.has(lower) || lower === PORT_TOKEN_HEADER || lower === TRAFFIC_TOKEN_HEADER) continue;
     if (lower === 'cookie') {
       const rest = withoutCookie(rh[i + 1]!, PORT_COOKIE);
       if (rest !== '') out.push([name, rest]);

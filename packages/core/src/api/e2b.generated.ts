@@ -382,7 +382,7 @@ export interface components {
             allowOut?: components["schemas"]["NetworkList"];
             /** @description IP addresses or their /32 (/128) CIDRs become deny rules, unless allowOut names the same address (allowOut wins, as in E2B); `0.0.0.0/0` and `::/0` are what Sandglass does anyway. Other entries answer 400. */
             denyOut?: components["schemas"]["NetworkList"];
-            /** @description Not supported. */
+            /** @description false is what Sandglass does anyway (a guest port needs a credential; the answer's trafficAccessToken is one). true answers 400 naming the field: ports are made public one by one through Sandglass's own API. */
             allowPublicTraffic?: boolean;
             /** @description Not supported. */
             maskRequestHost?: string;
@@ -413,6 +413,8 @@ export interface components {
             envdVersion: string;
             /** @description A Sandglass access token for this sandbox's data plane */
             envdAccessToken?: string;
+            /** @description Opens this sandbox's guest ports (sent as the e2b-traffic-access-token header) and nothing else; expires with envdAccessToken and with the API key behind it. */
+            trafficAccessToken?: string;
             /** @description The gateways' guest-port domain with the gateway's port (`sandglass.localhost:7071`), so the SDK's getHost(port) is `<port>-<id>.<domain>`, the gateway's host-name form of that port; null where the control plane is not told the domain (SANDGLASS_PORT_DOMAIN). envd is still reached through E2B_SANDBOX_URL. */
             domain?: string | null;
         };
