@@ -261,6 +261,26 @@ describe('console event streams are bounded', () => {
   }, 120_000);
 });
 
+/**
+ * Waits for the shell's prompt in a terminal (`scope`: the page or one terminal's section), so keystrokes reach a shell
+ * that reads them. A prompt not shown in 30 s is logged with what the terminal does show, then asked for again with
+ * Enter (a person would press it too); the wait fails if that shows none either.
+ */
+async function seePrompt(page: Page, scope: Pick<Page, 'locator'> = page): Promise<void> {
+  const prompt = scope.locator('.xterm-rows').filter({ hasText: /[$#]/ });
+  try {
+    await prompt.waitFor({ timeout: 30_000 });
+    return;
+  } catch {
+    const rows = await scope.locator('.xterm-rows').allTextContents();
+    const status = await scope.locator('[data-testid="terminal-status"]').allTextContents();
+    console.error(`[console test] no prompt after 30 s; terminal status ${JSON.stringify(status)}, rows ${JSON.stringify(rows)}`);
+  }
+  await scope.locator('.xterm').click();
+  await page.keyboard.press('Enter');
+  await prompt.waitFor({ timeout: 60_000 });
+}
+
 /** Types a line into the page's terminal and waits for a screen row that is exactly `expected` (letters, digits, dashes). */
 async function typeAndSee(page: Page, line: string, expected: string): Promise<void> {
   await page.locator('.xterm').click();
@@ -354,7 +374,7 @@ describe('console in a browser', () => {
     await page.goto(`${apiUrl}/console/#/sandboxes/${newest.id}`);
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
     // The shell's prompt shows before typing, so the keystrokes reach a shell that reads them.
-    await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+    await seePrompt(page);
     await typeAndSee(page, 'echo $((6*7))', '42');
 
     // The terminal's connection drops: the page reattaches from the last byte it showed, losing and repeating nothing.
@@ -527,7 +547,7 @@ describe('console in a browser', () => {
     killAtEnd.push(forkId);
     expect((await api('GET', `/v1/sandboxes/${forkId}`)).body!.sourceSnapshotId).toBe(first.id);
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
-    await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+    await seePrompt(page);
     await typeAndSee(page, 'cat /root/console-f', 'old');
     await page.screenshot({ path: join(artifacts, '7-fork.png') });
 
@@ -543,7 +563,7 @@ describe('console in a browser', () => {
     // The terminal of the resumed VM, not the one the pause ended.
     const terminal = page.locator(`section[data-vm="${resumed.seq}"]`);
     await terminal.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
-    await terminal.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+    await seePrompt(page, terminal);
     await typeAndSee(page, 'cat /root/console-f', 'old');
     await page.screenshot({ path: join(artifacts, '8-resumed.png') });
 
@@ -576,7 +596,7 @@ describe('console in a browser', () => {
       await signInPage(page);
       await page.goto(`${apiUrl}/console/#/sandboxes/${sbx.body!.id}`);
       await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
-      await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+      await seePrompt(page);
 
       // The approval waits at most 4 s in the test server: the button is clicked as soon as the page shows it.
       await page.locator('.xterm').click();
@@ -754,7 +774,7 @@ describe('console in a browser', () => {
     await createdLink.click();
     await page.getByRole('heading', { name: `Sandbox ${createdId}` }).waitFor();
     await page.getByTestId('terminal-status').filter({ hasText: 'connected' }).waitFor({ timeout: 120_000 });
-    await page.locator('.xterm-rows').filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+    await seePrompt(page);
     await typeAndSee(page, 'cat /root/tpl-mark', 'from-the-template');
 
     // Deleting one version, then the template, each after a confirmation.
