@@ -138,10 +138,6 @@ async function timed(attempt: ProbeAttempt, target: ProbeTarget, timeoutMs: numb
 }
 
 /**
- * The accelerator and CPU model for this host: KVM with the first CPU model that boots the guest to its agent within
- * the limit, TCG otherwise. `setting` kvm makes a failed probe an error; tcg skips the probe.
- */
-/**
  * The choice no probe is needed for: TCG when the setting says so or there is no KVM device (SANDGLASS_ACCEL=kvm
  * without one is an error); undefined when only the probe, or its cached verdict, can tell.
  */
@@ -156,6 +152,10 @@ export function accelWithoutProbe(settingValue: string | undefined, device = '/d
   return undefined;
 }
 
+/**
+ * The accelerator and CPU model for this host: KVM with the first CPU model that boots the guest to its agent within
+ * the limit, TCG otherwise. `setting` kvm makes a failed probe an error; tcg skips the probe.
+ */
 export async function chooseAccel(opts: ChooseAccelOptions): Promise<AccelChoice> {
   const setting = parseAccelSetting(opts.setting);
   const tcg = (reason: string, attempts: ProbeResult[] = [], cached = false): AccelChoice => ({ accel: 'tcg', cpu: TCG_CPU_MODEL, reason, attempts, cached });
