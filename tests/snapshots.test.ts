@@ -200,6 +200,28 @@ describe('pause and resume', () => {
     await h.closeStdin();
     await h.wait();
   });
+
+  it('answers pauses that overlap with one snapshot, and refuses one that asks otherwise about memory', async () => {
+    const sbx = await track(Sandbox.create({ ...config(), timeoutS: 1800, snapshotIntervalS: 3600 }));
+    await sbx.files.write('/root/overlap', 'kept');
+    // A client retrying its pause, or the sandbox's timeout meeting a user's pause: the second must not capture a VM
+    // the first is ending.
+    const [a, b, diskOnly] = await Promise.all([
+      api('POST', `/v1/sandboxes/${sbx.id}/pause`, { body: {} }),
+      api('POST', `/v1/sandboxes/${sbx.id}/pause`, { body: {} }),
+      new Promise((r) => setTimeout(r, 50)).then(() => api('POST', `/v1/sandboxes/${sbx.id}/pause`, { body: { keepMemory: false } })),
+    ]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(b.body!.snapshot.id).toBe(a.body!.snapshot.id);
+    // The third either met the pause in flight (a conflict naming keepMemory) or came after it (no longer running).
+    expect(diskOnly.status).toBe(409);
+    if (diskOnly.body!.error.code === 'conflict') expect(diskOnly.body!.error.details.field).toBe('keepMemory');
+    else expect(diskOnly.body!.error.code).toBe('sandbox_not_running');
+    const paused = (await sbx.events()).filter((e) => e.type === 'sandbox.paused');
+    expect(paused.map((e) => e.data.snapshotId)).toEqual([a.body!.snapshot.id]);
+    const back = await track(Sandbox.resume(sbx.id, config()));
+    expect((await back.files.read('/root/overlap')).toString()).toBe('kept');
+  });
 });
 
 describe('at rest', () => {

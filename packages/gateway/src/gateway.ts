@@ -217,6 +217,11 @@ export class Gateway {
   readonly #restoring = new Set<string>();
   /** One wake in flight per sandbox: every request that arrives meanwhile waits for the same one. */
   readonly #wakes = new Map<string, Promise<'here' | 'elsewhere'>>();
+  /**
+   * One pause in flight per sandbox: a second one (a client retrying after its timeout, the sandbox's own timeout
+   * meeting a user's pause) waits for the same snapshot instead of capturing a VM that the first is ending.
+   */
+  readonly #pauses = new Map<string, { keepMemory: boolean; done: Promise<SnapshotInfo> }>();
 
   constructor(readonly opts: GatewayOptions) {
     // Everything that records an event for a sandbox (data plane, egress, commands) goes through its quota.
@@ -713,13 +718,36 @@ export class Gateway {
    * false` keeps its disk alone (its processes are lost; the resume boots the guest over that disk).
    */
   async pauseSandbox(id: string, reason?: 'timeout', opts: { keepMemory?: boolean } = {}): Promise<SnapshotInfo> {
+    const keepMemory = opts.keepMemory !== false;
+    const inFlight = this.#pauses.get(id);
+    if (inFlight !== undefined) {
+      if (inFlight.keepMemory !== keepMemory) {
+        throw new SandglassError(
+          'conflict',
+          `Sandbox ${id} is being paused ${inFlight.keepMemory ? 'with' : 'without'} its memory; wait for that pause to end.`,
+          { details: { field: 'keepMemory' } },
+        );
+      }
+      return inFlight.done;
+    }
     const sbx = this.get(id);
     sbx.requireRunning();
+    const done = this.pauseOnce(sbx, reason, keepMemory);
+    this.#pauses.set(id, { keepMemory, done });
+    try {
+      return await done;
+    } finally {
+      this.#pauses.delete(id);
+    }
+  }
+
+  private async pauseOnce(sbx: Sandbox, reason: 'timeout' | undefined, keepMemory: boolean): Promise<SnapshotInfo> {
+    const id = sbx.id;
     // No rolling capture may land after the pause snapshot: stop the schedule (waiting out one in flight) first.
     await this.snapshots.untrack(id);
     let snap: SnapshotInfo;
     try {
-      snap = await this.snapshots.captureNow(sbx, 'pause', { memory: opts.keepMemory !== false });
+      snap = await this.snapshots.captureNow(sbx, 'pause', { memory: keepMemory });
     } catch (err) {
       if (sbx.state === 'running') this.snapshots.track(sbx);
       throw err;
@@ -729,7 +757,7 @@ export class Gateway {
       type: 'sandbox.paused',
       tenantId: sbx.tenantId,
       sandboxId: id,
-      data: { snapshotId: snap.id, ...(reason === undefined ? {} : { reason }), ...(opts.keepMemory === false ? { memory: false } : {}) },
+      data: { snapshotId: snap.id, ...(reason === undefined ? {} : { reason }), ...(keepMemory ? {} : { memory: false }) },
     });
     return snap;
   }

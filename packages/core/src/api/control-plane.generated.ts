@@ -461,7 +461,7 @@ export interface paths {
         put?: never;
         /**
          * Snapshots the running sandbox (reason pause) and releases its VM; resume brings it back.
-         * @description By default the snapshot is the whole VM (memory, devices, disk): the resume continues its processes where they were. With `keepMemory: false` only its disk is kept (the guest first syncs its files): the snapshot is smaller and quicker to take, and the resume boots the guest over that disk, so files are there but processes are not; its environment, user and workdir, network policy, secrets and public ports are kept. Its events say `memory: false` (sandbox.paused, snapshot.taken) and `coldBoot: true` (sandbox.resumed).
+         * @description By default the snapshot is the whole VM (memory, devices, disk): the resume continues its processes where they were. With `keepMemory: false` only its disk is kept (the guest first syncs its files): the snapshot is smaller and quicker to take, and the resume boots the guest over that disk, so files are there but processes are not; its environment, user and workdir, network policy, secrets and public ports are kept. Its events say `memory: false` (sandbox.paused, snapshot.taken) and `coldBoot: true` (sandbox.resumed). A pause asked for while another of the same sandbox is in flight (a retry, or its timeout's pause) answers with that pause's snapshot; one asking otherwise about `keepMemory` is refused with `conflict` naming the field.
          */
         post: operations["pauseSandbox"];
         delete?: never;
