@@ -243,7 +243,6 @@ export async function copySparse(from: string, to: string): Promise<void> {
 
 class Copier {
   private shell?: ChildProcess;
-  private buffered = '';
   private readonly waiting = new Map<number, (out: string) => void>();
   private nextId = 1;
 
@@ -272,15 +271,21 @@ class Copier {
   }
 
   private ensure(): ChildProcess {
-    if (this.shell && this.shell.exitCode === null) return this.shell;
-    const shell = spawn('python3', ['-u', fileURLToPath(new URL('../../vmm/helpers/sparse-copy.py', import.meta.url))], { stdio: ['pipe', 'pipe', 'ignore'] });
+    if (this.shell) return this.shell;
+    // Its own process group: a Ctrl-C at the terminal signals the whole foreground group, and the server's orderly
+    // stop that follows still copies RAM files. It ends with its stdin when this process does.
+    const shell = spawn('python3', ['-u', fileURLToPath(new URL('../../vmm/helpers/sparse-copy.py', import.meta.url))], {
+      stdio: ['pipe', 'pipe', 'ignore'],
+      detached: true,
+    });
+    let buffered = '';
     shell.stdout!.setEncoding('utf8');
     shell.stdout!.on('data', (chunk: string) => {
-      this.buffered += chunk;
+      buffered += chunk;
       let nl: number;
-      while ((nl = this.buffered.indexOf('\n')) >= 0) {
-        const line = this.buffered.slice(0, nl);
-        this.buffered = this.buffered.slice(nl + 1);
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
         const sp = line.indexOf(' ');
         const id = Number(line.slice(0, sp));
         const resolve = this.waiting.get(id);
@@ -288,12 +293,19 @@ class Copier {
         resolve?.(line.slice(sp + 1).trim());
       }
     });
-    shell.once('exit', () => {
+    // A helper that is gone (a signal, the OOM killer, a failed spawn) fails the copies waiting on it, and a write to
+    // its stdin then fails with EPIPE: that must reach those copies as an error, never crash the gateway. The next copy
+    // starts a new helper.
+    const gone = (why: string) => {
+      if (this.shell !== shell) return;
+      this.shell = undefined;
       const pending = [...this.waiting.values()];
       this.waiting.clear();
-      this.buffered = '';
-      for (const resolve of pending) resolve('the copy helper exited');
-    });
+      for (const resolve of pending) resolve(why);
+    };
+    shell.stdin!.on('error', (err) => gone(`the copy helper is gone: ${err.message}`));
+    shell.on('error', (err) => gone(`the copy helper could not run: ${err.message}`));
+    shell.once('exit', () => gone('the copy helper exited'));
     this.shell = shell;
     return shell;
   }
