@@ -189,6 +189,7 @@ const ACCEPTED: Array<['yaml' | 'dockerfile', string]> = [
   ['yaml', 'from: base\nsteps:\n  - run: >\n      folded\n      lines\n  - run: |\n      literal\n      lines\n'],
   ['dockerfile', 'FROM base\nENTRYPOINT srv -x\nCMD ["ignored"]\n'],
   ['dockerfile', 'FROM base\nCMD node app.js\nHEALTHCHECK NONE\n'],
+  ['dockerfile', `FROM base\nENV A=$constructor B=x\${toString}y\nCOPY a$__proto__ /x\n`],
   ['dockerfile', 'FROM base\nWORKDIR /app\nRUN a && \\\n# a comment\n    b\nCOPY x y ./\nCOPY one.txt two.txt\n'],
   ['dockerfile', 'FROM base\r\nENV A=1\r\nRUN echo $A \\ \r\n  done\r\nHEALTHCHECK --start-period=0.4s CMD true\r\nCMD srv\r\n'],
 ];
