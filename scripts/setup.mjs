@@ -49,6 +49,8 @@ const TEST_REQUIRED = [
   ['pytest (/usr/bin/python3 -m pytest)', 'python3-pytest', () => pythonHas('pytest')],
   ['ensurepip (/usr/bin/python3 -m venv)', 'python3-venv', () => pythonHas('ensurepip')],
   ['setuptools (/usr/bin/python3)', 'python3-setuptools', () => pythonHas('setuptools')],
+  // The Python SDK reads sandglass.template.yaml with PyYAML; the drift test of its template builder runs it too.
+  ['yaml (/usr/bin/python3)', 'python3-yaml', () => pythonHas('yaml')],
 ];
 const isRoot = process.getuid?.() === 0;
 

@@ -140,6 +140,12 @@ describe('parseDockerfile', () => {
     expect(spec).toMatchObject({ envs: { A: '3 and more', B: 'two words' }, workdir: '/sub/3 and more', user: 'nobody' });
   });
 
+  it('expands an unset variable to nothing, even one named like a property every object has', () => {
+    const { spec } = parseDockerfile(`FROM base\nENV A=$constructor B=x\${toString}y\nCOPY a$__proto__ /x\n`);
+    expect(spec.envs).toEqual({ A: '', B: 'xy' });
+    expect(spec.steps[0]).toMatchObject({ src: ['a'] });
+  });
+
   it('reads continuations, comments inside them and relative COPY destinations', () => {
     const { spec } = parseDockerfile('FROM base\nWORKDIR /app\nRUN a && \\\n# a comment\n    b\nCOPY x y ./\nCOPY one.txt two.txt\n');
     expect(spec.steps).toMatchObject([

@@ -370,7 +370,9 @@ function words(args: string, vars: Record<string, string>, field: string): strin
     if (c === '$') {
       const m = /^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))/.exec(args.slice(i));
       if (m) {
-        cur += vars[m[1] ?? m[2]!] ?? '';
+        // Own variables only: `$constructor` is an unset variable, not Object's.
+        const name = m[1] ?? m[2]!;
+        cur += Object.hasOwn(vars, name) ? vars[name] : '';
         i += m[0].length - 1;
         inWord = true;
         continue;

@@ -5,10 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from ._time import parse_time
@@ -87,6 +88,16 @@ class Response:
     def close(self) -> None:
         self._conn.close()
 
+    def shutdown(self) -> None:
+        """Ends a stream being read in another thread: its blocked read returns at once (close alone would not wake it)."""
+        # A response that closes its connection has left the connection without its socket: the reader still has it.
+        sock = self._conn.sock or getattr(getattr(self.raw.fp, "raw", None), "_sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
 
 class _Pool:
     """Idle keep-alive connections by server, one set per thread (http.client connections are not thread-safe)."""
@@ -123,7 +134,7 @@ def send(
     *,
     query: Optional[Query] = None,
     json_body: Any = None,
-    body: Optional[bytes] = None,
+    body: "Optional[bytes | BinaryIO]" = None,
     content_type: Optional[str] = None,
     timeout_s: Optional[float] = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> Response:
@@ -132,12 +143,15 @@ def send(
     q = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in (query or {}).items() if v is not None}
     url_path = (target.path.rstrip("/") + path) + (f"?{urlencode(q)}" if q else "")
     headers: Dict[str, str] = {"authorization": f"Bearer {token}", "accept": "application/json"}
-    data: Optional[bytes] = body
+    data: "Optional[bytes | BinaryIO]" = body
     if json_body is not None:
         data = json.dumps({k: v for k, v in json_body.items() if v is not None} if isinstance(json_body, dict) else json_body).encode()
         headers["content-type"] = "application/json"
     elif body is not None:
         headers["content-type"] = content_type or "application/octet-stream"
+        if not isinstance(body, bytes):
+            # A file is sent from its start, with its length: a retry below sends it whole again.
+            headers["content-length"] = str(body.seek(0, os.SEEK_END))
     cls = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
     host = target.hostname or "127.0.0.1"
     reused = _POOL.take(target.scheme, host, target.port)
@@ -146,6 +160,7 @@ def send(
     if conn.sock is not None:
         conn.sock.settimeout(timeout_s)
     try:
+        _rewind(data)
         conn.request(method, url_path, body=data, headers=headers)
         raw = conn.getresponse()
     except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as err:
@@ -155,6 +170,7 @@ def send(
         # The server closed the idle connection before our request reached it: once more, on a new one.
         conn = cls(host, target.port, timeout=timeout_s)
         try:
+            _rewind(data)
             conn.request(method, url_path, body=data, headers=headers)
             raw = conn.getresponse()
         except OSError as again:
@@ -175,6 +191,11 @@ def send(
             parsed = None
         raise error_from_response(raw.status, parsed)
     return res
+
+
+def _rewind(data: "Optional[bytes | BinaryIO]") -> None:
+    if data is not None and not isinstance(data, bytes):
+        data.seek(0)
 
 
 class ControlPlane:

@@ -12,6 +12,8 @@ from .models import SandboxInfo, SandboxMetric
 from .ports import Ports
 from .pty import DataCallback, Pty, PtyHandle
 from .sandbox import Sandbox
+from .template import Template
+from .template_build import TemplateBuildResult
 
 
 class AsyncCommandHandle:
@@ -223,3 +225,12 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.kill()
+
+
+class AsyncTemplate:
+    """Template.build for asyncio: the build runs in a worker thread; on_log is called from that thread."""
+
+    @staticmethod
+    async def build(name: str, **kw: Any) -> TemplateBuildResult:
+        """As Template.build (context, file or spec, on_log, step_timeout_ms, …)."""
+        return await asyncio.to_thread(Template.build, name, **kw)

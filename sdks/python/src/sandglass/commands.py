@@ -78,6 +78,8 @@ class CommandHandle:
         self._decoders = {1: codecs.getincrementaldecoder("utf-8")("replace"), 2: codecs.getincrementaldecoder("utf-8")("replace")}
         self._out = {1: [], 2: []}  # type: Dict[int, List[str]]
         self._result: Optional[CommandResult] = None
+        self._stream: Any = None
+        self._disconnected = False
 
     @property
     def stdout(self) -> str:
@@ -117,6 +119,10 @@ class CommandHandle:
             query={"fromOffset": self.output_offset, "follow": True},
             timeout_s=None,
         )
+        self._stream = res
+        if self._disconnected:
+            res.close()
+            raise error_of("disconnected", f"stopped following {self.id}")
         records = _Records()
         for chunk in res.iter_chunks():
             for rec in records.push(chunk):
@@ -143,6 +149,12 @@ class CommandHandle:
                     err = msg.get("error", msg)
                     raise error_of(str(err.get("code", "protocol_error")), str(err.get("message", "output stream error")))
         raise error_of("disconnected", f"output of {self.id} ended before the command exited; reattach with commands.connect('{self.id}', from_offset={self.output_offset})")
+
+    def disconnect(self) -> None:
+        """Stops following the output, from any thread (a wait() there raises `disconnected`); the command keeps running."""
+        self._disconnected = True
+        if self._stream is not None:
+            self._stream.shutdown()
 
     def send_stdin(self, data: "str | bytes") -> None:
         self._commands.send_stdin(self.id, data)

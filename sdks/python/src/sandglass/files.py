@@ -1,7 +1,7 @@
 """`sandbox.files`: read and write text or bytes, tar a directory up or down, list, stat, remove, make directories."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Union, overload
+from typing import Any, BinaryIO, Dict, List, Literal, Optional, Union, overload
 
 from ._http import DataPlane
 from .errors import NotFoundError
@@ -27,8 +27,9 @@ class Files:
         body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         return dict(self._dp.json("PUT", "/files", query={"path": path, "mode": mode}, body=body, timeout_s=None))
 
-    def write_tar(self, dir: str, tar: bytes) -> Dict[str, Any]:
-        """Unpacks a tar archive into a directory of the sandbox."""
+    def write_tar(self, dir: str, tar: Union[bytes, BinaryIO]) -> Dict[str, Any]:
+        """Unpacks a tar archive (bytes, or a seekable binary file sent from its start) into a directory of the sandbox;
+        answers {"entries", "sizeBytes"}."""
         return dict(self._dp.json("PUT", "/files/tar", query={"path": dir}, body=tar, content_type="application/x-tar", timeout_s=None))
 
     def read_tar(self, dir: str) -> bytes:

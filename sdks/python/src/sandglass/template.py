@@ -1,6 +1,5 @@
-"""`Template`: custom templates of the caller's tenant: promote a snapshot, list, inspect, delete, read build logs.
-Building from a spec (packages/sdk/src/template-build.ts) is the TypeScript SDK's and the CLI's (`sandglass template
-build`); a Python caller creates from what they built with Sandbox.create(template=name)."""
+"""`Template`: custom templates of the caller's tenant: build one from a spec, promote a snapshot, list, inspect, delete,
+read build logs."""
 from __future__ import annotations
 
 import re
@@ -9,6 +8,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ._http import ControlPlane, path_of, resolve_config
 from .errors import NotFoundError, error_of
+from .template_build import DEFAULT_STEP_TIMEOUT_MS, LogCallback, TemplateBuildResult, build_template
+from .template_spec import Spec
 
 # As the TypeScript SDK's TEMPLATE_NAME: checked before any request, so a bad name changes nothing.
 _TEMPLATE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -29,6 +30,37 @@ def _check_name(name: str) -> str:
 
 
 class Template:
+    @staticmethod
+    def build(
+        name: str,
+        *,
+        context: str,
+        file: Optional[str] = None,
+        spec: Optional[Spec] = None,
+        on_log: Optional[LogCallback] = None,
+        step_timeout_ms: int = DEFAULT_STEP_TIMEOUT_MS,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout_s: Optional[float] = None,
+    ) -> TemplateBuildResult:
+        """Builds a version of the template `name` from a spec (a `file`, sandglass.template.yaml or a Dockerfile, or a
+        `spec` dict shaped as parse_template_yaml's) and a `context` directory, as the TypeScript SDK's Template.build:
+        a sandbox boots `from`, runs each step with its output streamed to `on_log` (BuildLogLine: stream, text, step)
+        and the build's log, and is snapshotted after each; the last snapshot is published. A step either SDK built
+        before is taken from the cache instead (the step keys are the same). A failed step fails the build
+        (template_build_failed, details step, stepName, exitCode, outputTail) and publishes nothing; one build runs per
+        name at a time (template_build_in_progress). Bad input is invalid_argument naming details["field"], before any
+        request."""
+        return build_template(
+            ControlPlane(resolve_config(api_url, api_key, request_timeout_s)),
+            name,
+            context=context,
+            file=file,
+            spec=spec,
+            on_log=on_log,
+            step_timeout_ms=step_timeout_ms,
+        )
+
     @staticmethod
     def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
         """Every template the caller can create from: the platform's and the tenant's own."""
