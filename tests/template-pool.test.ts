@@ -1,6 +1,7 @@
 // A custom template's warm pool against real VMs: a create from it is a hand-over of a VM restored from the version's
 // snapshot (pooled: true) with the template's files and the request's own envs and network; never another tenant's;
-// drained (no QEMU left) by a revocation of the tenant's key and by the template's deletion; bad sizes refused.
+// drained (no QEMU left) by a revocation of the tenant's key and by the template's deletion; bad sizes refused; a
+// published template's pool serving another tenant.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -175,6 +176,25 @@ describe('template warm pools', () => {
     expect(del.status).toBe(204);
     expect(running(vms)).toEqual([]);
     expect(poolVms()).toEqual([]);
+  });
+
+  it("a published template's pool serves another tenant, whose sandbox then captures under its own key alone", async () => {
+    const name = `published-${run}`;
+    await publish(own.apiKey, name);
+    expect((await call('PATCH', `/v1/templates/${name}`, own.apiKey, { public: true, warmPoolSize: 1 })).body).toMatchObject({ public: true, warmPoolSize: 1 });
+    const pooled = await until('the pool to fill', async () => ((await ready(name)) === 1 ? poolVms() : undefined));
+    // The other tenant's create takes the pooled VM.
+    const s = await Sandbox.create({ ...cfg(stranger.key), template: name, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(s);
+    expect(await startedOf(s)).toMatchObject({ pooled: true, vmId: pooled[0] });
+    expect((await s.commands.run('cat /root/from-template.txt')).stdout).toBe('written by the build');
+    const snap = await s.snapshot();
+    expect(snap.parentId).toBeNull();
+    const [fork] = await Sandbox.fork(snap.id, { ...cfg(stranger.key), timeoutS: 600 });
+    made.push(fork!);
+    expect((await fork!.commands.run('cat /root/from-template.txt')).stdout).toBe('written by the build');
+    await Promise.all([s.kill(), fork!.kill()]);
+    expect((await call('DELETE', `/v1/templates/${name}`, own.apiKey)).status).toBe(204);
   });
 
   it("a revocation of the tenant's key drains the tenant's pools", async () => {
