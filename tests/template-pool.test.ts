@@ -7,7 +7,6 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { OwnServer, type OwnServerInfo } from './own-server.js';
-import { rawRequest } from '@sandglass/gateway/test-support';
 
 // Its own server: the base template's warm pool is off there, so every `pool_…` VM of its home is a template pool's.
 const server = new OwnServer('template-pool');
@@ -70,14 +69,11 @@ function running(ids: string[]): string[] {
   return [...out].sort();
 }
 
-/** Warmed VMs the node holds ready for the template now (its internal API: a VM still warming is not ready). */
-async function ready(name: string): Promise<number> {
-  const res = await rawRequest({ socketPath: own.internalSocket }, 'GET', '/internal/v1/template-pools', {
-    headers: { authorization: `Bearer ${own.internalBearer}` },
-  });
-  expect(res.status).toBe(200);
-  const pools = (JSON.parse(res.body) as { pools: Array<{ name: string; available: number }> }).pools;
-  return pools.find((p) => p.name === name)?.available ?? 0;
+/** Warmed VMs of the template ready now, as the public API reports them (its node's count: one still warming is not). */
+async function ready(name: string, key = owner.key): Promise<number> {
+  const res = await call('GET', `/v1/templates/${name}`, key);
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body?.template.warmPoolReady as number;
 }
 
 async function until<T>(what: string, f: () => T | undefined | Promise<T | undefined>, timeoutMs = 300_000): Promise<T> {
@@ -127,7 +123,7 @@ describe('template warm pools', () => {
       expect([r.status, r.body?.error.code], JSON.stringify(r.body)).toEqual([400, 'invalid_argument']);
       expect(JSON.stringify(r.body?.error)).toContain('warmPoolSize');
     }
-    expect((await call('GET', `/v1/templates/${NAME}`, owner.key)).body?.template.warmPoolSize).toBe(0);
+    expect((await call('GET', `/v1/templates/${NAME}`, owner.key)).body?.template).toMatchObject({ warmPoolSize: 0, warmPoolReady: 0 });
     expect((await call('PATCH', '/v1/templates/base', owner.key, { warmPoolSize: 1 })).status).toBe(403);
     expect((await call('PATCH', `/v1/templates/${NAME}`, stranger.key, { warmPoolSize: 1 })).body?.error.code).toBe('template_not_found');
     expect(poolVms()).toEqual([]);
@@ -182,8 +178,9 @@ describe('template warm pools', () => {
     const name = `published-${run}`;
     await publish(own.apiKey, name);
     expect((await call('PATCH', `/v1/templates/${name}`, own.apiKey, { public: true, warmPoolSize: 1 })).body).toMatchObject({ public: true, warmPoolSize: 1 });
-    const pooled = await until('the pool to fill', async () => ((await ready(name)) === 1 ? poolVms() : undefined));
-    // The other tenant's create takes the pooled VM.
+    const pooled = await until('the pool to fill', async () => ((await ready(name, own.apiKey)) === 1 ? poolVms() : undefined));
+    // The other tenant sees how ready the platform's pool is, and its create takes the pooled VM.
+    expect(await ready(name, stranger.key)).toBe(1);
     const s = await Sandbox.create({ ...cfg(stranger.key), template: name, timeoutS: 600, snapshotIntervalS: 3600 });
     made.push(s);
     expect(await startedOf(s)).toMatchObject({ pooled: true, vmId: pooled[0] });
@@ -202,7 +199,7 @@ describe('template warm pools', () => {
     const name = `revoked-${run}`;
     await publish(t.key, name);
     expect((await call('PATCH', `/v1/templates/${name}`, t.key, { warmPoolSize: 2 })).status).toBe(200);
-    const vms = await until('the pool to fill', async () => ((await ready(name)) === 2 ? poolVms() : undefined));
+    const vms = await until('the pool to fill', async () => ((await ready(name, t.key)) === 2 ? poolVms() : undefined));
     expect(vms).toHaveLength(2);
     const res = await call('POST', `/v1/tenants/${t.id}/keys/revoke`, own.apiKey);
     expect(res.status, JSON.stringify(res.body)).toBe(200);

@@ -146,7 +146,11 @@ export class CustomTemplates {
         .execute();
       if (versions.length === 0) continue;
       const seen = { public: published?.tenant_id === tenantId, readOnly: tenantId !== who.tenantId };
-      return { template: toCustomTemplate(versions[0]!, await this.deps.pools.size(tenantId, name), seen), versions: versions.map(toTemplateVersion) };
+      const template = {
+        ...toCustomTemplate(versions[0]!, await this.deps.pools.size(tenantId, name), seen),
+        warmPoolReady: await this.deps.pools.ready(tenantId, name),
+      };
+      return { template, versions: versions.map(toTemplateVersion) };
     }
     const platform = await findTemplate(db, name);
     if (platform) return { template: toTemplate(platform), versions: [] };

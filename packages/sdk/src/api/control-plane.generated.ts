@@ -754,6 +754,8 @@ export interface components {
             version?: number;
             /** @description Warmed VMs of the newest version kept for creates (custom templates; 0: none). */
             warmPoolSize?: number;
+            /** @description Warmed VMs of the pool ready to hand out now, as the pool's node reports them (custom templates, in GET /v1/templates/{name} only; null when that node cannot be asked now). Below warmPoolSize while the pool fills, after a burst of creates, or on a node short of memory. */
+            warmPoolReady?: number | null;
             /** @description Published by the operator for every tenant (custom templates): every tenant lists it and creates from it. */
             public?: boolean;
             /** @description Another tenant's template published for every tenant (the platform's): usable, never changed or deleted by this key. */
