@@ -89,8 +89,8 @@ async function until<T>(what: string, f: () => T | undefined | Promise<T | undef
 const cfg = (key: string) => ({ apiUrl: own.apiUrl, apiKey: key });
 const startedOf = async (s: Sandbox) => (await s.events()).find((e) => e.type === 'sandbox.started')!.data as { pooled: boolean; vmId: string };
 
-/** A template of the tenant's: a snapshot of a sandbox with a file in it, promoted (the cheapest build there is). */
-async function publish(key: string, name: string): Promise<void> {
+/** A template of the tenant's: a snapshot of a sandbox with a file in it, promoted (the cheapest build there is); its build sandbox's id. */
+async function publish(key: string, name: string): Promise<string> {
   const b = await Sandbox.create({ ...cfg(key), timeoutS: 1800, snapshotIntervalS: 3600 });
   made.push(b);
   await b.files.write('/root/from-template.txt', 'written by the build');
@@ -98,6 +98,7 @@ async function publish(key: string, name: string): Promise<void> {
   const published = await call('POST', '/v1/templates', key, { name, snapshotId: snap.id, envs: { FROM: 'template' } });
   expect(published.status, JSON.stringify(published.body)).toBe(201);
   await b.kill();
+  return b.id;
 }
 
 let owner: { id: string; key: string };
@@ -205,5 +206,24 @@ describe('template warm pools', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(running(vms)).toEqual([]);
     for (const id of vms) expect(existsSync(join(server.home, 'run', id))).toBe(false);
+  });
+  it("revoking the publisher's key stops creates from its published template; another tenant's own snapshots still restore", async () => {
+    const name = `publisher-revoked-${run}`;
+    const built = await publish(own.apiKey, name);
+    const operatorTenant = (await call('GET', `/v1/sandboxes/${built}`, own.apiKey)).body!.tenantId as string;
+    expect((await call('PATCH', `/v1/templates/${name}`, own.apiKey, { public: true })).status).toBe(200);
+    const s = await Sandbox.create({ ...cfg(stranger.key), template: name, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(s);
+    const snap = await s.snapshot();
+    await s.kill();
+    expect((await call('POST', `/v1/tenants/${operatorTenant}/keys/revoke`, own.apiKey)).status).toBe(200);
+    // Refused for everyone, without naming the publisher's tenant.
+    const refused = await call('POST', '/v1/sandboxes', stranger.key, { template: name });
+    expect(refused.body?.error.code, JSON.stringify(refused.body)).toBe('key_revoked');
+    expect(JSON.stringify(refused.body)).not.toContain(operatorTenant);
+    // The other tenant's snapshot is sealed under its own key alone.
+    const [fork] = await Sandbox.fork(snap.id, { ...cfg(stranger.key), timeoutS: 600 });
+    made.push(fork!);
+    expect((await fork!.commands.run('cat /root/from-template.txt')).stdout).toBe('written by the build');
   });
 });

@@ -599,8 +599,8 @@ export class Gateway {
         details: { field: 'sourceTenantId' },
       });
     }
-    if (foreign) await this.revocation.requireKey(storedUnder);
-    const m = await this.snapshots.manifest(storedUnder, req.snapshotId);
+    if (foreign) await this.revocation.requireKey(storedUnder).catch(hidePublisher);
+    const m = await this.snapshots.manifest(storedUnder, req.snapshotId).catch(foreign ? hidePublisher : rethrow);
     if (kind === 'resume' && m.sandboxId !== req.id) {
       throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, {
         details: { field: 'snapshotId' },
@@ -643,7 +643,9 @@ export class Gateway {
     const t0 = performance.now();
     let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
     try {
-      prepared = warm?.prepared ?? (await this.snapshots.prepareRestore(m, dir, template, foreign ? { forTenant: req.tenantId } : {}));
+      prepared =
+        warm?.prepared ??
+        (await this.snapshots.prepareRestore(m, dir, template, foreign ? { forTenant: req.tenantId } : {}).catch(foreign ? hidePublisher : rethrow));
       // Killed while its files were written (a revocation waits for them, then wipes them): it never boots.
       sbx.abortIfEnded();
     } catch (err) {
@@ -768,7 +770,8 @@ export class Gateway {
       sourceTenantId?: string;
     } = {},
   ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
-    const m = await this.snapshots.manifest(opts.sourceTenantId ?? tenantId, snapshotId);
+    const foreign = opts.sourceTenantId !== undefined && opts.sourceTenantId !== tenantId;
+    const m = await this.snapshots.manifest(opts.sourceTenantId ?? tenantId, snapshotId).catch(foreign ? hidePublisher : rethrow);
     const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
     let next = 0;
     const worker = async () => {
@@ -889,6 +892,23 @@ export class Gateway {
     this.ram.release();
   }
 }
+
+const rethrow = (err: unknown): never => {
+  throw err;
+};
+
+/**
+ * A failure to read a published template under its publisher's key, as the tenant creating from it may see it: the
+ * code, never the publisher's tenant id or its provider's words (they go to the log as the cause).
+ */
+const hidePublisher = (err: unknown): never => {
+  if (err instanceof SandglassError && (err.code === 'key_revoked' || err.code === 'key_unavailable')) {
+    throw new SandglassError(err.code, 'The key of the tenant that published this template cannot be used; sandboxes cannot be created from it now.', {
+      cause: err,
+    });
+  }
+  throw err;
+};
 
 function pausedError(id: string): SandglassError {
   return new SandglassError(
