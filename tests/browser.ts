@@ -6,9 +6,9 @@ export function launchChromium(): Promise<Browser> {
   return chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
 }
 
-export async function signInPage(page: Page): Promise<void> {
+export async function signInPage(page: Page, key = adminKey): Promise<void> {
   await page.goto(`${apiUrl}/console/`);
-  await page.getByLabel('API key').fill(adminKey);
+  await page.getByLabel('API key').fill(key);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Sandboxes' }).waitFor();
 }

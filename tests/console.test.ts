@@ -777,6 +777,22 @@ describe('console in a browser', () => {
     await seePrompt(page);
     await typeAndSee(page, 'cat /root/tpl-mark', 'from-the-template');
 
+    // Published by the operator: another tenant's member sees it in its list and picker, marked, and cannot delete it.
+    expect((await api('PATCH', `/v1/templates/${name}`, { body: { public: true } })).status).toBe(200);
+    const tenant = await api('POST', '/v1/tenants', { body: { name: `console-viewer-${Date.now()}` } });
+    const member = await api('POST', `/v1/tenants/${tenant.body!.id}/api-keys`, { body: {} });
+    const other = await browser.newContext({ viewport: { width: 1366, height: 768 } });
+    const theirs = await other.newPage();
+    await signInPage(theirs, member.body!.key as string);
+    const picker = theirs.getByRole('form', { name: 'New sandbox' }).getByLabel('Template');
+    await expect.poll(() => picker.locator('option').allTextContents()).toContainEqual(expect.stringContaining(`${name} v2 (published,`));
+    await theirs.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Templates' }).click();
+    await theirs.getByTestId('template-row').filter({ hasText: name }).filter({ hasText: 'published by the platform' }).waitFor({ timeout: 30_000 });
+    await theirs.goto(`${apiUrl}/console/#/templates/${name}`);
+    await theirs.getByTestId('version-row').filter({ hasText: second.body!.id }).waitFor({ timeout: 30_000 });
+    expect(await theirs.getByRole('button', { name: /Delete/ }).count()).toBe(0);
+    await other.close();
+
     // Deleting one version, then the template, each after a confirmation.
     await page.goto(`${apiUrl}/console/#/templates/${name}`);
     await page.getByRole('button', { name: 'Delete version 1' }).click();

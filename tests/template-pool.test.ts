@@ -1,12 +1,12 @@
 // A custom template's warm pool against real VMs: a create from it is a hand-over of a VM restored from the version's
 // snapshot (pooled: true) with the template's files and the request's own envs and network; never another tenant's;
-// drained (no QEMU left) by a revocation of the tenant's key and by the template's deletion; bad sizes refused.
+// drained (no QEMU left) by a revocation of the tenant's key and by the template's deletion; bad sizes refused; a
+// published template's pool serving another tenant.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '@sandglass/sdk';
 import { OwnServer, type OwnServerInfo } from './own-server.js';
-import { rawRequest } from '@sandglass/gateway/test-support';
 
 // Its own server: the base template's warm pool is off there, so every `pool_…` VM of its home is a template pool's.
 const server = new OwnServer('template-pool');
@@ -69,14 +69,11 @@ function running(ids: string[]): string[] {
   return [...out].sort();
 }
 
-/** Warmed VMs the node holds ready for the template now (its internal API: a VM still warming is not ready). */
-async function ready(name: string): Promise<number> {
-  const res = await rawRequest({ socketPath: own.internalSocket }, 'GET', '/internal/v1/template-pools', {
-    headers: { authorization: `Bearer ${own.internalBearer}` },
-  });
-  expect(res.status).toBe(200);
-  const pools = (JSON.parse(res.body) as { pools: Array<{ name: string; available: number }> }).pools;
-  return pools.find((p) => p.name === name)?.available ?? 0;
+/** Warmed VMs of the template ready now, as the public API reports them (its node's count: one still warming is not). */
+async function ready(name: string, key = owner.key): Promise<number> {
+  const res = await call('GET', `/v1/templates/${name}`, key);
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body?.template.warmPoolReady as number;
 }
 
 async function until<T>(what: string, f: () => T | undefined | Promise<T | undefined>, timeoutMs = 300_000): Promise<T> {
@@ -92,8 +89,8 @@ async function until<T>(what: string, f: () => T | undefined | Promise<T | undef
 const cfg = (key: string) => ({ apiUrl: own.apiUrl, apiKey: key });
 const startedOf = async (s: Sandbox) => (await s.events()).find((e) => e.type === 'sandbox.started')!.data as { pooled: boolean; vmId: string };
 
-/** A template of the tenant's: a snapshot of a sandbox with a file in it, promoted (the cheapest build there is). */
-async function publish(key: string, name: string): Promise<void> {
+/** A template of the tenant's: a snapshot of a sandbox with a file in it, promoted (the cheapest build there is); its build sandbox's id. */
+async function publish(key: string, name: string): Promise<string> {
   const b = await Sandbox.create({ ...cfg(key), timeoutS: 1800, snapshotIntervalS: 3600 });
   made.push(b);
   await b.files.write('/root/from-template.txt', 'written by the build');
@@ -101,6 +98,7 @@ async function publish(key: string, name: string): Promise<void> {
   const published = await call('POST', '/v1/templates', key, { name, snapshotId: snap.id, envs: { FROM: 'template' } });
   expect(published.status, JSON.stringify(published.body)).toBe(201);
   await b.kill();
+  return b.id;
 }
 
 let owner: { id: string; key: string };
@@ -126,7 +124,7 @@ describe('template warm pools', () => {
       expect([r.status, r.body?.error.code], JSON.stringify(r.body)).toEqual([400, 'invalid_argument']);
       expect(JSON.stringify(r.body?.error)).toContain('warmPoolSize');
     }
-    expect((await call('GET', `/v1/templates/${NAME}`, owner.key)).body?.template.warmPoolSize).toBe(0);
+    expect((await call('GET', `/v1/templates/${NAME}`, owner.key)).body?.template).toMatchObject({ warmPoolSize: 0, warmPoolReady: 0 });
     expect((await call('PATCH', '/v1/templates/base', owner.key, { warmPoolSize: 1 })).status).toBe(403);
     expect((await call('PATCH', `/v1/templates/${NAME}`, stranger.key, { warmPoolSize: 1 })).body?.error.code).toBe('template_not_found');
     expect(poolVms()).toEqual([]);
@@ -177,16 +175,55 @@ describe('template warm pools', () => {
     expect(poolVms()).toEqual([]);
   });
 
+  it("a published template's pool serves another tenant, whose sandbox then captures under its own key alone", async () => {
+    const name = `published-${run}`;
+    await publish(own.apiKey, name);
+    expect((await call('PATCH', `/v1/templates/${name}`, own.apiKey, { public: true, warmPoolSize: 1 })).body).toMatchObject({ public: true, warmPoolSize: 1 });
+    const pooled = await until('the pool to fill', async () => ((await ready(name, own.apiKey)) === 1 ? poolVms() : undefined));
+    // The other tenant sees how ready the platform's pool is, and its create takes the pooled VM.
+    expect(await ready(name, stranger.key)).toBe(1);
+    const s = await Sandbox.create({ ...cfg(stranger.key), template: name, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(s);
+    expect(await startedOf(s)).toMatchObject({ pooled: true, vmId: pooled[0] });
+    expect((await s.commands.run('cat /root/from-template.txt')).stdout).toBe('written by the build');
+    const snap = await s.snapshot();
+    expect(snap.parentId).toBeNull();
+    const [fork] = await Sandbox.fork(snap.id, { ...cfg(stranger.key), timeoutS: 600 });
+    made.push(fork!);
+    expect((await fork!.commands.run('cat /root/from-template.txt')).stdout).toBe('written by the build');
+    await Promise.all([s.kill(), fork!.kill()]);
+    expect((await call('DELETE', `/v1/templates/${name}`, own.apiKey)).status).toBe(204);
+  });
+
   it("a revocation of the tenant's key drains the tenant's pools", async () => {
     const t = await newTenant('pool-revoked');
     const name = `revoked-${run}`;
     await publish(t.key, name);
     expect((await call('PATCH', `/v1/templates/${name}`, t.key, { warmPoolSize: 2 })).status).toBe(200);
-    const vms = await until('the pool to fill', async () => ((await ready(name)) === 2 ? poolVms() : undefined));
+    const vms = await until('the pool to fill', async () => ((await ready(name, t.key)) === 2 ? poolVms() : undefined));
     expect(vms).toHaveLength(2);
     const res = await call('POST', `/v1/tenants/${t.id}/keys/revoke`, own.apiKey);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(running(vms)).toEqual([]);
     for (const id of vms) expect(existsSync(join(server.home, 'run', id))).toBe(false);
+  });
+  it("revoking the publisher's key stops creates from its published template; another tenant's own snapshots still restore", async () => {
+    const name = `publisher-revoked-${run}`;
+    const built = await publish(own.apiKey, name);
+    const operatorTenant = (await call('GET', `/v1/sandboxes/${built}`, own.apiKey)).body!.tenantId as string;
+    expect((await call('PATCH', `/v1/templates/${name}`, own.apiKey, { public: true })).status).toBe(200);
+    const s = await Sandbox.create({ ...cfg(stranger.key), template: name, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(s);
+    const snap = await s.snapshot();
+    await s.kill();
+    expect((await call('POST', `/v1/tenants/${operatorTenant}/keys/revoke`, own.apiKey)).status).toBe(200);
+    // Refused for everyone, without naming the publisher's tenant.
+    const refused = await call('POST', '/v1/sandboxes', stranger.key, { template: name });
+    expect(refused.body?.error.code, JSON.stringify(refused.body)).toBe('key_revoked');
+    expect(JSON.stringify(refused.body)).not.toContain(operatorTenant);
+    // The other tenant's snapshot is sealed under its own key alone.
+    const [fork] = await Sandbox.fork(snap.id, { ...cfg(stranger.key), timeoutS: 600 });
+    made.push(fork!);
+    expect((await fork!.commands.run('cat /root/from-template.txt')).stdout).toBe('written by the build');
   });
 });

@@ -1,6 +1,7 @@
 // A tenant's own template against real VMs: a package installed through the build's egress from a repository served on
 // loopback, a server started before the snapshot, sandboxes (Sandglass's SDK and E2B's) that wake with both and run as
-// the template's user in its workdir, and a template no other tenant can see, use or delete.
+// the template's user in its workdir, and a template no other tenant can see, use or delete unless the operator
+// published it for every tenant.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
@@ -261,6 +262,87 @@ describe('custom templates', () => {
     }
     // Random bytes neither compress nor dedupe: only the zeroing of freed memory keeps them out of the store.
     expect(sizes.true).toBeLessThan(sizes.false! - 32 * 1024 * 1024);
+  });
+
+  it("the operator's published template: another tenant lists it, creates from it under its own key, never changes it", async () => {
+    const PUB = `published-${Date.now().toString(36)}`;
+    process.env.E2B_API_URL = `${apiUrl}/e2b`;
+    process.env.E2B_SANDBOX_URL = `${gatewayUrl}/e2b`;
+    delete process.env.E2B_DOMAIN;
+    // The operator's own template, promoted from a snapshot holding a marker file.
+    const src = await Sandbox.create({ ...config(), timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(src);
+    await src.files.write('/srv/marker.txt', 'from the platform');
+    const snap = await src.snapshot();
+    await src.kill();
+    const v = await api('POST', '/v1/templates', { body: { name: PUB, snapshotId: snap.id } });
+    expect(v.status, JSON.stringify(v.body)).toBe(201);
+    // Only an operator key publishes, naming the field: not another tenant's member key, nor a tenant on its own template.
+    for (const [key, name] of [
+      [stranger, PUB],
+      [owner, NAME],
+    ] as const) {
+      const refused = await api('PATCH', `/v1/templates/${name}`, { key, body: { public: true } });
+      expect([refused.status, refused.body!.error.code, refused.body!.error.details.field]).toEqual([403, 'permission_denied', 'public']);
+    }
+    expect((await api('POST', '/v1/sandboxes', { key: stranger, body: { template: PUB } })).body!.error.code).toBe('template_not_found');
+    const published = await api('PATCH', `/v1/templates/${PUB}`, { body: { public: true } });
+    expect([published.status, published.body!.public]).toEqual([200, true]);
+
+    const listed = (await api('GET', '/v1/templates', { key: stranger })).body!.templates.find((t: { name: string }) => t.name === PUB);
+    expect(listed).toMatchObject({ id: v.body!.id, custom: true, public: true, readOnly: true });
+    expect((await api('GET', `/v1/templates/${PUB}`, { key: stranger })).body!.versions.map((x: { id: string }) => x.id)).toEqual([v.body!.id]);
+    expect(await E2bTemplate.exists(PUB, { apiKey: stranger })).toBe(true);
+    // Used, never changed or deleted by the tenant it was published to.
+    for (const [method, body] of [
+      ['DELETE', undefined],
+      ['PATCH', { warmPoolSize: 1 }],
+    ] as const) {
+      const res = await api(method, `/v1/templates/${PUB}`, { key: stranger, body });
+      expect([res.status, res.body!.error.code], method).toEqual([403, 'permission_denied']);
+    }
+
+    // By name through the SDK, by version id through the API: the marker is there, in a sandbox of the stranger's.
+    const s = await Sandbox.create({ ...config(stranger), template: PUB, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(s);
+    expect((await sh(s, 'cat /srv/marker.txt')).out).toBe('from the platform');
+    const byId = await api('POST', '/v1/sandboxes', { key: stranger, body: { template: v.body!.id, timeoutS: 600 } });
+    expect(byId.status, JSON.stringify(byId.body)).toBe(201);
+    await api('DELETE', `/v1/sandboxes/${byId.body!.id}`, { key: stranger });
+    const e = await E2bSandbox.create(PUB, { apiKey: stranger, timeoutMs: 600_000 });
+    made.push(e);
+    expect((await e.commands.run('cat /srv/marker.txt', { user: 'root' })).stdout).toBe('from the platform');
+    await e.kill();
+
+    // The stranger's own snapshot is its own tenant's alone: stored in full under its key, naming no parent in the
+    // publisher's store; the publisher's own sandbox from it stores only what changed since the template.
+    await s.files.write('/srv/mine.txt', 'tenant data');
+    const own = await s.snapshot();
+    expect(own.parentId).toBeNull();
+    await s.kill();
+    const same = await Sandbox.create({ ...config(), template: PUB, timeoutS: 600, snapshotIntervalS: 3600 });
+    made.push(same);
+    await same.files.write('/srv/mine.txt', 'tenant data');
+    const incremental = await same.snapshot();
+    await same.kill();
+    expect(incremental.parentId).toBe(snap.id);
+    console.info(
+      `first snapshot after a create from a template: ${own.sizeAddedBytes} B stored for another tenant, ${incremental.sizeAddedBytes} B for its own`,
+    );
+    expect(own.sizeAddedBytes).toBeGreaterThan(incremental.sizeAddedBytes);
+
+    // Withdrawn: no longer listed nor created from, by name or id; the stranger's snapshot still restores.
+    expect((await api('PATCH', `/v1/templates/${PUB}`, { body: { public: false } })).body!.public).toBe(false);
+    expect(await E2bTemplate.exists(PUB, { apiKey: stranger })).toBe(false);
+    for (const template of [PUB, v.body!.id]) {
+      const res = await api('POST', '/v1/sandboxes', { key: stranger, body: { template } });
+      expect([res.status, res.body!.error.code], template).toEqual([404, 'template_not_found']);
+    }
+    const [fork] = await Sandbox.fork(own.id, { ...config(stranger), timeoutS: 600 });
+    made.push(fork!);
+    expect((await sh(fork!, 'cat /srv/marker.txt; echo; cat /srv/mine.txt')).out).toBe('from the platform\ntenant data');
+    await fork!.kill();
+    expect((await api('DELETE', `/v1/templates/${PUB}`)).status).toBe(204);
   });
 
   it('a deleted template leaves the sandboxes made from it, and their snapshots, working', async () => {

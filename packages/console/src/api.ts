@@ -137,6 +137,10 @@ export interface Template {
   vcpus?: number;
   diskMib?: number | null;
   version?: number;
+  /** Published by the operator for every tenant. */
+  public?: boolean;
+  /** Another tenant's published template (the platform's): created from, never changed or deleted from here. */
+  readOnly?: boolean;
 }
 
 export interface TemplateVersion {

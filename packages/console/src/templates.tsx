@@ -10,6 +10,13 @@ const LOG_PAGE = 1000;
 
 const message = (e: Error) => (e instanceof ApiError ? `${e.code}: ${e.message}` : e.message);
 
+/** Whose a template is: the platform's, the tenant's own (public when it published it), or published to every tenant. */
+function kindOf(t: Template): string {
+  if (!t.custom) return 'platform';
+  if (t.readOnly) return 'published by the platform';
+  return t.public ? 'custom, public' : 'custom';
+}
+
 /** A template's or version's size in words; a disk of null is the base image's own. */
 export function sizeOf(t: { memoryMib: number; vcpus?: number; diskMib?: number | null }): string {
   const parts = [`${t.memoryMib} MiB`];
@@ -91,7 +98,7 @@ export function NewSandbox({ onCreated, fail }: { onCreated: () => void; fail: (
           {templates.length === 0 && <option value="base">base</option>}
           {templates.map((t) => (
             <option key={t.id} value={t.name} disabled={t.status !== 'ready'}>
-              {t.custom ? `${t.name} v${t.version} (custom, ${sizeOf(t)})` : `${t.name} (platform, ${t.memoryMib} MiB)`}
+              {t.custom ? `${t.name} v${t.version} (${t.readOnly ? 'published' : 'custom'}, ${sizeOf(t)})` : `${t.name} (platform, ${t.memoryMib} MiB)`}
               {t.status === 'ready' ? '' : ` — ${t.status}`}
             </option>
           ))}
@@ -241,7 +248,7 @@ export function TemplatesPage() {
               <td>
                 <a href={`#/templates/${t.name}`}>{t.name}</a>
               </td>
-              <td>{t.custom ? 'custom' : 'platform'}</td>
+              <td>{kindOf(t)}</td>
               <td>{t.version === undefined ? '' : `v${t.version}`}</td>
               <td>{sizeOf(t)}</td>
               <td>{t.status}</td>
@@ -363,13 +370,13 @@ export function TemplatePage({ name, buildId }: { name: string; buildId?: string
   return (
     <section aria-label={`Template ${name}`}>
       <h1>
-        Template <code>{name}</code> <small>{template === null ? 'no published version' : template && !template.custom ? 'platform' : ''}</small>
+        Template <code>{name}</code> <small>{template === null ? 'no published version' : template ? kindOf(template) : ''}</small>
       </h1>
       <p>
         <a href="#/templates">All templates</a>
       </p>
       {error && <p role="alert">{error}</p>}
-      {template?.custom && (
+      {template?.custom && !template.readOnly && (
         <div className="toolbar">
           {confirm === 'all' ? (
             <>
@@ -412,12 +419,12 @@ export function TemplatePage({ name, buildId }: { name: string; buildId?: string
                   </td>
                   <td>{v.createdAt}</td>
                   <td>{sizeOf(v)}</td>
+                  <td>{template?.readOnly ? '' : <code>{v.snapshotId}</code>}</td>
+                  <td>{v.buildId && !template?.readOnly ? <a href={`#/templates/${name}/builds/${v.buildId}`}>{v.buildId}</a> : ''}</td>
                   <td>
-                    <code>{v.snapshotId}</code>
-                  </td>
-                  <td>{v.buildId ? <a href={`#/templates/${name}/builds/${v.buildId}`}>{v.buildId}</a> : ''}</td>
-                  <td>
-                    {confirm === v.version ? (
+                    {template?.readOnly ? (
+                      ''
+                    ) : confirm === v.version ? (
                       <>
                         <button type="button" onClick={() => remove(v.version)}>
                           Confirm delete version {v.version}

@@ -6,7 +6,7 @@ import type { EventLog } from '@sandglass/events';
 import { toTemplate, type Template } from './api.js';
 import type { Principal } from './keys.js';
 import { checkEnvs, type SandboxService } from './sandboxes.js';
-import { findTemplate, findTemplateVersion, listTemplates, versionHolding } from './templates.js';
+import { findPublishedVersion, findTemplate, findTemplateVersion, listTemplates, versionHolding } from './templates.js';
 import type { TemplatePools } from './template-pools.js';
 
 type Schemas = ControlPlaneApi.components['schemas'];
@@ -54,7 +54,8 @@ export function toTemplateVersion(row: TemplateVersionRow): TemplateVersion {
   };
 }
 
-function toCustomTemplate(row: TemplateVersionRow, warmPoolSize: number): Template {
+/** How a tenant sees a custom template: its own (public when it published it), or another's published one, read-only. */
+function toCustomTemplate(row: TemplateVersionRow, warmPoolSize: number, seen: { public: boolean; readOnly: boolean }): Template {
   return {
     id: row.id,
     name: row.name,
@@ -66,6 +67,8 @@ function toCustomTemplate(row: TemplateVersionRow, warmPoolSize: number): Templa
     diskMib: row.disk_mib,
     version: row.version,
     warmPoolSize,
+    public: seen.public,
+    readOnly: seen.readOnly,
   };
 }
 
@@ -84,6 +87,10 @@ function toBuild(row: TemplateBuildRow): TemplateBuild {
 
 const noSuchTemplate = (name: string) =>
   new SandglassError('template_not_found', `No template ${JSON.stringify(name)}; GET /v1/templates lists them.`, { details: { field: 'name' } });
+const publishedElsewhere = (name: string, field: string) =>
+  new SandglassError('permission_denied', `${name} is a template the platform published for every tenant; only its own tenant may change or delete it.`, {
+    details: { field },
+  });
 const noSuchBuild = (id: string) => new SandglassError('not_found', `No template build ${id}.`, { details: { field: 'id' } });
 
 /** The snapshot name that pins a version's snapshot, within the snapshot name rules (64 characters). */
@@ -92,35 +99,58 @@ const pinName = (name: string, version: number) => `tpl-${name}`.slice(0, 56) + 
 export class CustomTemplates {
   constructor(private readonly deps: CustomTemplatesDeps) {}
 
-  /** Platform templates, then the tenant's own (each as its newest version). */
+  /**
+   * Platform templates, then the tenant's own and those the operator published for every tenant (each as its newest
+   * version, sorted by name); a published name the tenant also uses is its own template's.
+   */
   async list(who: Principal): Promise<Template[]> {
     const { db } = this.deps;
+    const published = await db.selectFrom('published_templates').select(['tenant_id', 'name']).execute();
+    const publishedBy = new Map(published.map((p) => [p.name, p.tenant_id]));
+    const others = published.filter((p) => p.tenant_id !== who.tenantId);
     const rows = await db
       .selectFrom('template_versions')
       .selectAll()
-      .where('tenant_id', '=', who.tenantId)
+      .where((eb) => eb.or([eb('tenant_id', '=', who.tenantId), ...others.map((p) => eb.and([eb('tenant_id', '=', p.tenant_id), eb('name', '=', p.name)]))]))
       .orderBy('name')
       .orderBy('version', 'desc')
       .execute();
     const newest = new Map<string, TemplateVersionRow>();
-    for (const r of rows) if (!newest.has(r.name)) newest.set(r.name, r);
+    // The tenant's own rows first, so its own template of a published name is the one it sees.
+    for (const r of [...rows.filter((r) => r.tenant_id === who.tenantId), ...rows]) if (!newest.has(r.name)) newest.set(r.name, r);
     const sizes = new Map(
-      (await db.selectFrom('template_pools').select(['name', 'size']).where('tenant_id', '=', who.tenantId).execute()).map((r) => [r.name, r.size]),
+      (await db.selectFrom('template_pools').select(['tenant_id', 'name', 'size']).execute()).map((r) => [`${r.tenant_id}/${r.name}`, r.size]),
     );
-    return [...(await listTemplates(db)).map(toTemplate), ...[...newest.values()].map((r) => toCustomTemplate(r, sizes.get(r.name) ?? 0))];
+    const custom = [...newest.values()]
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map((r) =>
+        toCustomTemplate(r, sizes.get(`${r.tenant_id}/${r.name}`) ?? 0, {
+          public: publishedBy.get(r.name) === r.tenant_id,
+          readOnly: r.tenant_id !== who.tenantId,
+        }),
+      );
+    return [...(await listTemplates(db)).map(toTemplate), ...custom];
   }
 
+  /** A template with its versions: the tenant's own, else one published for every tenant, else a platform one. */
   async get(who: Principal, name: string): Promise<Schemas['TemplateDetail']> {
     const { db } = this.deps;
-    const versions = await db
-      .selectFrom('template_versions')
-      .selectAll()
-      .where('tenant_id', '=', who.tenantId)
-      .where('name', '=', name)
-      .orderBy('version', 'desc')
-      .execute();
-    if (versions.length > 0) {
-      return { template: toCustomTemplate(versions[0]!, await this.deps.pools.size(who.tenantId, name)), versions: versions.map(toTemplateVersion) };
+    const published = await db.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst();
+    for (const tenantId of [who.tenantId, ...(published && published.tenant_id !== who.tenantId ? [published.tenant_id] : [])]) {
+      const versions = await db
+        .selectFrom('template_versions')
+        .selectAll()
+        .where('tenant_id', '=', tenantId)
+        .where('name', '=', name)
+        .orderBy('version', 'desc')
+        .execute();
+      if (versions.length === 0) continue;
+      const seen = { public: published?.tenant_id === tenantId, readOnly: tenantId !== who.tenantId };
+      const template = {
+        ...toCustomTemplate(versions[0]!, await this.deps.pools.size(tenantId, name), seen),
+        warmPoolReady: await this.deps.pools.ready(tenantId, name),
+      };
+      return { template, versions: versions.map(toTemplateVersion) };
     }
     const platform = await findTemplate(db, name);
     if (platform) return { template: toTemplate(platform), versions: [] };
@@ -216,21 +246,70 @@ export class CustomTemplates {
     return toTemplateVersion(row);
   }
 
-  /** Sets how many warmed VMs of the template's newest version its node keeps (PATCH /v1/templates/{name}). */
-  async setWarmPool(who: Principal, name: string, warmPoolSize: number): Promise<Template> {
+  /**
+   * PATCH /v1/templates/{name}: how many warmed VMs of the newest version its node keeps, and (operator keys only)
+   * whether every tenant may use it. Only the template's own tenant changes it. The role is checked first, so a key
+   * that may not publish learns nothing about the name.
+   */
+  async update(who: Principal, name: string, body: { warmPoolSize?: number; public?: boolean }): Promise<Template> {
     const { db, pools } = this.deps;
-    const newest = await findTemplateVersion(db, who.tenantId, name);
-    if (!newest || name.startsWith('tpl_')) {
+    if (body.public !== undefined && who.role !== 'operator') {
+      throw new SandglassError('permission_denied', 'Only an operator key publishes a template for every tenant.', { details: { field: 'public' } });
+    }
+    const newest = name.startsWith('tpl_') ? undefined : await findTemplateVersion(db, who.tenantId, name);
+    if (!newest) {
+      const field = body.public !== undefined ? 'public' : 'warmPoolSize';
       if (await findTemplate(db, name)) {
         throw new SandglassError(
           'permission_denied',
-          `${name} is a platform template; its warm pool is the node's setting (warmPoolSize in its configuration).`,
+          field === 'public'
+            ? `${name} is a platform template; every tenant has it already.`
+            : `${name} is a platform template; its warm pool is the node's setting (warmPoolSize in its configuration).`,
+          { details: { field } },
         );
       }
+      if (await findPublishedVersion(db, name)) throw publishedElsewhere(name, field);
       throw noSuchTemplate(name);
     }
-    await pools.set(who.tenantId, name, warmPoolSize);
-    return toCustomTemplate(newest, warmPoolSize);
+    if (body.public !== undefined) await this.#setPublic(who, name, body.public);
+    if (body.warmPoolSize !== undefined) await pools.set(who.tenantId, name, body.warmPoolSize);
+    const holder = await db.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst();
+    return toCustomTemplate(newest, body.warmPoolSize ?? (await pools.size(who.tenantId, name)), {
+      public: holder?.tenant_id === who.tenantId,
+      readOnly: false,
+    });
+  }
+
+  /** Publishes the template for every tenant, or withdraws it; one tenant's template per name may be published. */
+  async #setPublic(who: Principal, name: string, isPublic: boolean): Promise<void> {
+    const { db, events, clock } = this.deps;
+    try {
+      await db.transaction().execute(async (trx) => {
+        const holder = await trx.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst();
+        if (holder && holder.tenant_id !== who.tenantId) {
+          throw new SandglassError('conflict', `Another tenant's template ${name} is published already; publish this one under another name.`, {
+            details: { field: 'public' },
+          });
+        }
+        if (isPublic === (holder !== undefined)) return;
+        if (isPublic)
+          await trx
+            .insertInto('published_templates')
+            .values({ name, tenant_id: who.tenantId, published_at: toIso(clock.nowMs()) })
+            .execute();
+        else await trx.deleteFrom('published_templates').where('name', '=', name).execute();
+        await events.append(
+          { type: 'template.visibility_changed', tenantId: who.tenantId, data: { name, public: isPublic, keyId: who.keyId } },
+          { clock, trx },
+        );
+      });
+    } catch (err) {
+      // Two publications of one name raced: the loser is told as if it had come second.
+      if (!isUniqueViolation(err)) throw err;
+      throw new SandglassError('conflict', `Another tenant's template ${name} is published already; publish this one under another name.`, {
+        details: { field: 'public' },
+      });
+    }
   }
 
   /** A pool change reaches its node now when it can; a node that cannot be told gets it at its next registration. */
@@ -252,9 +331,13 @@ export class CustomTemplates {
         throw new SandglassError('template_not_found', `Template ${name} has no version ${version}.`, { details: { field: 'version' } });
       }
       if (await findTemplate(db, name)) throw new SandglassError('permission_denied', `${name} is a platform template; it cannot be deleted through the API.`);
+      if (await findPublishedVersion(db, name)) throw publishedElsewhere(name, 'name');
       throw noSuchTemplate(name);
     }
+    const left = await db.selectFrom('template_versions').select('id').where('tenant_id', '=', who.tenantId).where('name', '=', name).execute();
     await db.transaction().execute(async (trx) => {
+      // With its last version the template is gone for every tenant: a later template of that name starts private.
+      if (left.length === rows.length) await trx.deleteFrom('published_templates').where('name', '=', name).where('tenant_id', '=', who.tenantId).execute();
       await trx
         .deleteFrom('template_versions')
         .where(

@@ -23,7 +23,7 @@ import { parsePolicy } from '@sandglass/egress';
 import type { NetworkPolicy, Sandbox, Snapshot } from './api.js';
 import { authenticate, type Principal } from './keys.js';
 import { checkEnvs, E2B_ENVD_TOKEN_TTL_MS, type SandboxService } from './sandboxes.js';
-import { findTemplate, findTemplateVersion, listTemplates } from './templates.js';
+import { findTemplate, findUsableVersion, listTemplates } from './templates.js';
 
 export const E2B_SPEC = fileURLToPath(new URL('../../../spec/e2b.yaml', import.meta.url));
 
@@ -334,7 +334,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         // E2B sandboxes take their shape from the template; the rest are Sandglass's own create defaults.
         const template = await findTemplate(db, b.templateID);
         // A tenant template of that name wins over a snapshot named like it.
-        const custom = template === undefined ? await findTemplateVersion(db, who(req).tenantId, b.templateID) : undefined;
+        const custom = template === undefined ? await findUsableVersion(db, who(req).tenantId, b.templateID) : undefined;
         const snapshot = template === undefined && custom === undefined ? await namedSnapshot(req, b.templateID) : undefined;
         if (snapshot !== undefined) {
           // A sandbox from a snapshot is a fork of it: the network and envs are those of the sandbox it was taken of.
@@ -498,12 +498,18 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       return reply.code(201).send(results);
     });
 
-    /** `Template.exists(name)`: a platform template (every tenant sees it: E2B's public) or one of the tenant's own. */
+    /**
+     * `Template.exists(name)`: a platform template or one the operator published (every tenant sees them: E2B's
+     * public), or one of the tenant's own (public when it is the one published).
+     */
     route('GET', '/templates/aliases/{alias}', async (req) => {
       const template = await findTemplate(db, req.params.alias);
-      if (template !== undefined && template.name === req.params.alias) return { templateID: template.id, public: true as const };
-      const custom = await findTemplateVersion(db, who(req).tenantId, req.params.alias);
-      if (custom !== undefined && custom.name === req.params.alias) return { templateID: custom.id, public: false as const };
+      if (template !== undefined && template.name === req.params.alias) return { templateID: template.id, public: true };
+      const custom = await findUsableVersion(db, who(req).tenantId, req.params.alias);
+      if (custom !== undefined && custom.name === req.params.alias) {
+        const published = await db.selectFrom('published_templates').select('tenant_id').where('name', '=', custom.name).executeTakeFirst();
+        return { templateID: custom.id, public: published?.tenant_id === custom.tenant_id };
+      }
       throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.params.alias)} exists.`);
     });
 

@@ -120,6 +120,15 @@ export class GatewayClient {
     await this.#call(gateway, 'PUT', '/internal/v1/template-pools', req, this.#requestTimeoutMs);
   }
 
+  /** The template warm pools a gateway keeps, with how many warmed VMs each holds now. */
+  async listTemplatePools(gateway: GatewayEndpoint): Promise<GatewaySchemas['NodeTemplatePool'][]> {
+    return (
+      (await this.#call(gateway, 'GET', '/internal/v1/template-pools', undefined, this.#requestTimeoutMs)) as {
+        pools: GatewaySchemas['NodeTemplatePool'][];
+      }
+    ).pools;
+  }
+
   async killSandbox(gateway: GatewayEndpoint, sandboxId: string): Promise<void> {
     await this.#call(gateway, 'DELETE', sandboxPath(sandboxId), undefined, this.#requestTimeoutMs);
   }

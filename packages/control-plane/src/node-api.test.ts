@@ -407,6 +407,53 @@ describe('node API', () => {
     expect((await call('POST', `/node/v1/tenants/${tenant}/secrets/GH_TOKEN/value`, { node: 'n2' })).json().error.code).toBe('permission_denied');
   });
 
+  it("hands the publisher's key to a node starting a sandbox from its published template, and only then", async () => {
+    // A version of `other`'s template; a sandbox of `tenant` made from it is starting on n1.
+    const snapshotId = newId('snap');
+    const now = '2026-11-30T11:00:00.000Z';
+    await database.db
+      .insertInto('template_versions')
+      .values({
+        id: newId('tpl'),
+        tenant_id: other,
+        name: 'tools',
+        version: 1,
+        snapshot_id: snapshotId,
+        memory_mib: 256,
+        vcpus: 1,
+        disk_mib: null,
+        envs: '{}',
+        user: null,
+        workdir: null,
+        start: null,
+        build_id: null,
+        created_at: now,
+      })
+      .execute();
+    const fromTemplate = newId('sbx');
+    const data = { template: 'tools', memoryMib: 256, vcpus: 1, timeoutS: 600, snapshotIntervalS: 60, metadata: {}, gatewayId: 'n1' };
+    await events.append(
+      {
+        type: 'sandbox.created',
+        tenantId: tenant,
+        sandboxId: fromTemplate,
+        data: { ...data, gatewayUrl: 'http://n1.test:1', sourceSnapshotId: snapshotId, secrets: [] },
+      },
+      { clock },
+    );
+    const ask = (node = 'n1') => call('POST', `/node/v1/tenants/${other}/data-keys/chunk-data`, { node });
+    // Not published: the version is `other`'s alone.
+    expect((await ask()).json().error.code).toBe('permission_denied');
+    await database.db.insertInto('published_templates').values({ name: 'tools', tenant_id: other, published_at: now }).execute();
+    expect((await ask()).statusCode).toBe(200);
+    // Never to another node, never a secret of the publisher's.
+    expect((await ask('n2')).json().error.code).toBe('permission_denied');
+    expect((await call('POST', `/node/v1/tenants/${other}/secrets/GH_TOKEN/value`)).json().error.code).toBe('permission_denied');
+    // Once the sandbox runs it needs nothing of the publisher's.
+    await events.append({ type: 'sandbox.started', tenantId: tenant, sandboxId: fromTemplate, data: {} }, { clock });
+    expect((await ask()).json().error.code).toBe('permission_denied');
+  });
+
   it("tells where a running sandbox runs: its node and that node's data-plane URL, nothing else", async () => {
     const url = `/node/v1/sandboxes/${onN1}/location`;
     // Starting: no envd answers there yet.

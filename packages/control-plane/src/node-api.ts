@@ -85,7 +85,8 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
 
     /**
      * A tenant the node may hold keys of: one with a sandbox placed on it, the template tenant, or (keys, never
-     * secrets) one whose template warm pool the control plane put on it.
+     * secrets) one whose template warm pool the control plane put on it, or whose published template a sandbox
+     * placed on it was created from.
      */
     const mayServe = async (nodeId: string, tenantId: string, secret?: string): Promise<void> => {
       if (tenantId === TEMPLATE_TENANT && secret === undefined) return;
@@ -98,6 +99,19 @@ export function nodeApi(opts: NodeApiOptions): FastifyPluginAsync {
           .where('size', '>', 0)
           .executeTakeFirst();
         if (pool) return;
+        // A create from a template this tenant published for every tenant: the node reads its snapshot under this
+        // tenant's key while the new sandbox (another tenant's) is placed on it. Only while published, and only while
+        // such a sandbox is starting: once restored it needs nothing of the publisher's (its captures are its own).
+        const fromPublished = await db
+          .selectFrom('sandboxes as s')
+          .innerJoin('template_versions as v', 'v.snapshot_id', 's.source_snapshot_id')
+          .innerJoin('published_templates as p', (j) => j.onRef('p.tenant_id', '=', 'v.tenant_id').onRef('p.name', '=', 'v.name'))
+          .select('s.id')
+          .where('v.tenant_id', '=', tenantId)
+          .where('s.gateway_id', '=', nodeId)
+          .where('s.state', '=', 'starting')
+          .executeTakeFirst();
+        if (fromPublished) return;
       }
       const rows = await db
         .selectFrom('sandboxes')

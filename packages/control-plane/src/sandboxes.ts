@@ -56,7 +56,7 @@ import type {
 } from './gateways.js';
 import type { Principal } from './keys.js';
 import { renameRuleField, type SecretStore } from './secrets.js';
-import { findTemplate, findTemplateVersion, versionHolding } from './templates.js';
+import { findTemplate, findUsableVersion, versionHolding } from './templates.js';
 
 /** How long a data-plane token lives: short, because it cannot be revoked. */
 export const ACCESS_TOKEN_TTL_MS = 15 * 60_000;
@@ -179,7 +179,7 @@ export class SandboxService {
     const { db, events, gateways, gatewayClient, clock } = this.deps;
     const template = await findTemplate(db, req.template);
     if (!template) {
-      const version = await findTemplateVersion(db, who.tenantId, req.template);
+      const version = await findUsableVersion(db, who.tenantId, req.template);
       if (version) return this.#createFromVersion(who, req, version);
       throw new SandglassError('template_not_found', `No template ${JSON.stringify(req.template)}; GET /v1/templates lists them.`, {
         details: { field: 'template' },
@@ -263,6 +263,8 @@ export class SandboxService {
    * build left running. It gets the network and secrets this request names (none: deny all), never the build's, and
    * the template's variables under its own. Its size is the template's: the snapshot's memory and disk. Its commands,
    * PTYs and relative paths default to the template's user and workdir (the node keeps them in its snapshots).
+   * A version of another tenant (a template the operator published) is read under that tenant's key; the sandbox and
+   * everything it captures are this tenant's alone (the node stores its first capture in full under this tenant's key).
    */
   async #createFromVersion(who: Principal, req: CreateSandboxRequest, version: TemplateVersionRow): Promise<Sandbox> {
     const { events, gateways, gatewayClient, clock } = this.deps;
@@ -276,7 +278,8 @@ export class SandboxService {
     const secrets = await this.#requestSecrets(who, req.secrets);
     const envs = checkEnvs({ ...(JSON.parse(version.envs) as Record<string, string>), ...(req.envs ?? {}) }, 'envs');
     const envNames = Object.keys(envs);
-    const preferNode = await this.deps.templatePools?.nodeFor(who.tenantId, version.name);
+    const publisher = version.tenant_id === who.tenantId ? undefined : version.tenant_id;
+    const preferNode = await this.deps.templatePools?.nodeFor(version.tenant_id, version.name);
     const gateway = await gateways.pick({
       tenantId: who.tenantId,
       memoryMib: version.memory_mib,
@@ -315,6 +318,7 @@ export class SandboxService {
       reply = await gatewayClient.forkSandboxes(gateway, {
         snapshotId: version.snapshot_id,
         tenantId: who.tenantId,
+        ...(publisher === undefined ? {} : { sourceTenantId: publisher }),
         network,
         secrets,
         ...(envNames.length === 0 ? {} : { envs }),

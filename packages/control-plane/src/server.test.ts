@@ -480,6 +480,75 @@ describe('custom templates', () => {
     expect((await call('POST', '/v1/templates', { key: b.key, json: { name: 'mine', snapshotId: snap.id } })).json().error.code).toBe('snapshot_not_found');
   });
 
+  it("publishes an operator's template for every tenant: listed read-only, created from under its publisher's key, withdrawn", async () => {
+    const { sbx, snap } = await builtSnapshot();
+    const v = (await call('POST', '/v1/templates', { json: { name: 'tools', snapshotId: snap.id, envs: { A: '1' } } })).json();
+    const b = await tenantB();
+    const before = await state();
+    // Only an operator key publishes, naming the field; the refusal changes nothing.
+    const refused = await call('PATCH', '/v1/templates/tools', { key: b.key, json: { public: true } });
+    expect(refused.json().error).toMatchObject({ code: 'permission_denied', details: { field: 'public' } });
+    expect((await call('PATCH', '/v1/templates/base', { json: { public: true } })).json().error).toMatchObject({ code: 'permission_denied' });
+    expect(await state()).toEqual(before);
+    expect((await call('POST', '/v1/sandboxes', { key: b.key, json: { template: 'tools' } })).json().error.code).toBe('template_not_found');
+
+    const published = await call('PATCH', '/v1/templates/tools', { json: { public: true } });
+    expect(published.statusCode, published.body).toBe(200);
+    expect(published.json()).toMatchObject({ name: 'tools', public: true, readOnly: false });
+    const listed = (await call('GET', '/v1/templates', { key: b.key })).json().templates;
+    expect(listed.find((t: { name: string }) => t.name === 'tools')).toMatchObject({ id: v.id, custom: true, public: true, readOnly: true });
+    const detail = (await call('GET', '/v1/templates/tools', { key: b.key })).json();
+    expect(detail.template).toMatchObject({ public: true, readOnly: true });
+    expect(detail.versions.map((x: { id: string }) => x.id)).toEqual([v.id]);
+    // Used, never changed: no pool, no delete, no publication by another tenant's keys.
+    expect((await call('PATCH', '/v1/templates/tools', { key: b.key, json: { warmPoolSize: 1 } })).json().error).toMatchObject({
+      code: 'permission_denied',
+      details: { field: 'warmPoolSize' },
+    });
+    expect((await call('DELETE', '/v1/templates/tools', { key: b.key })).json().error.code).toBe('permission_denied');
+    // Its build snapshot stays the publisher's alone.
+    expect((await call('GET', `/v1/snapshots/${snap.id}`, { key: b.key })).json().error.code).toBe('snapshot_not_found');
+    expect((await call('POST', '/v1/forks', { key: b.key, json: { snapshotId: snap.id } })).json().error.code).toBe('snapshot_not_found');
+    expect((await call('POST', '/v1/forks', { key: b.key, json: { sandboxId: sbx.id } })).json().error.code).toBe('sandbox_not_found');
+
+    // By name and by version id: a fork of the publisher's snapshot, read under the publisher's key, into tenant b.
+    for (const template of ['tools', v.id]) {
+      seen = [];
+      const created = await createSandbox(b.key, { template });
+      expect(created.tenantId).toBe(b.tenantId);
+      const fork = seen.find((r) => r.url === '/internal/v1/forks');
+      expect(fork?.body).toMatchObject({ snapshotId: snap.id, tenantId: b.tenantId, sourceTenantId: sbx.tenantId, envs: { A: '1' } });
+    }
+    // The publisher's own creates name no other tenant.
+    seen = [];
+    await createSandbox(adminKey, { template: 'tools' });
+    expect(seen.find((r) => r.url === '/internal/v1/forks')?.body).not.toHaveProperty('sourceTenantId');
+
+    // A tenant's own template of that name wins over the published one.
+    const own = await builtSnapshot(b.key);
+    const mine = (await call('POST', '/v1/templates', { key: b.key, json: { name: 'tools', snapshotId: own.snap.id } })).json();
+    expect((await call('GET', '/v1/templates', { key: b.key })).json().templates.filter((t: { name: string }) => t.name === 'tools')).toEqual([
+      expect.objectContaining({ id: mine.id, readOnly: false, public: false }),
+    ]);
+    seen = [];
+    await createSandbox(b.key, { template: 'tools' });
+    expect(seen.find((r) => r.url === '/internal/v1/forks')?.body).toMatchObject({ snapshotId: own.snap.id, tenantId: b.tenantId });
+    expect(seen.find((r) => r.url === '/internal/v1/forks')?.body).not.toHaveProperty('sourceTenantId');
+    expect((await call('DELETE', '/v1/templates/tools', { key: b.key })).statusCode).toBe(204);
+
+    // Withdrawn: gone from the other tenant's list, refused by name and by id, recorded in the publisher's log.
+    expect((await call('PATCH', '/v1/templates/tools', { json: { public: false } })).json()).toMatchObject({ public: false });
+    expect((await call('GET', '/v1/templates', { key: b.key })).json().templates.map((t: { name: string }) => t.name)).not.toContain('tools');
+    for (const template of ['tools', v.id]) {
+      expect((await call('POST', '/v1/sandboxes', { key: b.key, json: { template } })).json().error.code).toBe('template_not_found');
+    }
+    const changes = await events.list({ tenantId: sbx.tenantId, types: ['template.visibility_changed'] });
+    expect(changes.map((e) => e.data)).toEqual([
+      { name: 'tools', public: true, keyId: expect.any(String) },
+      { name: 'tools', public: false, keyId: expect.any(String) },
+    ]);
+  });
+
   it('forgets a cached step whose snapshot is gone', async () => {
     const { snap } = await builtSnapshot();
     const key = 'ab'.repeat(32);

@@ -216,7 +216,7 @@ export function createControlPlane(opts: ControlPlaneOptions): ControlPlane {
   route('GET', '/v1/templates', async (req) => ({ templates: await templates.list(who(req)) }));
   route('POST', '/v1/templates', async (req, reply) => reply.code(201).send(await templates.createVersion(who(req), req.body)));
   route('GET', '/v1/templates/{name}', async (req) => templates.get(who(req), req.params.name));
-  route('PATCH', '/v1/templates/{name}', async (req) => templates.setWarmPool(who(req), req.params.name, req.body.warmPoolSize));
+  route('PATCH', '/v1/templates/{name}', async (req) => templates.update(who(req), req.params.name, req.body));
   route('DELETE', '/v1/templates/{name}', async (req, reply) => {
     await templates.delete(who(req), req.params.name, req.query.version);
     return reply.code(204).send();

@@ -44,6 +44,29 @@ export class TemplatePools {
     await this.push(tenantId, name);
   }
 
+  /**
+   * Warmed VMs of the pool ready to hand out now, as its node reports them; null when the node cannot say (not
+   * placed yet, unreachable). A pool of size 0 has none.
+   */
+  async ready(tenantId: string, name: string): Promise<number | null> {
+    const { db, gateways, gatewayClient } = this.deps;
+    const row = await db
+      .selectFrom('template_pools')
+      .select(['size', 'gateway_id'])
+      .where('tenant_id', '=', tenantId)
+      .where('name', '=', name)
+      .executeTakeFirst();
+    if (!row || row.size === 0) return 0;
+    const node = row.gateway_id === null ? undefined : await gateways.get(row.gateway_id);
+    if (!node) return null;
+    try {
+      const pool = (await gatewayClient.listTemplatePools(node)).find((p) => p.tenantId === tenantId && p.name === name);
+      return pool?.available ?? 0;
+    } catch {
+      return null;
+    }
+  }
+
   /** The node holding a warm pool of this version's snapshot: placement prefers it for creates from the version. */
   async nodeFor(tenantId: string, name: string): Promise<string | undefined> {
     const row = await this.deps.db

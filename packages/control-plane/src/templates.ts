@@ -41,6 +41,30 @@ export async function findTemplateVersion(db: Kysely<Schema>, tenantId: string, 
   return q.where('name', '=', nameOrId).orderBy('version', 'desc').limit(1).executeTakeFirst();
 }
 
+/**
+ * A version of a template published for every tenant: by name its newest version, by `tpl_…` id that version, only
+ * while its template is published.
+ */
+export async function findPublishedVersion(db: Kysely<Schema>, nameOrId: string): Promise<TemplateVersionRow | undefined> {
+  const q = db
+    .selectFrom('template_versions as v')
+    .innerJoin('published_templates as p', (j) => j.onRef('p.tenant_id', '=', 'v.tenant_id').onRef('p.name', '=', 'v.name'))
+    .selectAll('v');
+  if (nameOrId.startsWith('tpl_')) {
+    const byId = await q.where('v.id', '=', nameOrId).executeTakeFirst();
+    if (byId) return byId;
+  }
+  return q.where('v.name', '=', nameOrId).orderBy('v.version', 'desc').limit(1).executeTakeFirst();
+}
+
+/**
+ * The version a create by this tenant names: one of its own templates first (a tenant's own name wins), else one the
+ * operator published for every tenant. A version of another tenant is told apart by its `tenant_id`.
+ */
+export async function findUsableVersion(db: Kysely<Schema>, tenantId: string, nameOrId: string): Promise<TemplateVersionRow | undefined> {
+  return (await findTemplateVersion(db, tenantId, nameOrId)) ?? (await findPublishedVersion(db, nameOrId));
+}
+
 /** The version that holds this snapshot, if any: such a snapshot is template data, not the sandbox's history. */
 export async function versionHolding(db: Kysely<Schema> | Transaction<Schema>, tenantId: string, snapshotId: string): Promise<TemplateVersionRow | undefined> {
   return db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId).where('snapshot_id', '=', snapshotId).limit(1).executeTakeFirst();

@@ -456,6 +456,19 @@ const templatePools: Migration = {
   },
 };
 
+const publishedTemplates: Migration = {
+  async up(db: Kysely<any>) {
+    // A template the operator published for every tenant (issue 24): one per name across the platform, so a name
+    // never resolves to two publishers; the versions stay the publishing tenant's rows in template_versions.
+    await db.schema
+      .createTable('published_templates')
+      .addColumn('name', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('published_at', 'text', (c) => c.notNull())
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -479,5 +492,6 @@ export const migrationProvider: MigrationProvider = {
     '0014_template_cache_use': templateCacheUse,
     '0015_sandbox_lifecycle': sandboxLifecycle,
     '0016_template_pools': templatePools,
+    '0017_published_templates': publishedTemplates,
   }),
 };

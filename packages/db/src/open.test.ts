@@ -235,6 +235,7 @@ describe('openDatabase on PostgreSQL', () => {
       '0014_template_cache_use',
       '0015_sandbox_lifecycle',
       '0016_template_pools',
+      '0017_published_templates',
     ]);
     expect(await db.selectFrom('event_chain_head').selectAll().execute()).toEqual([{ id: 'main', seq: 0, hash: GENESIS_HASH }]);
     await Promise.all(replicas.map((r) => r.close()));

@@ -230,6 +230,13 @@ export interface TemplatePoolsTable {
   updated_at: IsoTime;
 }
 
+/** A tenant's template the operator published for every tenant (by name: its newest version, as for its own tenant). */
+export interface PublishedTemplatesTable {
+  name: string;
+  tenant_id: string;
+  published_at: IsoTime;
+}
+
 /** A build step's result, keyed by the step and everything before it: a rebuild forks it instead of running it again. */
 export interface TemplateCacheTable {
   tenant_id: string;
@@ -312,6 +319,7 @@ export interface Schema {
   node_enrolments: NodeEnrolmentsTable;
   template_versions: TemplateVersionsTable;
   template_pools: TemplatePoolsTable;
+  published_templates: PublishedTemplatesTable;
   template_cache: TemplateCacheTable;
   template_builds: TemplateBuildsTable;
   template_build_lines: TemplateBuildLinesTable;

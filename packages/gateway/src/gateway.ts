@@ -149,6 +149,8 @@ export interface RestoreRequest {
   onTimeout?: OnTimeout;
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
   replay?: ReplayPlan;
+  /** A fork from a template another tenant published: the tenant whose key the snapshot is stored under. */
+  sourceTenantId?: string;
 }
 
 export interface CreateSandboxRequest {
@@ -593,7 +595,17 @@ export class Gateway {
 
   async #restore(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
     await this.revocation.requireKey(req.tenantId);
-    const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
+    // A published template's snapshot is read under its publisher's key, which must be in force too; what the new
+    // sandbox captures is its own tenant's alone (foreign, below).
+    const storedUnder = req.sourceTenantId ?? req.tenantId;
+    const foreign = storedUnder !== req.tenantId;
+    if (foreign && (kind !== 'fork' || req.replay !== undefined || req.network === undefined)) {
+      throw new SandglassError('invalid_argument', 'sourceTenantId is for a create from a published template only (a fork with its own network, no replay).', {
+        details: { field: 'sourceTenantId' },
+      });
+    }
+    if (foreign) await this.revocation.requireKey(storedUnder).catch(hidePublisher);
+    const m = await this.snapshots.manifest(storedUnder, req.snapshotId).catch(foreign ? hidePublisher : rethrow);
     if (kind === 'resume' && m.sandboxId !== req.id) {
       throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, {
         details: { field: 'snapshotId' },
@@ -601,7 +613,7 @@ export class Gateway {
     }
     // A create from a tenant template (a fork given its own network, no replay) takes a VM its pool restored from this
     // very snapshot of this very tenant; out of the pool, it counts as nobody's until the sandbox below holds it.
-    const taken = kind === 'fork' && req.replay === undefined && req.network !== undefined ? this.templatePools.take(req.tenantId, req.snapshotId) : undefined;
+    const taken = kind === 'fork' && req.replay === undefined && req.network !== undefined ? this.templatePools.take(storedUnder, req.snapshotId) : undefined;
     let template: TemplateSnapshot;
     let replay: Awaited<ReturnType<Gateway['replayStart']>> | undefined;
     try {
@@ -636,7 +648,9 @@ export class Gateway {
     const t0 = performance.now();
     let prepared: Awaited<ReturnType<SnapshotManager['prepareRestore']>> | undefined;
     try {
-      prepared = warm?.prepared ?? (await this.snapshots.prepareRestore(m, dir, template));
+      prepared =
+        warm?.prepared ??
+        (await this.snapshots.prepareRestore(m, dir, template, foreign ? { forTenant: req.tenantId } : {}).catch(foreign ? hidePublisher : rethrow));
       // Killed while its files were written (a revocation waits for them, then wipes them): it never boots.
       sbx.abortIfEnded();
     } catch (err) {
@@ -646,7 +660,10 @@ export class Gateway {
       rmSync(dir, { recursive: true, force: true });
       throw err;
     }
-    sbx.adoptSnapshot(prepared);
+    // Chunk ids are keyed per tenant and the publisher's chunks are sealed under its key: a capture incremental to the
+    // publisher's snapshot would name chunks this tenant's store does not hold (and cannot read). The first capture of
+    // a sandbox from a published template stores all of it under its own tenant's key instead.
+    sbx.adoptSnapshot(foreign ? { commands: prepared.commands } : prepared);
     sbx.setDefaults(req.defaults ?? prepared.defaults ?? {});
     // A pooled VM is handed over as a warm template restore is: the start re-seeds its entropy and sets its clock.
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: async () => prepared!.source });
@@ -777,9 +794,12 @@ export class Gateway {
       egress?: { network: PolicyInput; secrets: string[] };
       /** A create from a tenant template: the template's user and workdir, not the snapshot's. */
       defaults?: SandboxDefaults;
+      /** A create from a template another tenant published: the tenant whose key the snapshot is stored under. */
+      sourceTenantId?: string;
     } = {},
   ): Promise<Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']>> {
-    const m = await this.snapshots.manifest(tenantId, snapshotId);
+    const foreign = opts.sourceTenantId !== undefined && opts.sourceTenantId !== tenantId;
+    const m = await this.snapshots.manifest(opts.sourceTenantId ?? tenantId, snapshotId).catch(foreign ? hidePublisher : rethrow);
     const results: Array<Sandbox | GatewayApi.components['schemas']['NodeForkFailure']> = new Array(forks.length);
     let next = 0;
     const worker = async () => {
@@ -799,6 +819,7 @@ export class Gateway {
               ...(opts.replay === undefined ? {} : { replay: opts.replay }),
               ...(opts.egress === undefined ? {} : opts.egress),
               ...(opts.defaults === undefined ? {} : { defaults: opts.defaults }),
+              ...(opts.sourceTenantId === undefined || opts.sourceTenantId === tenantId ? {} : { sourceTenantId: opts.sourceTenantId }),
             },
             'fork',
             m.sandboxId,
@@ -899,6 +920,23 @@ export class Gateway {
     this.ram.release();
   }
 }
+
+const rethrow = (err: unknown): never => {
+  throw err;
+};
+
+/**
+ * A failure to read a published template under its publisher's key, as the tenant creating from it may see it: the
+ * code, never the publisher's tenant id or its provider's words (they go to the log as the cause).
+ */
+const hidePublisher = (err: unknown): never => {
+  if (err instanceof SandglassError && (err.code === 'key_revoked' || err.code === 'key_unavailable')) {
+    throw new SandglassError(err.code, 'The key of the tenant that published this template cannot be used; sandboxes cannot be created from it now.', {
+      cause: err,
+    });
+  }
+  throw err;
+};
 
 function pausedError(id: string): SandglassError {
   return new SandglassError(

@@ -79,10 +79,11 @@ export function internalApi(gw: Gateway, keys: NodeKeys): FastifyPluginAsync {
       return sandboxView(await gw.restoreSandbox({ id: req.params.id, ...req.body }, 'resume'));
     });
     route('POST', '/internal/v1/forks', async (req) => {
-      const { snapshotId, tenantId, sandboxes, envs, replay, network, secrets, defaults } = req.body;
+      const { snapshotId, tenantId, sourceTenantId, sandboxes, envs, replay, network, secrets, defaults } = req.body;
       const forks = await gw.forkSandboxes(snapshotId, tenantId, sandboxes, {
         envs,
         replay,
+        sourceTenantId,
         egress: network === undefined ? undefined : { network, secrets: secrets ?? [] },
         defaults: defaults === undefined ? undefined : checkDefaults(defaults),
       });

@@ -249,9 +249,10 @@ export class Sandbox {
 
   /**
    * A restored sandbox continues from its snapshot: the commands it had (their ids keep working) and the snapshot
-   * as the base of its next capture.
+   * as the base of its next capture. Without a base (a snapshot stored under another tenant's key), the next capture
+   * stores everything under this sandbox's tenant and names no parent.
    */
-  adoptSnapshot(restored: { base: CaptureBase; commands: CommandRecord[] }): void {
+  adoptSnapshot(restored: { base?: CaptureBase; commands: CommandRecord[] }): void {
     for (const r of restored.commands) this.commands.set(r.id, { ...r });
     this.#captureBase = restored.base;
   }

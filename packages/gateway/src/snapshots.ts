@@ -164,8 +164,8 @@ export class SnapshotManager {
   private readonly imageCacheBytes: number;
   /** The tenant of every snapshot image named since start (the cache's files are removed at start and stop). */
   private readonly imageTenants = new Map<string, string>();
-  /** Restores being prepared (each settles, never rejects), by tenant. */
-  private readonly preparing = new Map<Promise<void>, string>();
+  /** Restores being prepared (each settles, never rejects), with the tenants whose plaintext each writes. */
+  private readonly preparing = new Map<Promise<void>, string[]>();
   private readonly captureTimes = new CaptureTimes(MIN_SNAPSHOT_INTERVAL_S);
   /**
    * Per tenant and template key, the ids the node's template RAM image has under the tenant's chunk-id key: a restore
@@ -444,13 +444,15 @@ export class SnapshotManager {
    * device state and a disk overlay over `template`'s frozen layer (the template the manifest names). Returns the
    * source and the capture base the restored sandbox continues from.
    */
-  prepareRestore(m: ManifestBody, dir: string, template: TemplateSnapshot): Promise<PreparedRestore> {
+  prepareRestore(m: ManifestBody, dir: string, template: TemplateSnapshot, opts: { forTenant?: string } = {}): Promise<PreparedRestore> {
     const run = this.writeRestore(m, dir, template);
     const settled = run.then(
       () => undefined,
       () => undefined,
     );
-    this.preparing.set(settled, m.tenantId);
+    // A create from a template another tenant published writes the publisher's snapshot into the new tenant's run
+    // directory: a revocation of either waits for it.
+    this.preparing.set(settled, [m.tenantId, ...(opts.forTenant === undefined ? [] : [opts.forTenant])]);
     void settled.then(() => this.preparing.delete(settled));
     return run;
   }
@@ -460,7 +462,7 @@ export class SnapshotManager {
    * waits for them, or a RAM image or overlay written after its wipe would stay behind.
    */
   async settle(tenantId: string): Promise<void> {
-    await Promise.all([...this.preparing].filter(([, t]) => t === tenantId).map(([p]) => p));
+    await Promise.all([...this.preparing].filter(([, ts]) => ts.includes(tenantId)).map(([p]) => p));
   }
 
   private async writeRestore(m: ManifestBody, dir: string, template: TemplateSnapshot): Promise<PreparedRestore> {

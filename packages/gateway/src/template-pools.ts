@@ -46,9 +46,10 @@ interface Entry {
 
 /**
  * One pool per (tenant, template name), holding restores of the version the control plane named last. A pooled VM
- * holds the tenant's decrypted memory and disk: it is handed only to a fork of the same tenant and snapshot, taken at
- * most once (WarmPool.take removes it), and every path of it is wiped when the pool drains (a new version, size 0,
- * the tenant's key revoked).
+ * holds the tenant's decrypted memory and disk: it is handed only to a fork of the same snapshot stored under the same
+ * tenant (its own create, or another tenant's create from the template it published for every tenant), taken at most
+ * once (WarmPool.take removes it), and every path of it is wiped when the pool drains (a new version, size 0, the
+ * tenant's key revoked).
  */
 export class TemplatePools {
   readonly #entries = new Map<string, Entry>();

@@ -73,6 +73,16 @@ export class Template {
     return cp.json<ControlPlaneReply<'updateTemplate'>>('PATCH', templatePath(name), { json: { warmPoolSize } });
   }
 
+  /**
+   * Publishes the template for every tenant (`true`), or withdraws it (`false`); an operator key only, on a template
+   * of its own tenant. Every tenant then lists it and creates from it by name or version id; none but its own
+   * tenant changes or deletes it, and a tenant's own template of the same name wins over it.
+   */
+  static async setPublic(name: string, isPublic: boolean, config?: ConnectionConfig): Promise<TemplateInfo> {
+    const cp = await ControlPlane.open(config);
+    return cp.json<ControlPlaneReply<'updateTemplate'>>('PATCH', templatePath(name), { json: { public: isPublic } });
+  }
+
   /** Deletes a template's versions, or one with `version`; sandboxes and snapshots made from them keep working. */
   static async delete(name: string, opts: ConnectionConfig & { version?: number } = {}): Promise<void> {
     const { version, ...config } = opts;

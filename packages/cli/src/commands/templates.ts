@@ -65,7 +65,16 @@ export function registerTemplateCommands(program: Command, act: Act): void {
         if (flags.json) return printJson(templates);
         await printTable(
           ['NAME', 'ID', 'VERSION', 'STATUS', 'MEMORY MIB', 'CUSTOM', 'CREATED'],
-          templates.map((t) => [t.name, t.id, t.version ?? '', t.status, t.memoryMib, t.custom ? 'yes' : '', shortTime(t.createdAt)]),
+          templates.map((t) => [
+            t.name,
+            t.id,
+            t.version ?? '',
+            t.status,
+            t.memoryMib,
+            // Another tenant's published template is the platform's to this tenant; its own published one says so.
+            t.readOnly ? 'platform' : t.custom ? (t.public ? 'public' : 'yes') : '',
+            shortTime(t.createdAt),
+          ]),
         );
       }),
     );
@@ -93,6 +102,20 @@ export function registerTemplateCommands(program: Command, act: Act): void {
         const t = await Template.setWarmPool(name, Number(size));
         if (flags.json) return printJson(t);
         process.stderr.write(`${name}: ${t.warmPoolSize ?? 0} warmed VM(s) of version ${t.version ?? ''}\n`);
+      }),
+    );
+
+  template
+    .command('publish')
+    .description('make a custom template of your tenant usable by every tenant, or withdraw it with --off (operator key)')
+    .argument('<name>', 'the template')
+    .option('--off', 'withdraw it: other tenants can no longer create from it')
+    .option('--json', 'print JSON')
+    .action(
+      act(async (name: string, flags: { off?: boolean; json?: boolean }) => {
+        const t = await Template.setPublic(name, flags.off !== true);
+        if (flags.json) return printJson(t);
+        process.stderr.write(`${name}: ${t.public ? 'published for every tenant' : 'private to its tenant'}\n`);
       }),
     );
 

@@ -57,8 +57,8 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Sets a custom template's warm pool size (VMs of its newest version kept restored, for creates as fast as from base).
-         * @description `warmPoolSize` VMs restored from the newest version's snapshot are kept warmed on one node, bound to no sandbox; a create from the template takes one (its `sandbox.started` event says `pooled: true`). A new version replaces the pool, deleting the template drains it, 0 turns it off. Pooled VMs count against the node's guest memory as running sandboxes do, so a node with less room keeps fewer.
+         * Sets a custom template's warm pool size, or (operator keys) publishes it for every tenant.
+         * @description `warmPoolSize` VMs restored from the newest version's snapshot are kept warmed on one node, bound to no sandbox; a create from the template takes one (its `sandbox.started` event says `pooled: true`). A new version replaces the pool, deleting the template drains it, 0 turns it off. Pooled VMs count against the node's guest memory as running sandboxes do, so a node with less room keeps fewer. `public: true` publishes the template for every tenant (only an `operator` key may set it, on a template of its own tenant; any other key gets `permission_denied` naming the field): every tenant then lists it, reads its versions and creates sandboxes from it by name or `tpl_…` id, and none but its own tenant may change or delete it. A tenant's own template of the same name wins over a published one. `public: false` withdraws it: creates from it by other tenants are refused from then on, their sandboxes made from it stay theirs.
          */
         patch: operations["updateTemplate"];
         trace?: never;
@@ -754,6 +754,12 @@ export interface components {
             version?: number;
             /** @description Warmed VMs of the newest version kept for creates (custom templates; 0: none). */
             warmPoolSize?: number;
+            /** @description Warmed VMs of the pool ready to hand out now, as the pool's node reports them (custom templates, in GET /v1/templates/{name} only; null when that node cannot be asked now). Below warmPoolSize while the pool fills, after a burst of creates, or on a node short of memory. */
+            warmPoolReady?: number | null;
+            /** @description Published by the operator for every tenant (custom templates): every tenant lists it and creates from it. */
+            public?: boolean;
+            /** @description Another tenant's template published for every tenant (the platform's): usable, never changed or deleted by this key. */
+            readOnly?: boolean;
         };
         /** @description Lower-case letters, digits, '.', '_' and '-'; a platform template's name (base) cannot be taken. */
         TemplateName: string;
@@ -1476,7 +1482,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    warmPoolSize: number;
+                    warmPoolSize?: number;
+                    /** @description Published for every tenant (operator keys only). */
+                    public?: boolean;
                 };
             };
         };

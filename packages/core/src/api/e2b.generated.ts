@@ -275,7 +275,7 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** @description The template of that name (what the SDK's Template.exists asks); 404 when there is none. A platform template (every tenant may start it) is `public`; one of the caller's tenant's own templates is not. */
+        /** @description The template of that name (what the SDK's Template.exists asks); 404 when there is none. A platform template (every tenant may start it) is `public`, and so is one the operator published for every tenant; one of the caller's tenant's own templates is not, unless it is the published one. */
         get: operations["e2bGetTemplateAlias"];
         put?: never;
         post?: never;

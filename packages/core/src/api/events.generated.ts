@@ -54,6 +54,7 @@ export const EVENT_SPECS = {
   "key.rotated": { scope: "tenant", node: false, data: {"type":"object","additionalProperties":false,"required":["provider","fromVersion","toVersion","byKeyId"],"properties":{"provider":{"type":"string","maxLength":32},"fromVersion":{"type":"integer","minimum":1},"toVersion":{"type":"integer","minimum":1},"key":{"type":"string","maxLength":256},"rewrappedVersions":{"type":"array","items":{"type":"integer","minimum":1}},"byKeyId":{"type":"string","minLength":1,"maxLength":64}}} },
   "key.revoked": { scope: "tenant", node: false, data: {"type":"object","additionalProperties":false,"required":["provider","versions","byKeyId"],"properties":{"provider":{"type":"string","maxLength":32},"versions":{"type":"array","items":{"type":"integer","minimum":1}},"byKeyId":{"type":"string","minLength":1,"maxLength":64}}} },
   "template.published": { scope: "tenant", node: false, data: {"type":"object","additionalProperties":false,"required":["name","version","versionId","snapshotId","buildId"],"properties":{"name":{"type":"string","minLength":1,"maxLength":64},"version":{"type":"integer","minimum":1},"versionId":{"type":"string","maxLength":64},"snapshotId":{"type":"string","pattern":"^snap_[a-z2-7]{20}$"},"buildId":{"type":["string","null"],"maxLength":64}}} },
+  "template.visibility_changed": { scope: "tenant", node: false, data: {"type":"object","additionalProperties":false,"required":["name","public","keyId"],"properties":{"name":{"type":"string","minLength":1,"maxLength":64},"public":{"type":"boolean"},"keyId":{"type":"string","pattern":"^key_[a-z2-7]{20}$"}}} },
   "template.deleted": { scope: "tenant", node: false, data: {"type":"object","additionalProperties":false,"required":["name","versions"],"properties":{"name":{"type":"string","minLength":1,"maxLength":64},"versions":{"type":"array","items":{"type":"integer","minimum":1}}}} },
 } as const;
 
@@ -527,6 +528,12 @@ interface components {
             versionId: string;
             snapshotId: string;
             buildId: string | null;
+        };
+        /** @description An operator key published the tenant's template for every tenant (public true), or withdrew it. */
+        "template.visibility_changed": {
+            name: string;
+            public: boolean;
+            keyId: string;
         };
         /** @description Versions of a tenant template were deleted. */
         "template.deleted": {

@@ -728,7 +728,7 @@ export interface paths {
         };
         /** @description The tenant template pools this node keeps, and how many warmed VMs each holds now. */
         get: operations["nodeListTemplatePools"];
-        /** @description Keeps `size` VMs restored from a tenant template version's snapshot warmed on this node, bound to no sandbox, for creates from that version (a fork of `snapshotId` with the request's own network and envs). One pool per (tenant, template name): a new `snapshotId` (a new version published) drains the old pool and fills a new one; `size` 0 drains it (the template deleted, or its pool turned off). A pooled VM holds the tenant's decrypted data: it is handed only to a fork of the same tenant and snapshot, at most once, and a revocation of the tenant's key drains every pool of the tenant. */
+        /** @description Keeps `size` VMs restored from a tenant template version's snapshot warmed on this node, bound to no sandbox, for creates from that version (a fork of `snapshotId` with the request's own network and envs). One pool per (tenant, template name): a new `snapshotId` (a new version published) drains the old pool and fills a new one; `size` 0 drains it (the template deleted, or its pool turned off). A pooled VM holds the tenant's decrypted data: it is handed only to a fork of the same snapshot stored under the same tenant (that tenant's own create, or another tenant's create from the template it published, which names it as sourceTenantId), at most once, and a revocation of the tenant's key drains every pool of the tenant. */
         put: operations["nodeSetTemplatePool"];
         post?: never;
         delete?: never;
@@ -2074,6 +2074,8 @@ export interface operations {
                 "application/json": {
                     snapshotId: string;
                     tenantId: string;
+                    /** @description A create from a template another tenant published for every tenant: the tenant whose key the snapshot is stored under (read with it), while the forks are tenantId's and every snapshot of theirs is stored under tenantId's key alone (their first capture stores everything, nothing refers to the source's chunks). Only with network (a create from a template), never with replay. */
+                    sourceTenantId?: string;
                     /** @description The source sandbox's environment variables, which every fork inherits. */
                     envs?: components["schemas"]["NodeEnvs"];
                     /** @description A sandbox created from a tenant template: its own policy, in force before its guest runs, instead of the snapshot's (the build's). */
