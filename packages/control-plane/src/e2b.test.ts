@@ -77,6 +77,7 @@ async function recordSnapshot(sandboxId: string, reason: 'manual' | 'pause') {
     memoryMib: row.memory_mib,
     vcpus: row.vcpus,
     template: row.template,
+    memory: true,
   };
 }
 
@@ -330,7 +331,8 @@ describe('create', () => {
     [{ network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } }, 'network.rules'],
     [{ network: { egressProxy: { address: 'proxy:1080' } } }, 'network.egressProxy'],
     [{ network: { allowPublicTraffic: true } }, 'network.allowPublicTraffic'],
-    [{ autoPause: true, autoPauseMemory: false }, 'autoPauseMemory'],
+    [{ autoPauseMemory: false }, 'autoPauseMemory'],
+    [{ autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } }, 'autoResume.enabled'],
     [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'volumeMounts'],
     [{ mcp: { github: {} } }, 'mcp'],
     [{ iam: { tokens: {} } }, 'iam'],
@@ -350,9 +352,25 @@ describe('create', () => {
     expect(created()[0]!.body).toMatchObject({ onTimeout: 'pause' });
     expect(await row(res.json().sandboxID)).toMatchObject({ on_timeout: 'pause', auto_resume: 1 });
     const info = await call('GET', `/sandboxes/${res.json().sandboxID as string}`);
-    expect(info.json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: true });
+    expect(info.json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: true, keepMemory: true });
     const plain = await call('POST', '/v2/sandboxes', { json: { templateID: 'base' } });
-    expect(await row(plain.json().sandboxID)).toMatchObject({ on_timeout: 'kill', auto_resume: 0 });
+    expect(await row(plain.json().sandboxID)).toMatchObject({ on_timeout: 'kill', auto_resume: 0, on_timeout_keep_memory: 1 });
+  });
+
+  it('maps autoPauseMemory false onto a disk-only pause at the timeout: in the event, the node request, the row and getInfo', async () => {
+    const res = await call('POST', '/v2/sandboxes', { json: { templateID: 'base', autoPause: true, autoPauseMemory: false } });
+    expect(res.statusCode, res.body).toBe(201);
+    const id = res.json().sandboxID as string;
+    expect(created()[0]!.body).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
+    expect(await row(id)).toMatchObject({ on_timeout: 'pause', on_timeout_keep_memory: 0, auto_resume: 0 });
+    const [createdEvent] = await database.db.selectFrom('events').select('data').where('sandbox_id', '=', id).where('type', '=', 'sandbox.created').execute();
+    expect(JSON.parse(createdEvent!.data)).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
+    expect((await call('GET', `/sandboxes/${id}`)).json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: false, keepMemory: false });
+    // The resume after such a pause carries the choice on: the next timeout pauses without memory again.
+    await call('POST', `/sandboxes/${id}/pause`, { json: {} });
+    seen = [];
+    expect((await call('POST', `/sandboxes/${id}/connect`, { json: { timeout: 60 } })).statusCode).toBe(201);
+    expect(seen.find((r) => r.url.endsWith('/resume'))!.body).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
   });
 
   it('takes the v1 create of releases before 2.51, their defaults allow_internet_access and secure meaning the default policy', async () => {

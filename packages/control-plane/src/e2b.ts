@@ -320,8 +320,15 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       (version: 'v1' | 'v2'): OperationHandler<Operation<'/v2/sandboxes', 'POST'>, Route<'/v2/sandboxes', 'POST'>> =>
       async (req, reply) => {
         const b = version === 'v1' && req.body.allow_internet_access === true ? { ...req.body, allow_internet_access: undefined } : req.body;
-        if (b.autoPauseMemory === false) throw unsupported('autoPauseMemory', 'a Sandglass pause always keeps memory (its snapshot is the whole VM)');
-        const lifecycle = { onTimeout: b.autoPause === true ? ('pause' as const) : ('kill' as const), autoResume: b.autoResume?.enabled === true };
+        const lifecycle = {
+          onTimeout: b.autoPause === true ? ('pause' as const) : ('kill' as const),
+          autoResume: b.autoResume?.enabled === true,
+          onTimeoutKeepMemory: b.autoPauseMemory !== false,
+        };
+        if (b.autoPauseMemory === false && !b.autoPause) throw invalidArgument('autoPauseMemory', 'false is only allowed with autoPause: true');
+        // As E2B: traffic never cold-boots a sandbox, whose processes would be gone; a disk-only pause resumes by connect.
+        if (!lifecycle.onTimeoutKeepMemory && lifecycle.autoResume)
+          throw invalidArgument('autoResume.enabled', 'true is not allowed with autoPauseMemory: false; resume a disk-only pause with connect');
         if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
         if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
         if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
@@ -404,7 +411,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         ...(granted === undefined ? {} : { envdAccessToken: granted.token }),
         domain: granted === undefined ? null : domainOf(granted.gatewayUrl),
         ...(s.network === null ? {} : { network: { allowOut: s.network.allow, denyOut: s.network.deny } }),
-        lifecycle: { onTimeout: s.onTimeout, autoResume: s.autoResume },
+        lifecycle: { onTimeout: s.onTimeout, autoResume: s.autoResume, keepMemory: s.onTimeoutKeepMemory },
       };
     });
 

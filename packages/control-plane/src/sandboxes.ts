@@ -156,13 +156,27 @@ interface CreationPoint {
 }
 
 /** sandbox.created's lifecycle fields, only when not the defaults, so the events of every other sandbox stay as they were. */
-function lifecycleData(req: Pick<CreateSandboxRequest, 'onTimeout' | 'autoResume'>): { onTimeout?: 'pause'; autoResume?: true } {
-  return { ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}), ...(req.autoResume ? { autoResume: true as const } : {}) };
+function lifecycleData(req: Pick<CreateSandboxRequest, 'onTimeout' | 'onTimeoutKeepMemory' | 'autoResume'>): {
+  onTimeout?: 'pause';
+  onTimeoutKeepMemory?: false;
+  autoResume?: true;
+} {
+  return {
+    ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+    ...(req.onTimeoutKeepMemory === false ? { onTimeoutKeepMemory: false as const } : {}),
+    ...(req.autoResume ? { autoResume: true as const } : {}),
+  };
+}
+
+/** A disk-only pause is a kind of pause: asked for with a timeout that kills, it would say something that never happens. */
+function checkLifecycle(req: Pick<CreateSandboxRequest, 'onTimeout' | 'onTimeoutKeepMemory'>): void {
+  if (req.onTimeoutKeepMemory === false && req.onTimeout !== 'pause')
+    throw invalidArgument('onTimeoutKeepMemory', 'false is only allowed with onTimeout: pause');
 }
 
 /** The node's onTimeout, only when it is not its default: a node request for any other sandbox stays as it was. */
-function nodeLifecycle(onTimeout: 'kill' | 'pause' | undefined): { onTimeout?: 'pause' } {
-  return onTimeout === 'pause' ? { onTimeout } : {};
+function nodeLifecycle(onTimeout: 'kill' | 'pause' | undefined, keepMemory = true): { onTimeout?: 'pause'; onTimeoutKeepMemory?: false } {
+  return onTimeout === 'pause' ? { onTimeout, ...(keepMemory ? {} : { onTimeoutKeepMemory: false as const }) } : {};
 }
 
 export class SandboxService {
@@ -177,6 +191,7 @@ export class SandboxService {
 
   async create(who: Principal, req: CreateSandboxRequest): Promise<Sandbox> {
     const { db, events, gateways, gatewayClient, clock } = this.deps;
+    checkLifecycle(req);
     const template = await findTemplate(db, req.template);
     if (!template) {
       const version = await findTemplateVersion(db, who.tenantId, req.template);
@@ -249,7 +264,7 @@ export class SandboxService {
         ...spec,
         ...egress,
         ...(envNames.length === 0 ? {} : { envs }),
-        ...nodeLifecycle(req.onTimeout),
+        ...nodeLifecycle(req.onTimeout, req.onTimeoutKeepMemory),
       });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
@@ -319,7 +334,7 @@ export class SandboxService {
         secrets,
         ...(envNames.length === 0 ? {} : { envs }),
         defaults: versionDefaults(version),
-        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS, ...nodeLifecycle(req.onTimeout) }],
+        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS, ...nodeLifecycle(req.onTimeout, req.onTimeoutKeepMemory) }],
       });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
@@ -731,7 +746,7 @@ export class SandboxService {
       ...(secrets.length === 0 ? {} : { secrets }),
       ...(envs === undefined ? {} : { envs }),
       ...(publicPorts.length === 0 ? {} : { publicPorts }),
-      ...nodeLifecycle(row.on_timeout),
+      ...nodeLifecycle(row.on_timeout, row.on_timeout_keep_memory === 1),
     });
   }
 

@@ -456,6 +456,20 @@ const templatePools: Migration = {
   },
 };
 
+const diskOnlyPauses: Migration = {
+  async up(db: Kysely<any>) {
+    // Projection columns: sandbox.created's onTimeoutKeepMemory (absent: true) and snapshot.taken's memory (absent: true).
+    await db.schema
+      .alterTable('sandboxes')
+      .addColumn('on_timeout_keep_memory', 'integer', (c) => c.notNull().defaultTo(1))
+      .execute();
+    await db.schema
+      .alterTable('snapshots')
+      .addColumn('memory', 'integer', (c) => c.notNull().defaultTo(1))
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -479,5 +493,6 @@ export const migrationProvider: MigrationProvider = {
     '0014_template_cache_use': templateCacheUse,
     '0015_sandbox_lifecycle': sandboxLifecycle,
     '0016_template_pools': templatePools,
+    '0018_disk_only_pauses': diskOnlyPauses,
   }),
 };

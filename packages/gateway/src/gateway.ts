@@ -147,6 +147,8 @@ export interface RestoreRequest {
   publicPorts?: number[];
   /** What its timeout does; absent: kill. */
   onTimeout?: OnTimeout;
+  /** false: the pause at its timeout keeps the disk alone (its resume is a cold boot); absent: true. */
+  onTimeoutKeepMemory?: boolean;
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
   replay?: ReplayPlan;
 }
@@ -168,6 +170,8 @@ export interface CreateSandboxRequest {
   diskMib?: number;
   /** What its timeout does; absent: kill. */
   onTimeout?: OnTimeout;
+  /** false: the pause at its timeout keeps the disk alone (its resume is a cold boot); absent: true. */
+  onTimeoutKeepMemory?: boolean;
   /** A replay from its source's creation: created like the source, then clock, entropy, placeholders and egress from its recording. */
   replay?: ReplayPlan;
 }
@@ -408,7 +412,7 @@ export class Gateway {
     const template = await this.templateFor(req.template, req.memoryMib, req.vcpus);
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req);
     this.sandboxes.set(req.id, sbx);
     if (replay) this.replays.set(req.id, replay.source);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
@@ -540,7 +544,7 @@ export class Gateway {
     timeoutS: number,
     snapshotIntervalS?: number,
     replaySync?: SandboxOptions['replaySync'],
-    onTimeout?: OnTimeout,
+    lifecycle: { onTimeout?: OnTimeout; onTimeoutKeepMemory?: boolean } = {},
   ): Sandbox {
     return new Sandbox({
       id,
@@ -562,7 +566,9 @@ export class Gateway {
         void this.snapshots.untrack(s.id);
       },
       health: this.opts.health,
-      ...(onTimeout === 'pause' ? { onExpiry: (s: Sandbox) => this.pauseSandbox(s.id, 'timeout') } : {}),
+      ...(lifecycle.onTimeout === 'pause'
+        ? { onExpiry: (s: Sandbox) => this.pauseSandbox(s.id, 'timeout', { keepMemory: lifecycle.onTimeoutKeepMemory !== false }) }
+        : {}),
       ...(this.recordingCapBytes > 0 ? { recording: { store: this.opts.store, capBytes: this.recordingCapBytes } } : {}),
       ...(replaySync ? { replaySync } : {}),
     });
@@ -624,7 +630,7 @@ export class Gateway {
     const warm: Warm | undefined = taken?.warm;
     const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
     const source = replay?.source;
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req);
     if (kind === 'resume' && req.publicPorts !== undefined && req.publicPorts.length > 0) this.publicPorts.set(req.id, new Set(req.publicPorts));
     this.sandboxes.set(req.id, sbx);
     if (source) this.replays.set(req.id, source);
@@ -741,7 +747,7 @@ export class Gateway {
   async forkSandboxes(
     snapshotId: string,
     tenantId: string,
-    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number; onTimeout?: OnTimeout }>,
+    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number; onTimeout?: OnTimeout; onTimeoutKeepMemory?: boolean }>,
     opts: {
       envs?: Record<string, string>;
       replay?: ReplayPlan;
@@ -767,6 +773,7 @@ export class Gateway {
               timeoutS: f.timeoutS,
               snapshotIntervalS: f.snapshotIntervalS,
               ...(f.onTimeout === undefined ? {} : { onTimeout: f.onTimeout }),
+              ...(f.onTimeoutKeepMemory === undefined ? {} : { onTimeoutKeepMemory: f.onTimeoutKeepMemory }),
               ...(opts.envs === undefined ? {} : { envs: opts.envs }),
               ...(opts.replay === undefined ? {} : { replay: opts.replay }),
               ...(opts.egress === undefined ? {} : opts.egress),

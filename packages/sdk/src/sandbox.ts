@@ -58,6 +58,11 @@ export interface SandboxCreateOptions extends ConnectionConfig {
    */
   onTimeout?: 'kill' | 'pause';
   /**
+   * With `onTimeout: 'pause'`, false makes that pause disk-only (as `pause({ keepMemory: false })`): the guest syncs,
+   * its disk is kept and its memory dropped, so the resume boots it over that disk (files kept, processes gone).
+   */
+  onTimeoutKeepMemory?: boolean;
+  /**
    * While paused, a request to one of its ports or its E2B daemon that carries its access token or a signed port URL
    * resumes it and then proceeds; without it, such a request is a `sandbox_paused` error. A public port's
    * requests without a credential never resume it.
@@ -222,6 +227,7 @@ export class Sandbox {
       envs,
       diskMib,
       onTimeout,
+      onTimeoutKeepMemory,
       autoResume,
       buildWaitMs,
       onProgress,
@@ -241,6 +247,7 @@ export class Sandbox {
       envs,
       diskMib,
       onTimeout,
+      onTimeoutKeepMemory,
       autoResume,
     };
     const deadline = Date.now() + (buildWaitMs ?? DEFAULT_BUILD_WAIT_MS);

@@ -329,7 +329,7 @@ export interface components {
             network?: components["schemas"]["SandboxNetworkConfig"];
             /** @description true: the timeout pauses the sandbox (Sandglass onTimeout: pause) instead of killing it. */
             autoPause?: boolean;
-            /** @description Only true (the default): a Sandglass pause always keeps memory. */
+            /** @description false (only with autoPause true, and not with autoResume): the timeout's pause keeps the disk alone (Sandglass onTimeoutKeepMemory false), so the next connect boots the guest over it. Absent: true. */
             autoPauseMemory?: boolean;
             autoResume?: {
                 /** @description true: while paused, a request to its envd or a guest port with its access token resumes it (Sandglass autoResume). */
@@ -470,6 +470,8 @@ export interface components {
                 /** @enum {string} */
                 onTimeout: "kill" | "pause";
                 autoResume: boolean;
+                /** @description Sandglass's addition (the SDK reads only the two above): false when the timeout's pause keeps the disk alone. */
+                keepMemory: boolean;
             };
             volumeMounts?: unknown[];
         };
