@@ -672,6 +672,20 @@ describe('one sandbox', () => {
     expect(seen.filter((r) => r.url.endsWith('/pause')).at(-1)!.body).toEqual({});
   });
 
+  it("boots a paused sandbox over its disk on connect with memory: false (onResume 'reboot'); a running one is left as it is", async () => {
+    const sbx = await create();
+    await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: {} });
+    const resumes = () => seen.filter((r) => r.url.endsWith('/resume')).map((r) => (r.body as { coldBoot?: boolean }).coldBoot);
+    const booted = await call('POST', `/v2/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 60, memory: false } });
+    expect(booted.statusCode, booted.body).toBe(201);
+    expect(resumes()).toEqual([true]);
+    expect((await call('POST', `/v2/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 60, memory: false } })).statusCode).toBe(200);
+    // Without it, a resume restores memory, as before: nothing new in the node request.
+    await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: {} });
+    expect((await call('POST', `/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 60 } })).statusCode).toBe(201);
+    expect(resumes()).toEqual([true, undefined]);
+  });
+
   it('connects the same way under v1, the route of releases before 2.51', async () => {
     const sbx = await create();
     await call('POST', `/sandboxes/${sbx.sandboxID}/pause`);

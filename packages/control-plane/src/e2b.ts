@@ -487,10 +487,12 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       return reply.code(204).send();
     });
 
-    /** Resumes from the latest snapshot (memory intact), then gives the sandbox `timeoutS` from now. */
+    /**
+     * Resumes from the latest snapshot (memory intact; `memory: false`, the SDK's onResume 'reboot': booted over its
+     * disk), then gives the sandbox `timeoutS` from now.
+     */
     const resume = async (req: FastifyRequest, id: string, timeoutS: number, memory: boolean | undefined): Promise<Sandbox> => {
-      if (memory === false) throw unsupported('memory', 'Sandglass resumes the whole VM from its snapshot; a cold boot from disk alone is not supported');
-      await sandboxes.resume(who(req), id, {});
+      await sandboxes.resume(who(req), id, memory === false ? { coldBoot: true } : {});
       return sandboxes.setTimeout(who(req), id, timeoutS);
     };
 

@@ -601,7 +601,7 @@ export class SandboxService {
     const gateway = await this.#gatewayFor(row);
     // Any node can resume any snapshot (the store and the templates are shared): if it is not the last one, say so first.
     if (gateway.id !== row.gateway_id) await this.#recordMove(row, gateway, snap, 'resume');
-    await this.#resumeOn(gateway, row, snap);
+    await this.#resumeOn(gateway, row, snap, { coldBoot: req.coldBoot === true });
     const resumed = await this.#row(id);
     return { ...toSandbox(resumed), access: this.#access(who, resumed, gateway) };
   }
@@ -733,7 +733,7 @@ export class SandboxService {
   }
 
   /** The gateway restores the snapshot under the sandbox's id, with the policy and secrets it had, and records sandbox.resumed. */
-  async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow): Promise<void> {
+  async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow, opts: { coldBoot?: boolean } = {}): Promise<void> {
     const secrets = JSON.parse(row.secrets) as string[];
     const envs = await this.#envsOf(row.id);
     const publicPorts = await this.#publicPortsOf(row.id);
@@ -747,6 +747,7 @@ export class SandboxService {
       ...(envs === undefined ? {} : { envs }),
       ...(publicPorts.length === 0 ? {} : { publicPorts }),
       ...nodeLifecycle(row.on_timeout, row.on_timeout_keep_memory === 1),
+      ...(opts.coldBoot === true ? { coldBoot: true } : {}),
     });
   }
 

@@ -1309,6 +1309,19 @@ describe('pause and resume', () => {
     expect(seen.at(-1)!.body).toMatchObject({ timeoutS: 3600 });
   });
 
+  it('tells the node to boot over the disk on a resume with coldBoot, and only then', async () => {
+    const sbx = await createSandbox();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    seen = [];
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { coldBoot: true } })).statusCode).toBe(200);
+    expect(seen.at(-1)!.body).toMatchObject({ coldBoot: true });
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { coldBoot: false } })).statusCode).toBe(200);
+    expect(seen.at(-1)!.body).not.toHaveProperty('coldBoot');
+    const bad = await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { coldBoot: 'yes' } });
+    expect([bad.statusCode, bad.json().error.details.field]).toEqual([400, 'coldBoot']);
+  });
+
   it('refuses to pause an ended sandbox, and to resume a running one', async () => {
     const sbx = await createSandbox();
     const running = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);

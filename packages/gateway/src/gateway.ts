@@ -151,6 +151,8 @@ export interface RestoreRequest {
   onTimeoutKeepMemory?: boolean;
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
   replay?: ReplayPlan;
+  /** A resume that boots the guest over the snapshot's disk, its memory left unused. */
+  coldBoot?: boolean;
 }
 
 export interface CreateSandboxRequest {
@@ -594,7 +596,9 @@ export class Gateway {
 
   async #restore(req: RestoreRequest, kind: 'resume' | 'fork', sourceSandboxId?: string): Promise<Sandbox> {
     await this.revocation.requireKey(req.tenantId);
-    const m = await this.snapshots.manifest(req.tenantId, req.snapshotId);
+    const manifest = await this.snapshots.manifest(req.tenantId, req.snapshotId);
+    // A cold boot reads the snapshot as a disk-only one: its disk is booted, its memory and device state are not read.
+    const m = kind === 'resume' && req.coldBoot === true ? { ...manifest, diskOnly: true as const } : manifest;
     if (kind === 'resume' && m.sandboxId !== req.id) {
       throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, {
         details: { field: 'snapshotId' },

@@ -137,6 +137,8 @@ export interface ResumeOptions extends ConnectionConfig {
   at?: Date | string;
   /** Resume from this snapshot of the sandbox. Neither option: its latest snapshot. */
   snapshotId?: string;
+  /** Boot the guest over the snapshot's disk instead of restoring its memory: files kept, processes gone. */
+  coldBoot?: boolean;
 }
 
 export interface ForkOptions extends ConnectionConfig {
@@ -273,9 +275,9 @@ export class Sandbox {
 
   /** Runs a paused sandbox again, under the same id, from one of its snapshots; answers once it runs. */
   static async resume(id: string, opts: ResumeOptions = {}): Promise<Sandbox> {
-    const { at, snapshotId, ...config } = opts;
+    const { at, snapshotId, coldBoot, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    const json = { at: at === undefined ? undefined : isoTime(at), snapshotId };
+    const json = { at: at === undefined ? undefined : isoTime(at), snapshotId, coldBoot };
     return new Sandbox(cp, await cp.json<ControlPlaneReply<'resumeSandbox'>>('POST', `${sandboxPath(id)}/resume`, { json }));
   }
 

@@ -183,7 +183,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A running sandbox answers 200 with a fresh envd token, its expiry moved to now + timeout if that is later (never earlier); a paused one is resumed from its latest snapshot (memory intact) and answers 201. */
+        /** @description A running sandbox answers 200 with a fresh envd token, its expiry moved to now + timeout if that is later (never earlier); a paused one is resumed from its latest snapshot (memory intact, or with `memory: false` booted over its disk) and answers 201. */
         post: operations["e2bConnectSandbox"];
         delete?: never;
         options?: never;
@@ -452,7 +452,7 @@ export interface components {
             timeout: number;
         };
         SandboxPauseRequest: {
-            /** @description Only true (the default): a Sandglass pause always keeps memory. */
+            /** @description false: a disk-only pause (Sandglass keepMemory false); the next connect boots the guest over its disk. */
             memory?: boolean;
         };
         ResumedSandbox: {
@@ -460,13 +460,13 @@ export interface components {
             timeout: number;
             /** @description Only false. */
             autoPause?: boolean;
-            /** @description Only true. */
+            /** @description false (the SDK's onResume 'reboot'): a paused sandbox is booted over its snapshot's disk, its memory dropped (Sandglass resume coldBoot); no effect on a running one. */
             memory?: boolean;
         };
         ConnectSandboxV2: {
             /** @default 300 */
             timeout: number;
-            /** @description Only true. */
+            /** @description false (the SDK's onResume 'reboot'): a paused sandbox is booted over its snapshot's disk, its memory dropped (Sandglass resume coldBoot); no effect on a running one. */
             memory?: boolean;
         };
         SandboxForkRequest: {

@@ -2052,6 +2052,8 @@ export interface operations {
                     onTimeout?: components["schemas"]["NodeOnTimeout"];
                     /** @description false: the pause at the timeout keeps the disk alone (keepMemory false); absent: true. */
                     onTimeoutKeepMemory?: boolean;
+                    /** @description true: boot the guest over the snapshot's disk, its memory left unused (as a disk-only snapshot always is). */
+                    coldBoot?: boolean;
                 };
             };
         };

@@ -1030,6 +1030,8 @@ export interface components {
              */
             at?: string;
             snapshotId?: string;
+            /** @description true: boot the guest over the snapshot's disk instead of restoring its memory (what a disk-only snapshot always does): files are kept as last written to disk, processes are gone (sandbox.resumed says `coldBoot: true`). Absent or false: the snapshot's memory is restored when it has one. */
+            coldBoot?: boolean;
         };
         /** @description Exactly one of `snapshotId` and `sandboxId`; `at` only with `sandboxId`. */
         ForkRequest: {
