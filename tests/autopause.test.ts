@@ -124,6 +124,41 @@ describe('onTimeout: pause with autoResume', () => {
   });
 });
 
+describe('onTimeout: pause with onTimeoutKeepMemory: false', () => {
+  it('pauses at its timeout keeping the disk alone, and a request with its token cold-boots it (autoResume)', async () => {
+    const s = await Sandbox.create({
+      ...config(),
+      timeoutS: 40,
+      snapshotIntervalS: 3600,
+      onTimeout: 'pause',
+      onTimeoutKeepMemory: false,
+      autoResume: true,
+    });
+    toKill.push(s.id);
+    expect((await api('GET', `/v1/sandboxes/${s.id}`)).body).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false, autoResume: true });
+    const token = await tokenOf(s.id);
+    await s.files.write('/root/kept.txt', 'on the disk');
+    await s.commands.run('echo gone > /dev/shm/gone.txt');
+    await until('the timeout to pause it', async () => (await state(s.id)) === 'paused');
+    const paused = await eventsOf(s.id);
+    expect(paused.find((e) => e.type === 'sandbox.paused')?.data).toMatchObject({ reason: 'timeout', memory: false });
+    expect(paused.some((e) => e.type === 'sandbox.killed')).toBe(false);
+    const timeline = (await api('GET', `/v1/sandboxes/${s.id}/snapshots`)).body!.snapshots as Array<{ reason: string; memory: boolean }>;
+    expect(timeline.at(-1)).toMatchObject({ reason: 'pause', memory: false });
+
+    // The wake is a cold boot: the request waits for the guest to boot over its disk, then is answered.
+    const envd = await send('/e2b/health', { 'x-access-token': token, 'e2b-sandbox-id': s.id });
+    expect(envd.status).toBe(204);
+    expect(await state(s.id)).toBe('running');
+    const resumed = (await eventsOf(s.id)).filter((e) => e.type === 'sandbox.resumed');
+    expect(resumed).toHaveLength(1);
+    expect(resumed[0]!.data).toMatchObject({ trigger: 'request', coldBoot: true });
+    const booted = await Sandbox.connect(s.id, config());
+    expect(await booted.files.read('/root/kept.txt')).toBe('on the disk');
+    expect((await booted.commands.run('test -e /dev/shm/gone.txt; echo $?')).stdout).toBe('1\n');
+  });
+});
+
 describe('resumes at once', () => {
   it('two resumes of one paused sandbox: one resumes it, the other is sandbox_running, and it runs intact', async () => {
     const s = await serving({});

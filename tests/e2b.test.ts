@@ -454,6 +454,43 @@ describe('list, pause and connect', () => {
     await resumed.kill();
   });
 
+  it("pauses at the timeout without memory (onTimeout { action: 'pause', keepMemory: false }); connect boots it over its disk", async () => {
+    const e = await Sandbox.create('base', { timeoutMs: 40_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } });
+    toKill.push(e.sandboxId);
+    expect((await e.getInfo()).lifecycle).toEqual({ onTimeout: 'pause', autoResume: false });
+    expect((await api('GET', `/v1/sandboxes/${e.sandboxId}`)).body).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
+    await e.files.write('/home/user/kept.txt', 'on the disk');
+    await e.commands.run('echo gone > /dev/shm/gone.txt');
+    await until('the timeout to pause it', async () => (await e.getInfo()).state === 'paused', 180_000);
+    const events = (await api('GET', `/v1/sandboxes/${e.sandboxId}/events?limit=1000`)).body!.events as Array<{ type: string; data: any }>;
+    expect(events.find((ev) => ev.type === 'sandbox.paused')?.data).toMatchObject({ reason: 'timeout', memory: false });
+    expect(events.some((ev) => ev.type === 'sandbox.killed')).toBe(false);
+
+    // A cold boot under TCG takes far longer than a memory resume: the connect is given the time.
+    const booted = await Sandbox.connect(e.sandboxId, { timeoutMs: 600_000, requestTimeoutMs: 300_000 });
+    expect(await booted.files.read('/home/user/kept.txt')).toBe('on the disk');
+    expect((await booted.commands.run('test -e /dev/shm/gone.txt; echo $?')).stdout).toBe('1\n');
+    const resumed = (await api('GET', `/v1/sandboxes/${e.sandboxId}/events?limit=1000`)).body!.events as Array<{ type: string; data: any }>;
+    expect(resumed.filter((ev) => ev.type === 'sandbox.resumed').at(-1)?.data).toMatchObject({ coldBoot: true });
+    await booted.kill();
+  });
+
+  it("connect with onResume 'reboot' boots a paused sandbox over its disk: files kept, processes gone", async () => {
+    const e = await Sandbox.create('base', { timeoutMs: 600_000 });
+    toKill.push(e.sandboxId);
+    await e.files.write('/home/user/kept.txt', 'on the disk');
+    // A memory snapshot's disk holds what the guest had written back when it was taken: sync first, as E2B advises.
+    await e.commands.run('sync');
+    await e.commands.run('sleep 100000', { background: true });
+    expect(await e.pause()).toBe(true);
+    const booted = await Sandbox.connect(e.sandboxId, { onResume: 'reboot', timeoutMs: 600_000, requestTimeoutMs: 300_000 });
+    expect(await booted.files.read('/home/user/kept.txt')).toBe('on the disk');
+    expect((await booted.commands.run('pgrep -x sleep; echo $?')).stdout).toBe('1\n');
+    const resumed = (await api('GET', `/v1/sandboxes/${e.sandboxId}/events?limit=1000`)).body!.events as Array<{ type: string; data: any }>;
+    expect(resumed.filter((ev) => ev.type === 'sandbox.resumed').at(-1)?.data).toMatchObject({ coldBoot: true });
+    await booted.kill();
+  });
+
   it('lists a sandbox started exactly at startedAfter (E2B: "at or after")', async () => {
     const { startedAt } = await sbx.getInfo();
     const listed = await Sandbox.list({ query: { startedAfter: startedAt, metadata: { run: RUN, role: 'main' } } }).nextItems();

@@ -51,6 +51,7 @@ export function toSandbox(row: SandboxRow): Sandbox {
     network: row.network === null ? null : (JSON.parse(row.network) as NetworkPolicy),
     secrets: JSON.parse(row.secrets) as string[],
     onTimeout: row.on_timeout,
+    onTimeoutKeepMemory: row.on_timeout_keep_memory === 1,
     autoResume: row.auto_resume === 1,
   };
 }
@@ -68,6 +69,7 @@ export function toSnapshot(row: SnapshotRow): Snapshot {
     memoryMib: row.memory_mib,
     vcpus: row.vcpus,
     template: row.template,
+    memory: row.memory === 1,
   };
 }
 

@@ -77,8 +77,21 @@ async function recordSnapshot(sandboxId: string, reason: 'manual' | 'pause') {
     memoryMib: row.memory_mib,
     vcpus: row.vcpus,
     template: row.template,
+    memory: true,
   };
 }
+
+/** One of the gateway's metric samples, `atMs` after the test's epoch, with `cpuUsedPct` to tell samples apart. */
+const sample = (atMs: number, cpuUsedPct: number) => ({
+  timestamp: toIso(Date.UTC(2025, 5, 1, 12) + atMs),
+  cpuCount: 1,
+  cpuUsedPct,
+  memUsedBytes: 100,
+  memTotalBytes: 200,
+  memCacheBytes: 30,
+  diskUsedBytes: 400,
+  diskTotalBytes: 800,
+});
 
 /** The gateway's internal API as the control plane uses it, recording what the real gateway records. */
 beforeAll(async () => {
@@ -99,6 +112,7 @@ beforeAll(async () => {
       return reply(201, { id: b.id, state: 'running', startedAt: toIso(clock.nowMs()), pid: 1 });
     }
     if (req.method === 'DELETE' && url.pathname.startsWith('/internal/v1/sandboxes/')) return reply(204);
+    if (req.method === 'GET' && url.pathname.endsWith('/metrics')) return reply(200, { intervalS: 5, metrics: [sample(0, 10), sample(5_000, 20)] });
     if (req.method === 'POST' && url.pathname.endsWith('/timeout')) return reply(204);
     if (req.method === 'PUT' && url.pathname.endsWith('/network')) return reply(204);
     if (req.method === 'POST' && url.pathname === '/internal/v1/revoked-keys') return reply(204);
@@ -210,6 +224,28 @@ async function otherTenantKey(): Promise<string> {
 
 const created = () => seen.filter((r) => r.method === 'POST' && r.url === '/internal/v1/sandboxes');
 
+/** A version of a tenant's own template, as a finished build publishes it. */
+async function addVersion(tenantId: string, name: string, version: number) {
+  const values = {
+    id: newId('tpl'),
+    tenant_id: tenantId,
+    name,
+    version,
+    snapshot_id: newId('snap'),
+    memory_mib: 1024,
+    vcpus: 2,
+    disk_mib: 2048,
+    envs: '{}',
+    user: null,
+    workdir: null,
+    start: null,
+    build_id: null,
+    created_at: toIso(clock.nowMs()),
+  };
+  await database.db.insertInto('template_versions').values(values).execute();
+  return values;
+}
+
 describe('auth and errors', () => {
   it.each([
     ['no key', {}],
@@ -230,8 +266,8 @@ describe('auth and errors', () => {
 
   it('answers 501 naming the feature for E2B routes Sandglass does not serve, and 404 in E2B format for unknown ones', async () => {
     for (const [method, url] of [
-      ['GET', '/templates'],
-      ['GET', '/sandboxes/metrics'],
+      ['GET', '/v2/templates'],
+      ['GET', '/teams/team_x/metrics'],
       ['POST', '/sandboxes/sbx_x/refreshes'],
       ['GET', '/volumes'],
     ] as const) {
@@ -252,6 +288,158 @@ describe('auth and errors', () => {
     expect((await call('GET', `/templates/aliases/${base.json().templateID}`)).json()).toMatchObject({ code: 404, error_code: 'template_not_found' });
     expect((await call('GET', '/templates/aliases/nope')).statusCode).toBe(404);
     expect((await call('GET', '/templates/aliases/base', { key: null })).statusCode).toBe(401);
+  });
+
+  it('lists running sandboxes on the v1 route (GET /sandboxes) as v2 does with state=running, filtered by metadata', async () => {
+    const a = await create({ metadata: { k: 'a' } });
+    clock.advance(1000);
+    const b = await create({ metadata: { k: 'b' } });
+    clock.advance(1000);
+    const paused = await create({ metadata: { k: 'a' } });
+    expect((await call('POST', `/sandboxes/${paused.sandboxID}/pause`, { json: {} })).statusCode).toBe(204);
+    await create({}, await otherTenantKey());
+    const v1 = await call('GET', '/sandboxes');
+    expect(v1.statusCode, v1.body).toBe(200);
+    expect(v1.json().map((s: { sandboxID: string }) => s.sandboxID)).toEqual([b.sandboxID, a.sandboxID]);
+    expect(v1.json()).toEqual((await call('GET', '/v2/sandboxes?state=running')).json());
+    const filtered = await call('GET', `/sandboxes?metadata=${encodeURIComponent('k=a')}`);
+    expect(filtered.json().map((s: { sandboxID: string }) => s.sandboxID)).toEqual([a.sandboxID]);
+  });
+
+  it("answers the metrics of many sandboxes (GET /sandboxes/metrics): each running one's newest sample, the rest left out", async () => {
+    const a = await create();
+    const b = await create();
+    const paused = await create();
+    await call('POST', `/sandboxes/${paused.sandboxID}/pause`, { json: {} });
+    const theirs = await create({}, await otherTenantKey());
+    seen = [];
+    const ids = [a.sandboxID, b.sandboxID, paused.sandboxID, theirs.sandboxID, 'sbx_unknown', a.sandboxID];
+    const res = await call('GET', `/sandboxes/metrics?sandbox_ids=${ids.join(',')}`);
+    expect(res.statusCode, res.body).toBe(200);
+    const newest = {
+      timestamp: toIso(Date.UTC(2025, 5, 1, 12, 0, 5)),
+      timestampUnix: Date.UTC(2025, 5, 1, 12, 0, 5) / 1000,
+      cpuCount: 1,
+      cpuUsedPct: 20,
+      memUsed: 100,
+      memTotal: 200,
+      memCache: 30,
+      diskUsed: 400,
+      diskTotal: 800,
+    };
+    expect(res.json()).toEqual({ sandboxes: { [a.sandboxID]: newest, [b.sandboxID]: newest } });
+    // Only the tenant's running sandboxes were asked of their gateway, each once.
+    expect(seen.map((r) => r.url).sort()).toEqual([a.sandboxID, b.sandboxID].map((id) => `/internal/v1/sandboxes/${id}/metrics`).sort());
+    expect((await call('GET', '/sandboxes/metrics')).statusCode).toBe(400);
+    const tooMany = Array.from({ length: 101 }, (_, i) => `sbx_${i}`).join(',');
+    expect((await call('GET', `/sandboxes/metrics?sandbox_ids=${tooMany}`)).statusCode).toBe(400);
+  });
+
+  it("lists the platform's templates (public) and the tenant's own (newest version, not public) with their figures", async () => {
+    const mine = await create();
+    const tenantId = (await row(mine.sandboxID)).tenant_id;
+    const v1 = await addVersion(tenantId, 'mine', 1);
+    clock.advance(60_000);
+    const v2 = await addVersion(tenantId, 'mine', 2);
+    await addVersion('ten_other', 'theirs', 1);
+    const res = await call('GET', '/templates');
+    expect(res.statusCode, res.body).toBe(200);
+    const [base, own, ...rest] = res.json();
+    expect(rest).toEqual([]);
+    expect(base).toMatchObject({
+      templateID: expect.stringMatching(/^tpl_/),
+      public: true,
+      names: ['base'],
+      aliases: ['base'],
+      buildStatus: 'ready',
+      buildCount: 1,
+      memoryMB: 512,
+      cpuCount: 1,
+      spawnCount: 1,
+      lastSpawnedAt: (await row(mine.sandboxID)).created_at,
+      createdBy: null,
+    });
+    expect(base.buildID).toBe(base.templateID);
+    expect(own).toMatchObject({
+      templateID: v2.id,
+      buildID: v2.id,
+      public: false,
+      names: ['mine'],
+      buildCount: 2,
+      cpuCount: 2,
+      memoryMB: 1024,
+      diskSizeMB: 2048,
+      createdAt: v1.created_at,
+      updatedAt: v2.created_at,
+      spawnCount: 0,
+      lastSpawnedAt: null,
+    });
+    // The same id as Template.exists answers for that name.
+    expect((await call('GET', '/templates/aliases/mine')).json().templateID).toBe(own.templateID);
+  });
+
+  it('lists a template another tenant published for every tenant as public, and gives it by name, unless its own name wins', async () => {
+    const tenantId = (await row((await create()).sandboxID)).tenant_id;
+    const theirs = await addVersion('ten_publisher', 'shared', 1);
+    await addVersion('ten_publisher', 'hidden', 1);
+    await addVersion('ten_publisher', 'clash', 1);
+    const own = await addVersion(tenantId, 'clash', 1);
+    for (const name of ['shared', 'clash']) {
+      await database.db
+        .insertInto('published_templates')
+        .values({ name, tenant_id: 'ten_publisher', published_at: toIso(clock.nowMs()) })
+        .execute();
+    }
+    const listed = (await call('GET', '/templates')).json() as Array<{ names: string[]; templateID: string; public: boolean }>;
+    expect(listed.map((t) => [t.names[0], t.templateID, t.public])).toEqual([
+      ['base', expect.stringMatching(/^tpl_/), true],
+      ['clash', own.id, false],
+      ['shared', theirs.id, true],
+    ]);
+    const one = await call('GET', '/templates/shared');
+    expect(one.statusCode, one.body).toBe(200);
+    expect(one.json()).toMatchObject({ templateID: theirs.id, public: true, builds: [{ buildID: theirs.id }] });
+    expect((await call('GET', '/templates/clash')).json()).toMatchObject({ templateID: own.id, public: false });
+    // An unpublished template of another tenant stays unknown.
+    expect((await call('GET', '/templates/hidden')).statusCode).toBe(404);
+  });
+
+  it('gives one template by id or name with its builds, newest first and paged; another tenant’s is 404', async () => {
+    const tenantId = (await row((await create()).sandboxID)).tenant_id;
+    const versions = [];
+    for (let v = 1; v <= 3; v++) {
+      clock.advance(60_000);
+      versions.push(await addVersion(tenantId, 'mine', v));
+    }
+    await addVersion('ten_other', 'theirs', 1);
+    const byName = await call('GET', '/templates/mine');
+    expect(byName.statusCode, byName.body).toBe(200);
+    expect(byName.json()).toMatchObject({ templateID: versions[2]!.id, public: false, names: ['mine'] });
+    expect(byName.json().builds.map((b: { buildID: string }) => b.buildID)).toEqual(versions.map((v) => v.id).reverse());
+    expect(byName.json().builds[0]).toEqual({
+      buildID: versions[2]!.id,
+      status: 'ready',
+      createdAt: versions[2]!.created_at,
+      updatedAt: versions[2]!.created_at,
+      finishedAt: versions[2]!.created_at,
+      cpuCount: 2,
+      memoryMB: 1024,
+      diskSizeMB: 2048,
+      envdVersion: expect.any(String),
+    });
+    // An older version's id names the same template.
+    expect((await call('GET', `/templates/${versions[0]!.id}`)).json().templateID).toBe(versions[2]!.id);
+    const first = await call('GET', '/templates/mine?limit=2');
+    expect(first.json().builds).toHaveLength(2);
+    const next = first.headers['x-next-token'] as string;
+    const second = await call('GET', `/templates/mine?limit=2&nextToken=${next}`);
+    expect(second.json().builds.map((b: { buildID: string }) => b.buildID)).toEqual([versions[0]!.id]);
+    expect(second.headers['x-next-token']).toBeUndefined();
+    const base = await call('GET', '/templates/base');
+    expect(base.json()).toMatchObject({ public: true, names: ['base'], builds: [{ status: 'ready', memoryMB: 512 }] });
+    expect((await call('GET', `/templates/${base.json().templateID}`)).json().names).toEqual(['base']);
+    expect((await call('GET', '/templates/theirs')).json()).toMatchObject({ code: 404, error_code: 'template_not_found' });
+    expect((await call('GET', '/templates/nope')).statusCode).toBe(404);
   });
 
   it('deletes only snapshots through DELETE /templates/{id}: a template is refused, an unknown id is 404', async () => {
@@ -330,7 +518,8 @@ describe('create', () => {
     [{ network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } }, 'network.rules'],
     [{ network: { egressProxy: { address: 'proxy:1080' } } }, 'network.egressProxy'],
     [{ network: { allowPublicTraffic: true } }, 'network.allowPublicTraffic'],
-    [{ autoPause: true, autoPauseMemory: false }, 'autoPauseMemory'],
+    [{ autoPauseMemory: false }, 'autoPauseMemory'],
+    [{ autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } }, 'autoResume.enabled'],
     [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'volumeMounts'],
     [{ mcp: { github: {} } }, 'mcp'],
     [{ iam: { tokens: {} } }, 'iam'],
@@ -350,9 +539,25 @@ describe('create', () => {
     expect(created()[0]!.body).toMatchObject({ onTimeout: 'pause' });
     expect(await row(res.json().sandboxID)).toMatchObject({ on_timeout: 'pause', auto_resume: 1 });
     const info = await call('GET', `/sandboxes/${res.json().sandboxID as string}`);
-    expect(info.json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: true });
+    expect(info.json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: true, keepMemory: true });
     const plain = await call('POST', '/v2/sandboxes', { json: { templateID: 'base' } });
-    expect(await row(plain.json().sandboxID)).toMatchObject({ on_timeout: 'kill', auto_resume: 0 });
+    expect(await row(plain.json().sandboxID)).toMatchObject({ on_timeout: 'kill', auto_resume: 0, on_timeout_keep_memory: 1 });
+  });
+
+  it('maps autoPauseMemory false onto a disk-only pause at the timeout: in the event, the node request, the row and getInfo', async () => {
+    const res = await call('POST', '/v2/sandboxes', { json: { templateID: 'base', autoPause: true, autoPauseMemory: false } });
+    expect(res.statusCode, res.body).toBe(201);
+    const id = res.json().sandboxID as string;
+    expect(created()[0]!.body).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
+    expect(await row(id)).toMatchObject({ on_timeout: 'pause', on_timeout_keep_memory: 0, auto_resume: 0 });
+    const [createdEvent] = await database.db.selectFrom('events').select('data').where('sandbox_id', '=', id).where('type', '=', 'sandbox.created').execute();
+    expect(JSON.parse(createdEvent!.data)).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
+    expect((await call('GET', `/sandboxes/${id}`)).json().lifecycle).toEqual({ onTimeout: 'pause', autoResume: false, keepMemory: false });
+    // The resume after such a pause carries the choice on: the next timeout pauses without memory again.
+    await call('POST', `/sandboxes/${id}/pause`, { json: {} });
+    seen = [];
+    expect((await call('POST', `/sandboxes/${id}/connect`, { json: { timeout: 60 } })).statusCode).toBe(201);
+    expect(seen.find((r) => r.url.endsWith('/resume'))!.body).toMatchObject({ onTimeout: 'pause', onTimeoutKeepMemory: false });
   });
 
   it('takes the v1 create of releases before 2.51, their defaults allow_internet_access and secure meaning the default policy', async () => {
@@ -491,6 +696,20 @@ describe('one sandbox', () => {
     // The default (and memory: true) is the whole VM, as before: nothing new in the node request.
     expect((await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: { memory: true } })).statusCode).toBe(204);
     expect(seen.filter((r) => r.url.endsWith('/pause')).at(-1)!.body).toEqual({});
+  });
+
+  it("boots a paused sandbox over its disk on connect with memory: false (onResume 'reboot'); a running one is left as it is", async () => {
+    const sbx = await create();
+    await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: {} });
+    const resumes = () => seen.filter((r) => r.url.endsWith('/resume')).map((r) => (r.body as { coldBoot?: boolean }).coldBoot);
+    const booted = await call('POST', `/v2/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 60, memory: false } });
+    expect(booted.statusCode, booted.body).toBe(201);
+    expect(resumes()).toEqual([true]);
+    expect((await call('POST', `/v2/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 60, memory: false } })).statusCode).toBe(200);
+    // Without it, a resume restores memory, as before: nothing new in the node request.
+    await call('POST', `/sandboxes/${sbx.sandboxID}/pause`, { json: {} });
+    expect((await call('POST', `/sandboxes/${sbx.sandboxID}/connect`, { json: { timeout: 60 } })).statusCode).toBe(201);
+    expect(resumes()).toEqual([true, undefined]);
   });
 
   it('connects the same way under v1, the route of releases before 2.51', async () => {

@@ -18,9 +18,10 @@ import {
   type OperationRoute,
   type RequestBody,
 } from '@sandglass/core';
-import { fromIso, type Schema } from '@sandglass/db';
+import { fromIso, type Schema, type TemplateRow, type TemplateVersionRow } from '@sandglass/db';
 import { parsePolicy } from '@sandglass/egress';
 import type { NetworkPolicy, Sandbox, Snapshot } from './api.js';
+import type { GatewayMetrics } from './gateways.js';
 import { authenticate, type Principal } from './keys.js';
 import { checkEnvs, E2B_ENVD_TOKEN_TTL_MS, type SandboxService } from './sandboxes.js';
 import { findTemplate, findUsableVersion, listTemplates } from './templates.js';
@@ -55,11 +56,9 @@ type NetworkInput = Schemas['SandboxNetworkConfig'] & { allow_internet_access?: 
 
 /** E2B routes the SDK calls for features Sandglass does not have: 501 with what, rather than a 404 the SDK would read as "sandbox not found". */
 const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH', path: string, what: string]> = [
-  ['GET', '/sandboxes', 'The v1 sandbox list (use GET /v2/sandboxes)'],
   ['POST', '/sandboxes/{sandboxID}/refreshes', 'Sandbox refreshes'],
   ['GET', '/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
   ['GET', '/v2/sandboxes/{sandboxID}/logs', 'Sandbox logs'],
-  ['GET', '/sandboxes/metrics', 'The metrics of many sandboxes at once (ask each: GET /sandboxes/{sandboxID}/metrics)'],
   ['GET', '/secrets', "E2B's secrets API (Sandglass secrets are in its own API, /v1/secrets)"],
   ['POST', '/secrets', "E2B's secrets API"],
   ['GET', '/secrets/{secretID}', "E2B's secrets API"],
@@ -68,8 +67,6 @@ const UNSUPPORTED: ReadonlyArray<readonly [method: 'GET' | 'POST' | 'PUT' | 'DEL
   ['GET', '/teams', 'Teams'],
   ['GET', '/teams/{teamID}/metrics', 'Team metrics'],
   ['GET', '/teams/{teamID}/metrics/max', 'Team metrics'],
-  ['GET', '/templates', 'The templates API'],
-  ['GET', '/templates/{templateID}', 'The templates API'],
   ['PATCH', '/templates/{templateID}', 'The templates API'],
   ['GET', '/templates/{templateID}/builds/{buildID}/logs', 'Template builds'],
   ['GET', '/templates/{templateID}/builds/{buildID}/status', 'Template builds'],
@@ -167,6 +164,21 @@ function toPolicy(input: NetworkInput, prefix: string, internetField: string): N
 
 const isFinal = (s: Sandbox) => s.state === 'ended' || s.state === 'failed';
 
+/** One of the gateway's samples in E2B's shape (E2B's byte counts carry no unit in their names). */
+function toE2bMetric(m: GatewayMetrics['metrics'][number]): Schemas['SandboxMetric'] {
+  return {
+    timestamp: m.timestamp,
+    timestampUnix: Math.floor(Date.parse(m.timestamp) / 1000),
+    cpuCount: m.cpuCount,
+    cpuUsedPct: m.cpuUsedPct,
+    memUsed: m.memUsedBytes,
+    memTotal: m.memTotalBytes,
+    memCache: m.memCacheBytes,
+    diskUsed: m.diskUsedBytes,
+    diskTotal: m.diskTotalBytes,
+  };
+}
+
 /** Ended and failed sandboxes do not exist for E2B: it lists, connects to and kills only running and paused ones. */
 function notFound(id: string): SandglassError {
   return new SandglassError('sandbox_not_found', `No running or paused sandbox ${id} exists for your tenant.`);
@@ -226,10 +238,11 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       // The same check as Authorization: Bearer on the rest of the API (revocation and expiry hold from the next request).
       principals.set(req, await authenticate(db, apiKey === undefined ? req.headers.authorization : `Bearer ${apiKey}`, clock));
     });
-    // The SDK sends `state=running,paused` (form style, not exploded): the validator wants the list as an array.
+    // The SDK sends `state=running,paused` (form style, not exploded), as E2B's `sandbox_ids`: the validator wants arrays.
     scope.addHook('preValidation', async (req) => {
       const q = req.query as Record<string, unknown>;
       if (q.state !== undefined) q.state = [q.state].flat().flatMap((v) => String(v).split(','));
+      if (q.sandbox_ids !== undefined) q.sandbox_ids = [q.sandbox_ids].flat().flatMap((v) => String(v).split(','));
     });
     const who = (req: FastifyRequest): Principal => principals.get(req)!;
 
@@ -320,8 +333,15 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       (version: 'v1' | 'v2'): OperationHandler<Operation<'/v2/sandboxes', 'POST'>, Route<'/v2/sandboxes', 'POST'>> =>
       async (req, reply) => {
         const b = version === 'v1' && req.body.allow_internet_access === true ? { ...req.body, allow_internet_access: undefined } : req.body;
-        if (b.autoPauseMemory === false) throw unsupported('autoPauseMemory', 'a Sandglass pause always keeps memory (its snapshot is the whole VM)');
-        const lifecycle = { onTimeout: b.autoPause === true ? ('pause' as const) : ('kill' as const), autoResume: b.autoResume?.enabled === true };
+        const lifecycle = {
+          onTimeout: b.autoPause === true ? ('pause' as const) : ('kill' as const),
+          autoResume: b.autoResume?.enabled === true,
+          onTimeoutKeepMemory: b.autoPauseMemory !== false,
+        };
+        if (b.autoPauseMemory === false && !b.autoPause) throw invalidArgument('autoPauseMemory', 'false is only allowed with autoPause: true');
+        // As E2B: traffic never cold-boots a sandbox, whose processes would be gone; a disk-only pause resumes by connect.
+        if (!lifecycle.onTimeoutKeepMemory && lifecycle.autoResume)
+          throw invalidArgument('autoResume.enabled', 'true is not allowed with autoPauseMemory: false; resume a disk-only pause with connect');
         if (b.mcp !== undefined && b.mcp !== null) throw unsupported('mcp', 'MCP gateways are not supported');
         if (b.iam !== undefined) throw unsupported('iam', 'workload identity tokens are not supported');
         if (b.volumeMounts !== undefined && b.volumeMounts.length > 0) throw unsupported('volumeMounts', 'volumes are not supported');
@@ -370,8 +390,8 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
     route('POST', '/v2/sandboxes', create('v2'));
     route('POST', '/sandboxes', create('v1'));
 
-    route('GET', '/v2/sandboxes', async (req, reply) => {
-      const q = req.query;
+    /** The tenant's sandboxes E2B lists, as v2's query (its defaults) asks, in its order; paging is the caller's. */
+    const listed = async (req: FastifyRequest, q: Operation<'/v2/sandboxes', 'GET'>['parameters']['query'] & {}): Promise<ListedSandbox[]> => {
       const states = new Set(q.state ?? ['running', 'paused']);
       const wanted = [...(states.has('running') ? (['starting', 'running'] as const) : []), ...(states.has('paused') ? (['paused'] as const) : [])];
       const metadata = q.metadata === undefined ? [] : parseMetadataQuery(q.metadata);
@@ -384,17 +404,27 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       const dir = q.order === 'asc' ? 1 : -1;
       const byStart = (a: ListedSandbox, b: { startedAt: string; sandboxID: string }) =>
         dir * (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : a.sandboxID < b.sandboxID ? -1 : a.sandboxID > b.sandboxID ? 1 : 0);
-      const matching = (await sandboxes.list(who(req), wanted))
+      return (await sandboxes.list(who(req), wanted))
         .filter((s) => templateName === undefined || s.template === templateName)
         .filter((s) => metadata.every(([k, v]) => s.metadata[k] === v))
         .map((s) => toListed(s, idOf.get(s.template) ?? s.template))
         .filter((s) => afterMs === undefined || fromIso(s.startedAt) >= afterMs)
         .filter((s) => cursor === undefined || byStart(s, { startedAt: cursor.startedAt, sandboxID: cursor.id }) > 0)
         .sort(byStart);
+    };
+
+    route('GET', '/v2/sandboxes', async (req, reply) => {
+      const q = req.query;
+      const matching = await listed(req, q);
       const page = matching.slice(0, q.limit);
       if (matching.length > page.length) void reply.header('x-next-token', encodeCursor(page[page.length - 1]!));
       return page;
     });
+
+    /** E2B's deprecated v1 list: running sandboxes only, all of them, newest first. */
+    route('GET', '/sandboxes', async (req) =>
+      listed(req, { state: ['running'], ...(req.query.metadata === undefined ? {} : { metadata: req.query.metadata }) }),
+    );
 
     route('GET', '/sandboxes/{sandboxID}', async (req) => {
       const s = await live(req, req.params.sandboxID);
@@ -404,7 +434,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         ...(granted === undefined ? {} : { envdAccessToken: granted.token }),
         domain: granted === undefined ? null : domainOf(granted.gatewayUrl),
         ...(s.network === null ? {} : { network: { allowOut: s.network.allow, denyOut: s.network.deny } }),
-        lifecycle: { onTimeout: s.onTimeout, autoResume: s.autoResume },
+        lifecycle: { onTimeout: s.onTimeout, autoResume: s.autoResume, keepMemory: s.onTimeoutKeepMemory },
       };
     });
 
@@ -419,17 +449,29 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       await live(req, req.params.sandboxID);
       const iso = (s: number | undefined, plusMs: number) => (s === undefined ? undefined : new Date(s * 1000 + plusMs).toISOString());
       const { metrics } = await sandboxes.metrics(who(req), req.params.sandboxID, { start: iso(req.query.start, 0), end: iso(req.query.end, 999) });
-      return metrics.map((m) => ({
-        timestamp: m.timestamp,
-        timestampUnix: Math.floor(Date.parse(m.timestamp) / 1000),
-        cpuCount: m.cpuCount,
-        cpuUsedPct: m.cpuUsedPct,
-        memUsed: m.memUsedBytes,
-        memTotal: m.memTotalBytes,
-        memCache: m.memCacheBytes,
-        diskUsed: m.diskUsedBytes,
-        diskTotal: m.diskTotalBytes,
-      }));
+      return metrics.map(toE2bMetric);
+    });
+
+    /**
+     * The newest sample of each named sandbox that is the tenant's and running, asked of their gateways at once. The
+     * rest are left out rather than refused, as E2B lists only running sandboxes here: one paused or ended meanwhile,
+     * or one with no sample yet, is simply not there.
+     */
+    route('GET', '/sandboxes/metrics', async (req) => {
+      const ids = [...new Set(req.query.sandbox_ids)];
+      const latest = await Promise.all(
+        ids.map(async (id) => {
+          try {
+            return [id, (await sandboxes.metrics(who(req), id)).metrics.at(-1)] as const;
+          } catch (err) {
+            if (err instanceof SandglassError && (err.code === 'sandbox_not_found' || err.code === 'sandbox_not_running')) return [id, undefined] as const;
+            throw err;
+          }
+        }),
+      );
+      const found: Record<string, Schemas['SandboxMetric']> = {};
+      for (const [id, m] of latest) if (m !== undefined) found[id] = toE2bMetric(m);
+      return { sandboxes: found };
     });
 
     route('POST', '/sandboxes/{sandboxID}/timeout', async (req, reply) => {
@@ -445,10 +487,12 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       return reply.code(204).send();
     });
 
-    /** Resumes from the latest snapshot (memory intact), then gives the sandbox `timeoutS` from now. */
+    /**
+     * Resumes from the latest snapshot (memory intact; `memory: false`, the SDK's onResume 'reboot': booted over its
+     * disk), then gives the sandbox `timeoutS` from now.
+     */
     const resume = async (req: FastifyRequest, id: string, timeoutS: number, memory: boolean | undefined): Promise<Sandbox> => {
-      if (memory === false) throw unsupported('memory', 'Sandglass resumes the whole VM from its snapshot; a cold boot from disk alone is not supported');
-      await sandboxes.resume(who(req), id, {});
+      await sandboxes.resume(who(req), id, memory === false ? { coldBoot: true } : {});
       return sandboxes.setTimeout(who(req), id, timeoutS);
     };
 
@@ -511,6 +555,124 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         return { templateID: custom.id, public: published?.tenant_id === custom.tenant_id };
       }
       throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.params.alias)} exists.`);
+    });
+
+    /** How often the tenant started each template (ended sandboxes included) and when last: E2B's spawn figures. */
+    const spawnsOf = async (tenantId: string): Promise<Map<string, { count: number; last: string }>> => {
+      const rows = await db
+        .selectFrom('sandboxes')
+        .select((eb) => ['template', eb.fn.countAll<number | string>().as('count'), eb.fn.max('created_at').as('last')])
+        .where('tenant_id', '=', tenantId)
+        .groupBy('template')
+        .execute();
+      return new Map(rows.map((r) => [r.template, { count: Number(r.count), last: r.last }]));
+    };
+    const platformBuild = (t: TemplateRow): Schemas['TemplateBuild'] => ({
+      buildID: t.id,
+      status: t.status === 'ready' ? 'ready' : t.status === 'failed' ? 'error' : 'building',
+      createdAt: t.created_at,
+      updatedAt: t.created_at,
+      cpuCount: createDefaults.vcpus?.default as number,
+      memoryMB: t.memory_mib,
+      diskSizeMB: DISK_SIZE_MB,
+      envdVersion: E2B_ENVD_VERSION,
+    });
+    const versionBuild = (v: TemplateVersionRow): Schemas['TemplateBuild'] => ({
+      buildID: v.id,
+      status: 'ready',
+      createdAt: v.created_at,
+      updatedAt: v.created_at,
+      finishedAt: v.created_at,
+      cpuCount: v.vcpus,
+      memoryMB: v.memory_mib,
+      diskSizeMB: v.disk_mib ?? DISK_SIZE_MB,
+      envdVersion: E2B_ENVD_VERSION,
+    });
+    /**
+     * One E2B template: a platform template (public, one build: itself) or the versions of one of the tenant's own
+     * templates, newest first (its id the newest version's, as Template.exists answers; each version a build).
+     */
+    const toE2bTemplate = (name: string, builds: Schemas['TemplateBuild'][], isPublic: boolean, spawns: { count: number; last: string } | undefined) => {
+      const newest = builds[0]!;
+      return {
+        templateID: newest.buildID,
+        public: isPublic,
+        aliases: [name],
+        names: [name],
+        createdAt: builds[builds.length - 1]!.createdAt,
+        updatedAt: newest.updatedAt,
+        lastSpawnedAt: spawns?.last ?? null,
+        spawnCount: spawns?.count ?? 0,
+        builds,
+      };
+    };
+    const tenantVersions = (tenantId: string) =>
+      db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId).orderBy('name').orderBy('version', 'desc').execute();
+    /** The versions of templates other tenants published for every tenant (public here, as platform templates are). */
+    const publishedVersions = () =>
+      db
+        .selectFrom('template_versions as v')
+        .innerJoin('published_templates as p', (j) => j.onRef('p.tenant_id', '=', 'v.tenant_id').onRef('p.name', '=', 'v.name'))
+        .selectAll('v')
+        .orderBy('v.name')
+        .orderBy('v.version', 'desc')
+        .execute();
+
+    route('GET', '/templates', async (req) => {
+      const spawns = await spawnsOf(who(req).tenantId);
+      const tenantId = who(req).tenantId;
+      const byName = new Map<string, TemplateVersionRow[]>();
+      for (const v of await tenantVersions(tenantId)) byName.set(v.name, [...(byName.get(v.name) ?? []), v]);
+      // A tenant's own name wins over a published one, as a create resolves it.
+      const published = new Map<string, TemplateVersionRow[]>();
+      for (const v of await publishedVersions()) {
+        if (v.tenant_id !== tenantId && !byName.has(v.name)) published.set(v.name, [...(published.get(v.name) ?? []), v]);
+      }
+      const all = [
+        ...(await listTemplates(db)).map((t) => toE2bTemplate(t.name, [platformBuild(t)], true, spawns.get(t.name))),
+        ...[...byName].map(([name, versions]) => toE2bTemplate(name, versions.map(versionBuild), false, spawns.get(name))),
+        ...[...published].map(([name, versions]) => toE2bTemplate(name, versions.map(versionBuild), true, spawns.get(name))),
+      ];
+      return all.map(({ builds, ...t }) => ({
+        ...t,
+        buildID: builds[0]!.buildID,
+        cpuCount: builds[0]!.cpuCount,
+        memoryMB: builds[0]!.memoryMB,
+        diskSizeMB: builds[0]!.diskSizeMB ?? DISK_SIZE_MB,
+        createdBy: null,
+        buildCount: builds.length,
+        envdVersion: E2B_ENVD_VERSION,
+        buildStatus: builds[0]!.status,
+      }));
+    });
+
+    route('GET', '/templates/{templateID}', async (req, reply) => {
+      const { templateID } = req.params;
+      const spawns = await spawnsOf(who(req).tenantId);
+      const platform = await findTemplate(db, templateID);
+      let template: ReturnType<typeof toE2bTemplate>;
+      if (platform !== undefined) template = toE2bTemplate(platform.name, [platformBuild(platform)], true, spawns.get(platform.name));
+      else {
+        // The tenant's own template, else one published for every tenant (public, as Template.exists says).
+        const version = await findUsableVersion(db, who(req).tenantId, templateID);
+        if (version === undefined) throw new SandglassError('template_not_found', `No template ${JSON.stringify(templateID)} exists for your tenant.`);
+        const own = version.tenant_id === who(req).tenantId;
+        const versions = (own ? await tenantVersions(version.tenant_id) : await publishedVersions()).filter(
+          (v) => v.tenant_id === version.tenant_id && v.name === version.name,
+        );
+        template = toE2bTemplate(version.name, versions.map(versionBuild), !own, spawns.get(version.name));
+      }
+      // Newest first: past the cursor means older (or as old, with a smaller id), as the snapshot list pages.
+      const cursor = req.query.nextToken === undefined ? undefined : decodeCursor(req.query.nextToken);
+      const after =
+        cursor === undefined
+          ? template.builds
+          : template.builds.filter((b) => b.createdAt < cursor.startedAt || (b.createdAt === cursor.startedAt && b.buildID < cursor.id));
+      const page = after.slice(0, req.query.limit);
+      const last = page[page.length - 1];
+      if (after.length > page.length && last !== undefined)
+        void reply.header('x-next-token', encodeCursor({ startedAt: last.createdAt, sandboxID: last.buildID }));
+      return { ...template, builds: page };
     });
 
     /** E2B's snapshots are Sandglass's named ones: taken now and kept (named, so retention never thins them). */

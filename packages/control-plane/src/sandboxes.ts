@@ -156,13 +156,27 @@ interface CreationPoint {
 }
 
 /** sandbox.created's lifecycle fields, only when not the defaults, so the events of every other sandbox stay as they were. */
-function lifecycleData(req: Pick<CreateSandboxRequest, 'onTimeout' | 'autoResume'>): { onTimeout?: 'pause'; autoResume?: true } {
-  return { ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}), ...(req.autoResume ? { autoResume: true as const } : {}) };
+function lifecycleData(req: Pick<CreateSandboxRequest, 'onTimeout' | 'onTimeoutKeepMemory' | 'autoResume'>): {
+  onTimeout?: 'pause';
+  onTimeoutKeepMemory?: false;
+  autoResume?: true;
+} {
+  return {
+    ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+    ...(req.onTimeoutKeepMemory === false ? { onTimeoutKeepMemory: false as const } : {}),
+    ...(req.autoResume ? { autoResume: true as const } : {}),
+  };
+}
+
+/** A disk-only pause is a kind of pause: asked for with a timeout that kills, it would say something that never happens. */
+function checkLifecycle(req: Pick<CreateSandboxRequest, 'onTimeout' | 'onTimeoutKeepMemory'>): void {
+  if (req.onTimeoutKeepMemory === false && req.onTimeout !== 'pause')
+    throw invalidArgument('onTimeoutKeepMemory', 'false is only allowed with onTimeout: pause');
 }
 
 /** The node's onTimeout, only when it is not its default: a node request for any other sandbox stays as it was. */
-function nodeLifecycle(onTimeout: 'kill' | 'pause' | undefined): { onTimeout?: 'pause' } {
-  return onTimeout === 'pause' ? { onTimeout } : {};
+function nodeLifecycle(onTimeout: 'kill' | 'pause' | undefined, keepMemory = true): { onTimeout?: 'pause'; onTimeoutKeepMemory?: false } {
+  return onTimeout === 'pause' ? { onTimeout, ...(keepMemory ? {} : { onTimeoutKeepMemory: false as const }) } : {};
 }
 
 export class SandboxService {
@@ -177,6 +191,7 @@ export class SandboxService {
 
   async create(who: Principal, req: CreateSandboxRequest): Promise<Sandbox> {
     const { db, events, gateways, gatewayClient, clock } = this.deps;
+    checkLifecycle(req);
     const template = await findTemplate(db, req.template);
     if (!template) {
       const version = await findUsableVersion(db, who.tenantId, req.template);
@@ -249,7 +264,7 @@ export class SandboxService {
         ...spec,
         ...egress,
         ...(envNames.length === 0 ? {} : { envs }),
-        ...nodeLifecycle(req.onTimeout),
+        ...nodeLifecycle(req.onTimeout, req.onTimeoutKeepMemory),
       });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
@@ -323,7 +338,7 @@ export class SandboxService {
         secrets,
         ...(envNames.length === 0 ? {} : { envs }),
         defaults: versionDefaults(version),
-        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS, ...nodeLifecycle(req.onTimeout) }],
+        sandboxes: [{ id, timeoutS: req.timeoutS, snapshotIntervalS: req.snapshotIntervalS, ...nodeLifecycle(req.onTimeout, req.onTimeoutKeepMemory) }],
       });
     } catch (err) {
       throw await this.#failUnlessFinal(who, [id], err);
@@ -590,7 +605,7 @@ export class SandboxService {
     const gateway = await this.#gatewayFor(row);
     // Any node can resume any snapshot (the store and the templates are shared): if it is not the last one, say so first.
     if (gateway.id !== row.gateway_id) await this.#recordMove(row, gateway, snap, 'resume');
-    await this.#resumeOn(gateway, row, snap);
+    await this.#resumeOn(gateway, row, snap, { coldBoot: req.coldBoot === true });
     const resumed = await this.#row(id);
     return { ...toSandbox(resumed), access: this.#access(who, resumed, gateway) };
   }
@@ -722,7 +737,7 @@ export class SandboxService {
   }
 
   /** The gateway restores the snapshot under the sandbox's id, with the policy and secrets it had, and records sandbox.resumed. */
-  async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow): Promise<void> {
+  async #resumeOn(gateway: GatewayEndpoint, row: SandboxRow, snap: SnapshotRow, opts: { coldBoot?: boolean } = {}): Promise<void> {
     const secrets = JSON.parse(row.secrets) as string[];
     const envs = await this.#envsOf(row.id);
     const publicPorts = await this.#publicPortsOf(row.id);
@@ -735,7 +750,8 @@ export class SandboxService {
       ...(secrets.length === 0 ? {} : { secrets }),
       ...(envs === undefined ? {} : { envs }),
       ...(publicPorts.length === 0 ? {} : { publicPorts }),
-      ...nodeLifecycle(row.on_timeout),
+      ...nodeLifecycle(row.on_timeout, row.on_timeout_keep_memory === 1),
+      ...(opts.coldBoot === true ? { coldBoot: true } : {}),
     });
   }
 

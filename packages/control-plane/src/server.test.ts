@@ -77,7 +77,7 @@ let adminKey: string;
 let keys: LocalKeyring;
 
 /** The gateway's side of taking a snapshot: it records snapshot.taken, parented on the sandbox's latest snapshot. */
-async function recordSnapshot(sandboxId: string, reason: Snapshot['reason'], name: string | null = null): Promise<Snapshot> {
+async function recordSnapshot(sandboxId: string, reason: Snapshot['reason'], name: string | null = null, opts: { memory?: false } = {}): Promise<Snapshot> {
   const sbx = await database.db.selectFrom('sandboxes').selectAll().where('id', '=', sandboxId).executeTakeFirstOrThrow();
   const parent = await database.db.selectFrom('snapshots').select('id').where('sandbox_id', '=', sandboxId).orderBy('taken_at', 'desc').executeTakeFirst();
   const snapshotId = newId('snap');
@@ -91,6 +91,7 @@ async function recordSnapshot(sandboxId: string, reason: Snapshot['reason'], nam
     memoryMib: sbx.memory_mib,
     vcpus: sbx.vcpus,
     template: sbx.template,
+    ...opts,
   };
   await events.append({ type: 'snapshot.taken', tenantId: sbx.tenant_id, sandboxId, data }, { clock });
   return toSnapshot(await database.db.selectFrom('snapshots').selectAll().where('id', '=', snapshotId).executeTakeFirstOrThrow());
@@ -680,6 +681,14 @@ describe('POST /v1/sandboxes', () => {
     ['33 metadata entries', { json: { metadata: tooMany } }, 400, 'invalid_argument', 'metadata'],
     ['a non-string metadata value', { json: { metadata: { n: 1 } } }, 400, 'invalid_argument', 'metadata.n'],
     ['an empty template name', { json: { template: '' } }, 400, 'invalid_argument', 'template'],
+    ['a disk-only timeout pause with no pause', { json: { onTimeoutKeepMemory: false } }, 400, 'invalid_argument', 'onTimeoutKeepMemory'],
+    [
+      'a disk-only timeout pause with onTimeout kill',
+      { json: { onTimeout: 'kill', onTimeoutKeepMemory: false } },
+      400,
+      'invalid_argument',
+      'onTimeoutKeepMemory',
+    ],
     ['a body that is not an object', { json: [1, 2] }, 400, 'invalid_argument', 'body'],
     ['malformed JSON', { payload: '{"memoryMib": 5', headers: { 'content-type': 'application/json' } }, 400, 'malformed_json', undefined],
     ['an empty JSON body', { payload: '', headers: { 'content-type': 'application/json' } }, 400, 'malformed_json', undefined],
@@ -1162,8 +1171,22 @@ describe('snapshots', () => {
       memoryMib: 256,
       vcpus: 1,
       template: 'base',
+      memory: true,
     });
     expect((await call('GET', `/v1/snapshots/${snapshots[1]!.id}`)).json()).toEqual(snapshots[1]);
+  });
+
+  it("says which snapshots are disk-only (snapshot.taken's memory: false), in the timeline and by id", async () => {
+    const { sbx } = await sandboxWithTimeline();
+    const diskOnly = await recordSnapshot(sbx.id, 'pause', null, { memory: false });
+    const timeline: Snapshot[] = (await call('GET', `/v1/sandboxes/${sbx.id}/snapshots`)).json().snapshots;
+    expect(timeline.map((s) => [s.reason, s.memory])).toEqual([
+      ['rolling', true],
+      ['rolling', true],
+      ['rolling', true],
+      ['pause', false],
+    ]);
+    expect((await call('GET', `/v1/snapshots/${diskOnly.id}`)).json()).toMatchObject({ id: diskOnly.id, memory: false });
   });
 
   it('shows the cadence asked for against the one the timeline achieved, and whether the sandbox is behind', async () => {
@@ -1353,6 +1376,19 @@ describe('pause and resume', () => {
     const resumed = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
     expect(resumed.json()).toMatchObject({ timeoutS: 3600, expiresAt: toIso(clock.nowMs() + 3_600_000) });
     expect(seen.at(-1)!.body).toMatchObject({ timeoutS: 3600 });
+  });
+
+  it('tells the node to boot over the disk on a resume with coldBoot, and only then', async () => {
+    const sbx = await createSandbox();
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    seen = [];
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { coldBoot: true } })).statusCode).toBe(200);
+    expect(seen.at(-1)!.body).toMatchObject({ coldBoot: true });
+    await call('POST', `/v1/sandboxes/${sbx.id}/pause`);
+    expect((await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { coldBoot: false } })).statusCode).toBe(200);
+    expect(seen.at(-1)!.body).not.toHaveProperty('coldBoot');
+    const bad = await call('POST', `/v1/sandboxes/${sbx.id}/resume`, { json: { coldBoot: 'yes' } });
+    expect([bad.statusCode, bad.json().error.details.field]).toEqual([400, 'coldBoot']);
   });
 
   it('refuses to pause an ended sandbox, and to resume a running one', async () => {

@@ -469,6 +469,20 @@ const publishedTemplates: Migration = {
   },
 };
 
+const diskOnlyPauses: Migration = {
+  async up(db: Kysely<any>) {
+    // Projection columns: sandbox.created's onTimeoutKeepMemory (absent: true) and snapshot.taken's memory (absent: true).
+    await db.schema
+      .alterTable('sandboxes')
+      .addColumn('on_timeout_keep_memory', 'integer', (c) => c.notNull().defaultTo(1))
+      .execute();
+    await db.schema
+      .alterTable('snapshots')
+      .addColumn('memory', 'integer', (c) => c.notNull().defaultTo(1))
+      .execute();
+  },
+};
+
 function inList(column: string, values: string[]) {
   // Literal values from this file only, never from input: safe to inline in DDL on both dialects.
   return sql.raw(`${column} in (${values.map((v) => `'${v}'`).join(', ')})`);
@@ -493,5 +507,6 @@ export const migrationProvider: MigrationProvider = {
     '0015_sandbox_lifecycle': sandboxLifecycle,
     '0016_template_pools': templatePools,
     '0017_published_templates': publishedTemplates,
+    '0018_disk_only_pauses': diskOnlyPauses,
   }),
 };

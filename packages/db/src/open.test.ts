@@ -138,6 +138,7 @@ describe.each(dialects)('openDatabase on $dialect', ({ dialect, fresh }) => {
         memory_mib: 512,
         vcpus: 1,
         template: 'base',
+        memory: 1,
       })
       .execute();
     expect(await db.selectFrom('snapshots').select(['size_added_bytes', 'pinned', 'memory_mib']).executeTakeFirst()).toEqual({
@@ -236,6 +237,7 @@ describe('openDatabase on PostgreSQL', () => {
       '0015_sandbox_lifecycle',
       '0016_template_pools',
       '0017_published_templates',
+      '0018_disk_only_pauses',
     ]);
     expect(await db.selectFrom('event_chain_head').selectAll().execute()).toEqual([{ id: 'main', seq: 0, hash: GENESIS_HASH }]);
     await Promise.all(replicas.map((r) => r.close()));

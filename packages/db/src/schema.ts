@@ -85,6 +85,8 @@ export interface SandboxesTable {
   secrets: string;
   /** What its timeout does: end it, or pause it (from sandbox.created's onTimeout). */
   on_timeout: OnTimeout;
+  /** 0: a pause at the timeout keeps the disk alone (sandbox.created's onTimeoutKeepMemory false); 1: memory too. */
+  on_timeout_keep_memory: number;
   /** 1: a request with its credential to a port or envd resumes it while paused; 0: it answers sandbox_paused. */
   auto_resume: number;
 }
@@ -109,6 +111,8 @@ export interface SnapshotsTable {
   memory_mib: number;
   vcpus: number;
   template: string;
+  /** 0: disk-only (a keepMemory false pause; its resume boots the guest); 1: memory and devices too. */
+  memory: number;
 }
 
 export type SecretApproval = 'none' | 'required';

@@ -48,6 +48,7 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       network: networkJson(d.network),
       secrets: canonicalJson(d.secrets ?? []),
       on_timeout: d.onTimeout === 'pause' ? 'pause' : 'kill',
+      on_timeout_keep_memory: d.onTimeoutKeepMemory === false ? 0 : 1,
       auto_resume: d.autoResume === true ? 1 : 0,
     };
   }
@@ -137,6 +138,7 @@ export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?
         memory_mib: d.memoryMib,
         vcpus: d.vcpus,
         template: d.template,
+        memory: d.memory === false ? 0 : 1,
       },
     };
   }

@@ -21,6 +21,8 @@ export interface SandboxCreatedData {
   diskMib?: number;
   /** What its timeout does; absent: kill. */
   onTimeout?: 'kill' | 'pause';
+  /** false: a pause at the timeout keeps the disk alone; absent: memory too. */
+  onTimeoutKeepMemory?: false;
   /** A request with its credential resumes it while paused; absent: false. */
   autoResume?: boolean;
 }
@@ -43,6 +45,8 @@ export interface SnapshotTakenData {
   memoryMib: number;
   vcpus: number;
   template: string;
+  /** false: disk-only (no memory or device state); absent: the whole VM. */
+  memory?: false;
 }
 
 /** A sandbox's snapshot cadence: the interval asked for and the one achieved over the last window (null: none yet). */

@@ -147,10 +147,14 @@ export interface RestoreRequest {
   publicPorts?: number[];
   /** What its timeout does; absent: kill. */
   onTimeout?: OnTimeout;
+  /** false: the pause at its timeout keeps the disk alone (its resume is a cold boot); absent: true. */
+  onTimeoutKeepMemory?: boolean;
   /** A fork that replays its source: clock, entropy and egress answers from the source's recording. */
   replay?: ReplayPlan;
   /** A fork from a template another tenant published: the tenant whose key the snapshot is stored under. */
   sourceTenantId?: string;
+  /** A resume that boots the guest over the snapshot's disk, its memory left unused. */
+  coldBoot?: boolean;
 }
 
 export interface CreateSandboxRequest {
@@ -170,6 +174,8 @@ export interface CreateSandboxRequest {
   diskMib?: number;
   /** What its timeout does; absent: kill. */
   onTimeout?: OnTimeout;
+  /** false: the pause at its timeout keeps the disk alone (its resume is a cold boot); absent: true. */
+  onTimeoutKeepMemory?: boolean;
   /** A replay from its source's creation: created like the source, then clock, entropy, placeholders and egress from its recording. */
   replay?: ReplayPlan;
 }
@@ -415,7 +421,7 @@ export class Gateway {
     const template = await this.templateFor(req.template, req.memoryMib, req.vcpus);
     const warm = this.baseStatus.key === template.key ? this.pool?.take() : undefined;
     const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req);
     this.sandboxes.set(req.id, sbx);
     if (replay) this.replays.set(req.id, replay.source);
     const { restoreMs, pooled } = await sbx.start(warm ? { warm } : { source: () => templateSource(template, this.ram) });
@@ -547,7 +553,7 @@ export class Gateway {
     timeoutS: number,
     snapshotIntervalS?: number,
     replaySync?: SandboxOptions['replaySync'],
-    onTimeout?: OnTimeout,
+    lifecycle: { onTimeout?: OnTimeout; onTimeoutKeepMemory?: boolean } = {},
   ): Sandbox {
     return new Sandbox({
       id,
@@ -569,7 +575,9 @@ export class Gateway {
         void this.snapshots.untrack(s.id);
       },
       health: this.opts.health,
-      ...(onTimeout === 'pause' ? { onExpiry: (s: Sandbox) => this.pauseSandbox(s.id, 'timeout') } : {}),
+      ...(lifecycle.onTimeout === 'pause'
+        ? { onExpiry: (s: Sandbox) => this.pauseSandbox(s.id, 'timeout', { keepMemory: lifecycle.onTimeoutKeepMemory !== false }) }
+        : {}),
       ...(this.recordingCapBytes > 0 ? { recording: { store: this.opts.store, capBytes: this.recordingCapBytes } } : {}),
       ...(replaySync ? { replaySync } : {}),
     });
@@ -605,7 +613,9 @@ export class Gateway {
       });
     }
     if (foreign) await this.revocation.requireKey(storedUnder).catch(hidePublisher);
-    const m = await this.snapshots.manifest(storedUnder, req.snapshotId).catch(foreign ? hidePublisher : rethrow);
+    const manifest = await this.snapshots.manifest(storedUnder, req.snapshotId).catch(foreign ? hidePublisher : rethrow);
+    // A cold boot reads the snapshot as a disk-only one: its disk is booted, its memory and device state are not read.
+    const m = kind === 'resume' && req.coldBoot === true ? { ...manifest, diskOnly: true as const } : manifest;
     if (kind === 'resume' && m.sandboxId !== req.id) {
       throw new SandglassError('snapshot_not_found', `Snapshot ${req.snapshotId} is not a snapshot of sandbox ${req.id}; fork it instead.`, {
         details: { field: 'snapshotId' },
@@ -641,7 +651,7 @@ export class Gateway {
     const warm: Warm | undefined = taken?.warm;
     const dir = warm?.dir ?? sandboxDir(this.opts.home.run, req.id);
     const source = replay?.source;
-    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req.onTimeout);
+    const sbx = this.newSandbox(req.id, req.tenantId, template, dir, req.timeoutS, req.snapshotIntervalS, replay?.sync, req);
     if (kind === 'resume' && req.publicPorts !== undefined && req.publicPorts.length > 0) this.publicPorts.set(req.id, new Set(req.publicPorts));
     this.sandboxes.set(req.id, sbx);
     if (source) this.replays.set(req.id, source);
@@ -786,7 +796,7 @@ export class Gateway {
   async forkSandboxes(
     snapshotId: string,
     tenantId: string,
-    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number; onTimeout?: OnTimeout }>,
+    forks: Array<{ id: string; timeoutS: number; snapshotIntervalS: number; onTimeout?: OnTimeout; onTimeoutKeepMemory?: boolean }>,
     opts: {
       envs?: Record<string, string>;
       replay?: ReplayPlan;
@@ -815,6 +825,7 @@ export class Gateway {
               timeoutS: f.timeoutS,
               snapshotIntervalS: f.snapshotIntervalS,
               ...(f.onTimeout === undefined ? {} : { onTimeout: f.onTimeout }),
+              ...(f.onTimeoutKeepMemory === undefined ? {} : { onTimeoutKeepMemory: f.onTimeoutKeepMemory }),
               ...(opts.envs === undefined ? {} : { envs: opts.envs }),
               ...(opts.replay === undefined ? {} : { replay: opts.replay }),
               ...(opts.egress === undefined ? {} : opts.egress),

@@ -83,6 +83,8 @@ export interface SnapshotInfo {
   memoryMib: number;
   vcpus: number;
   template: string;
+  /** false: disk-only; its restore is a cold boot. */
+  memory: boolean;
 }
 
 /** What retention needs to know about the snapshots on record (read from the shared database by the deployment). */
@@ -356,6 +358,7 @@ export class SnapshotManager {
         memoryMib: body.vm.memoryMib,
         vcpus: body.vm.vcpus,
         template: body.vm.template,
+        memory: keepMemory,
       };
       await events.append({
         type: 'snapshot.taken',

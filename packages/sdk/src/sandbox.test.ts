@@ -68,6 +68,7 @@ function info(extra: Partial<SandboxInfo> = {}): SandboxInfo {
     network: null,
     secrets: [],
     onTimeout: 'kill',
+    onTimeoutKeepMemory: true,
     autoResume: false,
     ...extra,
   };
@@ -216,6 +217,7 @@ function snapshotInfo(extra: Partial<SnapshotInfo> = {}): SnapshotInfo {
     memoryMib: 256,
     vcpus: 1,
     template: 'base',
+    memory: true,
     ...extra,
   };
 }

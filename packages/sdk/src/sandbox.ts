@@ -58,6 +58,11 @@ export interface SandboxCreateOptions extends ConnectionConfig {
    */
   onTimeout?: 'kill' | 'pause';
   /**
+   * With `onTimeout: 'pause'`, false makes that pause disk-only (as `pause({ keepMemory: false })`): the guest syncs,
+   * its disk is kept and its memory dropped, so the resume boots it over that disk (files kept, processes gone).
+   */
+  onTimeoutKeepMemory?: boolean;
+  /**
    * While paused, a request to one of its ports or its E2B daemon that carries its access token or a signed port URL
    * resumes it and then proceeds; without it, such a request is a `sandbox_paused` error. A public port's
    * requests without a credential never resume it.
@@ -132,6 +137,8 @@ export interface ResumeOptions extends ConnectionConfig {
   at?: Date | string;
   /** Resume from this snapshot of the sandbox. Neither option: its latest snapshot. */
   snapshotId?: string;
+  /** Boot the guest over the snapshot's disk instead of restoring its memory: files kept, processes gone. */
+  coldBoot?: boolean;
 }
 
 export interface ForkOptions extends ConnectionConfig {
@@ -222,6 +229,7 @@ export class Sandbox {
       envs,
       diskMib,
       onTimeout,
+      onTimeoutKeepMemory,
       autoResume,
       buildWaitMs,
       onProgress,
@@ -241,6 +249,7 @@ export class Sandbox {
       envs,
       diskMib,
       onTimeout,
+      onTimeoutKeepMemory,
       autoResume,
     };
     const deadline = Date.now() + (buildWaitMs ?? DEFAULT_BUILD_WAIT_MS);
@@ -266,9 +275,9 @@ export class Sandbox {
 
   /** Runs a paused sandbox again, under the same id, from one of its snapshots; answers once it runs. */
   static async resume(id: string, opts: ResumeOptions = {}): Promise<Sandbox> {
-    const { at, snapshotId, ...config } = opts;
+    const { at, snapshotId, coldBoot, ...config } = opts;
     const cp = await ControlPlane.open(config);
-    const json = { at: at === undefined ? undefined : isoTime(at), snapshotId };
+    const json = { at: at === undefined ? undefined : isoTime(at), snapshotId, coldBoot };
     return new Sandbox(cp, await cp.json<ControlPlaneReply<'resumeSandbox'>>('POST', `${sandboxPath(id)}/resume`, { json }));
   }
 

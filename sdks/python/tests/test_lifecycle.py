@@ -25,7 +25,7 @@ def _until(what: str, check, timeout_s: float = 240.0) -> None:
 def test_get_info_reports_on_timeout_auto_resume_and_times_as_datetimes(sbx: Sandbox) -> None:
     info = sbx.get_info()
     assert isinstance(info, SandboxInfo)
-    assert (info.id, info.state, info.on_timeout, info.auto_resume) == (sbx.id, "running", "kill", False)
+    assert (info.id, info.state, info.on_timeout, info.auto_resume, info.on_timeout_keep_memory) == (sbx.id, "running", "kill", False, True)
     assert info.created_at.tzinfo == timezone.utc and info.expires_at > info.created_at
     assert info.paused_at is None and info.timeout_s == 600
     # The API's keys still read as the dict this was.
@@ -92,7 +92,14 @@ def test_the_timeout_pauses_it_and_a_request_with_its_token_resumes_it() -> None
 
 def test_bad_lifecycle_options_are_refused_naming_them_and_create_nothing() -> None:
     probe = f"py-bad-{uuid.uuid4().hex[:8]}"
-    for kw, field in (({"on_timeout": "sleep"}, "on_timeout"), ({"auto_resume": "yes"}, "auto_resume"), ({"snapshot_best_effort": 1}, "snapshot_best_effort")):
+    for kw, field in (
+        ({"on_timeout": "sleep"}, "on_timeout"),
+        ({"auto_resume": "yes"}, "auto_resume"),
+        ({"snapshot_best_effort": 1}, "snapshot_best_effort"),
+        ({"on_timeout_keep_memory": "no"}, "on_timeout_keep_memory"),
+        # Checked by the server: a disk-only pause is a pause.
+        ({"on_timeout_keep_memory": False}, "onTimeoutKeepMemory"),
+    ):
         with pytest.raises(InvalidArgumentError) as e:
             Sandbox.create(metadata={"probe": probe}, **kw)
         assert e.value.code == "invalid_argument" and e.value.details["field"] == field and field in str(e.value)

@@ -15,6 +15,7 @@ interface CreateFlags {
   diskMib?: number;
   timeoutS?: number;
   onTimeout?: 'kill' | 'pause';
+  onTimeoutDiskOnly?: boolean;
   autoResume?: boolean;
   metadata?: Record<string, string>;
   snapshotInterval?: number;
@@ -34,6 +35,7 @@ function addCreateOptions(cmd: Command): Command {
     .addOption(
       new Option('--on-timeout <action>', 'what the timeout does: kill it, or pause it (keeps its snapshots, frees its RAM)').choices(['kill', 'pause']),
     )
+    .option('--on-timeout-disk-only', 'with --on-timeout pause: keep the disk alone (the resume boots the guest; processes are gone)')
     .option('--auto-resume', 'while paused, a request to its ports with its access token or a signed URL resumes it')
     .option('--metadata <K=V>', 'a label (repeatable)', collectMetadata)
     .option('--snapshot-interval <s>', 'seconds between rolling snapshots (5…86400; default 60)', parsePositiveInt)
@@ -54,6 +56,7 @@ const createOptions = (f: CreateFlags): SandboxCreateOptions => ({
   diskMib: f.diskMib,
   timeoutS: f.timeoutS,
   onTimeout: f.onTimeout,
+  ...(f.onTimeoutDiskOnly === true ? { onTimeoutKeepMemory: false } : {}),
   autoResume: f.autoResume,
   metadata: f.metadata,
   snapshotIntervalS: f.snapshotInterval,

@@ -26,10 +26,28 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** E2B's deprecated v1 list: the tenant's running (Sandglass: starting or running) sandboxes, all at once, as GET /v2/sandboxes with state=running would list them without paging. */
+        get: operations["e2bListSandboxesV1"];
         put?: never;
         /** The create of the 2.x releases before 2.51, which always send `allow_internet_access: true` and `secure: true`: the same create as POST /v2/sandboxes, except that `allow_internet_access: true` is the default policy here. */
         post: operations["e2bCreateSandboxV1"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The newest sample of each of the named sandboxes that is the tenant's, running, and has one (the same series as GET /sandboxes/{sandboxID}/metrics); ids that are unknown, another tenant's, paused or ended are left out, as E2B lists only running sandboxes here. */
+        get: operations["e2bGetSandboxesMetrics"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -165,7 +183,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A running sandbox answers 200 with a fresh envd token, its expiry moved to now + timeout if that is later (never earlier); a paused one is resumed from its latest snapshot (memory intact) and answers 201. */
+        /** @description A running sandbox answers 200 with a fresh envd token, its expiry moved to now + timeout if that is later (never earlier); a paused one is resumed from its latest snapshot (memory intact, or with `memory: false` booted over its disk) and answers 201. */
         post: operations["e2bConnectSandbox"];
         delete?: never;
         options?: never;
@@ -247,6 +265,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The templates the tenant can start: the platform's (public) and its own (one entry per name, its newest version; not public), by name. `teamID` is accepted and ignored: a key belongs to one tenant. */
+        get: operations["e2bListTemplates"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/templates/{templateID}": {
         parameters: {
             query?: never;
@@ -256,7 +291,8 @@ export interface paths {
             };
             cookie?: never;
         };
-        get?: never;
+        /** @description One template by id or name, with its builds: a platform template has one; a tenant template has one per version, newest first, each build's id the version's id. 404 (`template_not_found`) when the tenant has none such. `limit`/`nextToken` page the builds. */
+        get: operations["e2bGetTemplate"];
         put?: never;
         post?: never;
         /** @description What the SDK's deleteSnapshot calls: deletes the tenant's named snapshot of that id or name (forks already started from it keep running); 404 when there is none. A template answers 400: templates are not deleted here. */
@@ -289,6 +325,71 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description A platform template being built is `building`, one whose build failed `error`; a tenant version is always `ready`.
+         * @enum {string}
+         */
+        TemplateBuildStatus: "building" | "waiting" | "ready" | "error";
+        Template: {
+            /** @description A platform template's id, or a tenant template's newest version's id (as Template.exists answers). */
+            templateID: string;
+            /** @description The newest build: the same id (Sandglass builds are its versions). */
+            buildID: string;
+            cpuCount: number;
+            memoryMB: number;
+            /** @description 0: the image plus 1 GiB free (as in getInfo); else the size the version was built with. */
+            diskSizeMB: number;
+            /** @description true for the platform's templates, which every tenant may start. */
+            public: boolean;
+            aliases: string[];
+            names: string[];
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description When its newest build was made.
+             */
+            updatedAt: string;
+            createdBy: null;
+            /**
+             * Format: date-time
+             * @description The tenant's newest sandbox from it, ended ones included.
+             */
+            lastSpawnedAt: string | null;
+            /** @description The tenant's sandboxes from it, ended ones included. */
+            spawnCount: number;
+            buildCount: number;
+            envdVersion: string;
+            buildStatus: components["schemas"]["TemplateBuildStatus"];
+        };
+        TemplateBuild: {
+            buildID: string;
+            status: components["schemas"]["TemplateBuildStatus"];
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+            /** Format: date-time */
+            finishedAt?: string;
+            cpuCount: number;
+            memoryMB: number;
+            diskSizeMB?: number;
+            envdVersion?: string;
+        };
+        TemplateWithBuilds: {
+            templateID: string;
+            public: boolean;
+            aliases: string[];
+            names: string[];
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+            /** Format: date-time */
+            lastSpawnedAt: string | null;
+            spawnCount: number;
+            builds: components["schemas"]["TemplateBuild"][];
+        };
         SandboxMetric: {
             /** Format: date-time */
             timestamp: string;
@@ -329,7 +430,7 @@ export interface components {
             network?: components["schemas"]["SandboxNetworkConfig"];
             /** @description true: the timeout pauses the sandbox (Sandglass onTimeout: pause) instead of killing it. */
             autoPause?: boolean;
-            /** @description Only true (the default): a Sandglass pause always keeps memory. */
+            /** @description false (only with autoPause true, and not with autoResume): the timeout's pause keeps the disk alone (Sandglass onTimeoutKeepMemory false), so the next connect boots the guest over it. Absent: true. */
             autoPauseMemory?: boolean;
             autoResume?: {
                 /** @description true: while paused, a request to its envd or a guest port with its access token resumes it (Sandglass autoResume). */
@@ -351,7 +452,7 @@ export interface components {
             timeout: number;
         };
         SandboxPauseRequest: {
-            /** @description Only true (the default): a Sandglass pause always keeps memory. */
+            /** @description false: a disk-only pause (Sandglass keepMemory false); the next connect boots the guest over its disk. */
             memory?: boolean;
         };
         ResumedSandbox: {
@@ -359,13 +460,13 @@ export interface components {
             timeout: number;
             /** @description Only false. */
             autoPause?: boolean;
-            /** @description Only true. */
+            /** @description false (the SDK's onResume 'reboot'): a paused sandbox is booted over its snapshot's disk, its memory dropped (Sandglass resume coldBoot); no effect on a running one. */
             memory?: boolean;
         };
         ConnectSandboxV2: {
             /** @default 300 */
             timeout: number;
-            /** @description Only true. */
+            /** @description false (the SDK's onResume 'reboot'): a paused sandbox is booted over its snapshot's disk, its memory dropped (Sandglass resume coldBoot); no effect on a running one. */
             memory?: boolean;
         };
         SandboxForkRequest: {
@@ -470,6 +571,8 @@ export interface components {
                 /** @enum {string} */
                 onTimeout: "kill" | "pause";
                 autoResume: boolean;
+                /** @description Sandglass's addition (the SDK reads only the two above): false when the timeout's pause keeps the disk alone. */
+                keepMemory: boolean;
             };
             volumeMounts?: unknown[];
         };
@@ -565,6 +668,30 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    e2bListSandboxesV1: {
+        parameters: {
+            query?: {
+                /** @description `k=v&k2=v2`, each key and value percent-encoded; every pair must match. */
+                metadata?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListedSandbox"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     e2bCreateSandboxV1: {
         parameters: {
             query?: never;
@@ -585,6 +712,34 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bGetSandboxesMetrics: {
+        parameters: {
+            query: {
+                /** @description Comma-separated sandbox ids. */
+                sandbox_ids: string[];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description By sandbox id. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sandboxes: {
+                            [key: string]: components["schemas"]["SandboxMetric"];
+                        };
+                    };
                 };
             };
             default: components["responses"]["Error"];
@@ -915,6 +1070,57 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SnapshotInfo"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bListTemplates: {
+        parameters: {
+            query?: {
+                teamID?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description By name, the platform's first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"][];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    e2bGetTemplate: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description The `X-Next-Token` of the previous page; opaque. */
+                nextToken?: string;
+            };
+            header?: never;
+            path: {
+                templateID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template; `X-Next-Token` is present when more builds follow. */
+            200: {
+                headers: {
+                    "X-Next-Token"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateWithBuilds"];
                 };
             };
             default: components["responses"]["Error"];

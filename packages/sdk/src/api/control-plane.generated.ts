@@ -898,6 +898,11 @@ export interface components {
             diskMib?: number;
             onTimeout?: components["schemas"]["OnTimeout"];
             /**
+             * @description With `onTimeout: pause`, false makes the timeout's pause disk-only, as a pause with `keepMemory: false`: the guest syncs, its disk is kept and its memory dropped, so the resume boots it over that disk (files kept, processes gone). false with `onTimeout: kill` answers `invalid_argument` naming this field.
+             * @default true
+             */
+            onTimeoutKeepMemory: boolean;
+            /**
              * @description While paused (by its timeout or by a pause), a request to one of its guest ports or its E2B daemon that carries its access token or a signed port URL resumes it, and then proceeds; without it such a request answers `sandbox_paused`. Requests without a credential (a public port) never resume it.
              * @default false
              */
@@ -1031,6 +1036,8 @@ export interface components {
              */
             at?: string;
             snapshotId?: string;
+            /** @description true: boot the guest over the snapshot's disk instead of restoring its memory (what a disk-only snapshot always does): files are kept as last written to disk, processes are gone (sandbox.resumed says `coldBoot: true`). Absent or false: the snapshot's memory is restored when it has one. */
+            coldBoot?: boolean;
         };
         /** @description Exactly one of `snapshotId` and `sandboxId`; `at` only with `sandboxId`. */
         ForkRequest: {
@@ -1086,6 +1093,8 @@ export interface components {
             memoryMib: number;
             vcpus: number;
             template: string;
+            /** @description false: disk-only (a pause with keepMemory false); resuming or forking it boots the guest over its disk. */
+            memory: boolean;
         };
         PauseResponse: {
             sandbox: components["schemas"]["Sandbox"];
@@ -1151,6 +1160,8 @@ export interface components {
             /** @description Names of the tenant secrets bound to it. */
             secrets: string[];
             onTimeout: components["schemas"]["OnTimeout"];
+            /** @description false: a pause at the timeout keeps the disk alone (its resume is a cold boot). */
+            onTimeoutKeepMemory: boolean;
             /** @description A request with its credential to a port or daemon resumes it while paused. */
             autoResume: boolean;
             access?: components["schemas"]["Access"];

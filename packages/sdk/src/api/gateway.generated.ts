@@ -904,6 +904,8 @@ export interface components {
             memoryMib: number;
             vcpus: number;
             template: string;
+            /** @description false: disk-only (a pause with keepMemory false); resuming or forking it boots the guest over its disk. */
+            memory: boolean;
         };
         SnapshotReply: {
             snapshot: components["schemas"]["Snapshot"];
@@ -1726,6 +1728,8 @@ export interface operations {
                     /** @description The root disk is grown to at least this many MiB before the answer; absent: the template's size. */
                     diskMib?: number;
                     onTimeout?: components["schemas"]["NodeOnTimeout"];
+                    /** @description false: the pause at the timeout keeps the disk alone (keepMemory false); absent: true. */
+                    onTimeoutKeepMemory?: boolean;
                     /** @description The new sandbox replays its source from the source's creation: created like it (the request repeats what the source was created with), then clock, entropy, placeholders and egress answers from the source's recording, as a fork's replay from a snapshot. */
                     replay?: components["schemas"]["NodeReplayPlan"];
                 };
@@ -2046,6 +2050,10 @@ export interface operations {
                     /** @description The guest ports that were public when it stopped (from its port.visibility events); they are public again once it runs. */
                     publicPorts?: number[];
                     onTimeout?: components["schemas"]["NodeOnTimeout"];
+                    /** @description false: the pause at the timeout keeps the disk alone (keepMemory false); absent: true. */
+                    onTimeoutKeepMemory?: boolean;
+                    /** @description true: boot the guest over the snapshot's disk, its memory left unused (as a disk-only snapshot always is). */
+                    coldBoot?: boolean;
                 };
             };
         };
@@ -2090,6 +2098,8 @@ export interface operations {
                         timeoutS: number;
                         snapshotIntervalS: number;
                         onTimeout?: components["schemas"]["NodeOnTimeout"];
+                        /** @description false: the pause at the timeout keeps the disk alone (keepMemory false); absent: true. */
+                        onTimeoutKeepMemory?: boolean;
                     }[];
                 };
             };

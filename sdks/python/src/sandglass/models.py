@@ -39,6 +39,8 @@ class SandboxInfo:
     end_reason: Optional[str] = None
     failure_reason: Optional[str] = None
     gateway_id: Optional[str] = None
+    # False: a pause at its timeout keeps the disk alone (its resume is a cold boot).
+    on_timeout_keep_memory: bool = True
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -69,6 +71,7 @@ class SandboxInfo:
             end_reason=raw.get("endReason"),
             failure_reason=raw.get("failureReason"),
             gateway_id=raw.get("gatewayId"),
+            on_timeout_keep_memory=bool(raw.get("onTimeoutKeepMemory", True)),
             raw=raw,
         )
 

@@ -139,18 +139,20 @@ class Sandbox:
         disk_mib: Optional[int] = None,
         snapshot_best_effort: Optional[bool] = None,
         on_timeout: Optional[str] = None,
+        on_timeout_keep_memory: Optional[bool] = None,
         auto_resume: Optional[bool] = None,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout_s: Optional[float] = None,
     ) -> "Sandbox":
         """Starts a sandbox from a template (default "base"). on_timeout="pause" makes its timeout snapshot it and release
-        its VM instead of killing it ("kill", the default); auto_resume=True lets a request carrying its access token or a
+        its VM instead of killing it ("kill", the default), keeping its disk alone with on_timeout_keep_memory=False (the
+        resume then boots the guest over it: files kept, processes gone); auto_resume=True lets a request carrying its access token or a
         signed port URL to one of its ports resume it while paused (else such a request is sandbox_paused). A bad
-        on_timeout or auto_resume is invalid_argument naming it, before any request."""
+        on_timeout, on_timeout_keep_memory or auto_resume is invalid_argument naming it, before any request."""
         if on_timeout is not None and on_timeout not in ON_TIMEOUT:
             raise error_of("invalid_argument", f"on_timeout: must be one of {', '.join(ON_TIMEOUT)}, not {on_timeout!r}", details={"field": "on_timeout"})
-        for name, flag in (("auto_resume", auto_resume), ("snapshot_best_effort", snapshot_best_effort)):
+        for name, flag in (("auto_resume", auto_resume), ("snapshot_best_effort", snapshot_best_effort), ("on_timeout_keep_memory", on_timeout_keep_memory)):
             if flag is not None and not isinstance(flag, bool):
                 raise error_of("invalid_argument", f"{name}: must be True or False, not {flag!r}", details={"field": name})
         cp = _connection(api_url, api_key, request_timeout_s)
@@ -167,6 +169,7 @@ class Sandbox:
             "diskMib": disk_mib,
             "snapshotBestEffort": snapshot_best_effort,
             "onTimeout": on_timeout,
+            "onTimeoutKeepMemory": on_timeout_keep_memory,
             "autoResume": auto_resume,
         }
         return cls(cp, cp.json("POST", "/v1/sandboxes", json_body=body))
