@@ -48,7 +48,9 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
   if ('boot' in source) return bootFromDisk(source, id, dir, ram, check);
   let socket: Socket | undefined;
   let vm: Vm | undefined;
-  const memPath = await ram.createFrom(id, source.memImage);
+  // The RAM copy runs while the disk overlay is made and the jail is built; QEMU starts once it is done.
+  const { path: memPath, filled } = ram.createFrom(id, source.memImage);
+  filled.catch(() => {});
   try {
     let diskPath: string;
     if ('backing' in source.disk) {
@@ -64,6 +66,7 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
       memPath,
       statePath: source.statePath,
       diskPath,
+      memFilled: filled,
       // Connected before the load: the port's migrated "host connected" state stays true, so the agent never sees a
       // hangup. Snapshots are taken with the host→agent direction quiesced (the agent's reader between frames), and
       // hello's resync marker drops any tail of agent output written before the snapshot.
@@ -82,6 +85,8 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
       vm.kill();
       await vm.exited;
     }
+    // A failed overlay leaves the copy running: it ends before its file goes.
+    await filled.catch(() => {});
     ram.remove(memPath);
     // The VM's uid goes back with its files; the caller removes `dir` next, and nothing of this VM runs.
     releaseVmIdentity(id);
