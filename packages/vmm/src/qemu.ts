@@ -110,10 +110,15 @@ export interface RestoreSpec {
    */
   beforeLoad?: (vm: Vm) => Promise<void>;
   /**
-   * Resolves once `memPath` holds the snapshot's RAM (the caller is still copying it): the jail is built meanwhile,
-   * and QEMU starts only after. Absent: the file is complete already.
+   * Resolves once `memPath` holds the snapshot's RAM and `diskPath` exists (the caller is still making them): the
+   * jail is built meanwhile, and QEMU starts only after. Absent: both are complete already.
    */
-  memFilled?: Promise<void>;
+  filesReady?: Promise<void>;
+  /**
+   * Set when `diskPath` is a new overlay the caller is still creating onto this image: the jail mirrors this image
+   * and its chain, which is what the overlay's header will name, instead of reading a header not yet written.
+   */
+  diskBacking?: string;
   /**
    * Maps `memPath` privately (QEMU's `share=off`): guest writes go to QEMU's own copy-on-write pages and the file is
    * never written, so VMs restored from one template image share its unwritten pages. Only without the jail (a
@@ -642,7 +647,9 @@ interface VmFiles {
   readOnly?: string[];
   /** Descriptors passed on as 3, 4, …: a restore's device-state stream. */
   extraFds?: number[];
-  /** QEMU must not start before this resolves (its RAM file is being filled); the jailer builds the jail meanwhile. */
+  /** The image whose backing chain the jail mirrors, when not `disk`'s own (an overlay not yet written). */
+  chainOf?: string;
+  /** QEMU must not start before this resolves (its files are being made); the jailer builds the jail meanwhile. */
   ready?: Promise<void>;
 }
 
@@ -699,7 +706,7 @@ async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: str
         writable: [dir, memPath],
         readOnly: files.readOnly ?? [],
         sharedReadOnly: qemu.data,
-        disks: [files.disk],
+        disks: [files.chainOf ?? files.disk],
         kvm: config.accel === 'kvm',
         addressSpaceBytes: (config.memoryMib + ADDRESS_SPACE_OVERHEAD_MIB) * 1024 * 1024,
         keepFds: files.extraFds?.length ?? 0,
@@ -786,7 +793,13 @@ export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
   let vm: Vm;
   try {
     const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath, !spec.privateRam), '-incoming', 'defer'];
-    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, { disk: spec.diskPath, extraFds: [stateFd], ready: spec.memFilled });
+    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, {
+      disk: spec.diskPath,
+      // The overlay's own backing file, then that file's chain: exactly what the overlay's header will name.
+      ...(spec.diskBacking ? { readOnly: [spec.diskBacking], chainOf: spec.diskBacking } : {}),
+      extraFds: [stateFd],
+      ready: spec.filesReady,
+    });
     vm.privateRam = spec.privateRam === true;
   } finally {
     closeSync(stateFd);
