@@ -38,6 +38,9 @@ type Config struct {
 	// Transparent huge pages off for the program (PR_SET_THP_DISABLE): QEMU asks for them on its TCG code buffer and
 	// RAM blocks, and a huge page is resident whole however little of it is used.
 	NoTHP bool
+	// Build the whole jail, then wait for one byte on stdin before the exec: the gateway starts the jail while it still
+	// fills the VM's RAM file, and releases the program once the file is whole. EOF instead ends the jail unrun.
+	StartOnStdin bool
 	// NAME=VALUE pairs the program gets besides PATH; only names in allowedEnv (how QEMU's allocator behaves).
 	Env  []string
 	Argv []string
@@ -82,6 +85,7 @@ func ParseArgs(args []string) (*Config, error) {
 	fs.StringVar(&c.Record, "record", "", "file the jailer writes its VM record to (pid, start time, instance)")
 	fs.StringVar(&c.Instance, "instance", "", "id of the gateway instance that owns the VM")
 	fs.BoolVar(&c.NoTHP, "no-thp", false, "no transparent huge pages for the program (PR_SET_THP_DISABLE)")
+	fs.BoolVar(&c.StartOnStdin, "start-on-stdin", false, "build the jail, then exec only after one byte arrives on stdin")
 	fs.Var(&env, "env", "NAME=VALUE in the program's environment, NAME one of allowedEnv (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

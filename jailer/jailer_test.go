@@ -45,6 +45,12 @@ func TestParseArgsPassesMemorySettings(t *testing.T) {
 	if !c.NoTHP {
 		t.Fatal("--no-thp not parsed")
 	}
+	if c.StartOnStdin {
+		t.Fatal("--start-on-stdin set without the flag")
+	}
+	if c, err := ParseArgs(append([]string{"--start-on-stdin"}, validArgs()...)); err != nil || !c.StartOnStdin {
+		t.Fatalf("--start-on-stdin not parsed: %v", err)
+	}
 	if !reflect.DeepEqual(c.Env, []string{"GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=131072"}) {
 		t.Fatalf("env %v", c.Env)
 	}

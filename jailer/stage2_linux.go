@@ -86,8 +86,32 @@ func stage2(cfg *Config) {
 			must("marking descriptors close-on-exec", e)
 		}
 	}
+	if cfg.StartOnStdin {
+		awaitStart()
+	}
 	err = syscall.Exec(cfg.Argv[0], cfg.Argv, append([]string{"PATH=/usr/bin:/bin"}, cfg.Env...))
 	must("exec "+cfg.Argv[0], err)
+}
+
+// awaitStart blocks until the gateway says the program's files are complete (one byte on stdin). The jail is whole
+// by now: nothing below changes what the program can reach. EOF or an error means the gateway gave up, and the
+// program never runs. The program's stdin is then the jail's /dev/null, never the gateway's pipe.
+func awaitStart() {
+	var b [1]byte
+	for {
+		n, err := syscall.Read(0, b[:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if n != 1 {
+			fail("the gateway did not release the program (stdin: %d bytes, %v)", n, err)
+		}
+		break
+	}
+	null, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	must("opening /dev/null", err)
+	must("stdin from /dev/null", syscall.Dup3(null, 0, 0))
+	must("closing /dev/null", syscall.Close(null))
 }
 
 func must(what string, err error) {

@@ -137,15 +137,15 @@ export class RamFiles {
     return join(this.root, `${vmId}.mem`);
   }
 
-  /** Makes VM `vmId`'s RAM file a sparse copy of `image`, owned by the VM's uid. */
-  async createFrom(vmId: string, image: string): Promise<string> {
+  /** Starts VM `vmId`'s RAM file as a sparse copy of `image`, owned by the VM's uid; `filled` settles with the copy. */
+  createFrom(vmId: string, image: string): { path: string; filled: Promise<void> } {
     const path = this.pathFor(vmId);
     rmSync(path, { force: true });
-    // Created here, exclusively and not through a symlink; the copy then fills the file we made.
+    // Created here, exclusively and not through a symlink; the copy then fills the file we made. Handed to the VM
+    // now: its jail binds this file while the copy runs, and QEMU starts only once `filled` resolves.
     closeSync(openSync(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o600));
-    await copySparse(image, path);
     chownToVm(path, vmId);
-    return path;
+    return { path, filled: copySparse(image, path) };
   }
 
   /** Makes VM `vmId`'s RAM file empty (a cold boot): QEMU sizes it to the guest's memory. */

@@ -48,15 +48,21 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
   if ('boot' in source) return bootFromDisk(source, id, dir, ram, check);
   let socket: Socket | undefined;
   let vm: Vm | undefined;
-  const memPath = await ram.createFrom(id, source.memImage);
+  // The RAM copy and the disk overlay are made while the jail is built; QEMU starts once both are done.
+  const { path: memPath, filled } = ram.createFrom(id, source.memImage);
+  let overlay: Promise<void> = Promise.resolve();
   try {
     let diskPath: string;
+    let diskBacking: string | undefined;
     if ('backing' in source.disk) {
       diskPath = prepareVmDir(dir, id).disk;
-      await createOverlay(diskPath, source.disk.backing, 'qcow2', id);
+      diskBacking = source.disk.backing;
+      overlay = createOverlay(diskPath, diskBacking, 'qcow2', id);
     } else {
       diskPath = source.disk.prepared;
     }
+    const made = Promise.all([filled, overlay]).then(() => {});
+    made.catch(() => {});
     vm = await restoreVm({
       id,
       dir,
@@ -64,6 +70,8 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
       memPath,
       statePath: source.statePath,
       diskPath,
+      diskBacking,
+      filesReady: made,
       // Connected before the load: the port's migrated "host connected" state stays true, so the agent never sees a
       // hangup. Snapshots are taken with the host→agent direction quiesced (the agent's reader between frames), and
       // hello's resync marker drops any tail of agent output written before the snapshot.
@@ -82,6 +90,8 @@ export async function restoreSnapshot(source: RestoreSource, id: string, dir: st
       vm.kill();
       await vm.exited;
     }
+    // A failed overlay leaves the copy running, and the reverse: each ends before its file goes.
+    await Promise.allSettled([filled, overlay]);
     ram.remove(memPath);
     // The VM's uid goes back with its files; the caller removes `dir` next, and nothing of this VM runs.
     releaseVmIdentity(id);

@@ -59,6 +59,7 @@ describe('jailer argv', () => {
     expect(jailerArgv(ctx(), { ...spec, cgroupDirs: null }, ['/bin/true'])).toContain('--no-cgroups');
     const memory = jailerArgv(ctx(), { ...spec, noThp: true, env: { GLIBC_TUNABLES: 'glibc.malloc.arena_max=1' } }, ['/bin/true']).join(' ');
     expect(memory).toContain('--no-thp --env GLIBC_TUNABLES=glibc.malloc.arena_max=1 -- /bin/true');
+    expect(jailerArgv(ctx(), { ...spec, startOnStdin: true }, ['/bin/true']).join(' ')).toContain('--start-on-stdin -- /bin/true');
   });
 });
 
@@ -87,6 +88,53 @@ describe.runIf(jailContext().mode === 'jailed')('files a VM could have swapped f
       expect(lstatSync(join(tpl, 'disk.qcow2')).mode & 0o777).toBe(0o644);
     } finally {
       rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+// The gateway builds a VM's jail while it still copies the VM's RAM: the program must run only once released.
+describe.runIf(jailContext().mode === 'jailed')('a jail started before its files are complete', () => {
+  const touch = (dir: string, stdin: (w: NodeJS.WritableStream) => void) => {
+    const child = spawn(
+      jailContext().jailerPath,
+      [
+        '--id',
+        'startgate',
+        '--uid',
+        '2000999',
+        '--gid',
+        '2000999',
+        '--no-cgroups',
+        '--rw',
+        dir,
+        '--as-bytes',
+        '4000000000',
+        '--start-on-stdin',
+        '--',
+        '/usr/bin/touch',
+        join(dir, 'ran'),
+      ],
+      { stdio: ['pipe', 'ignore', 'pipe'], env: {} },
+    );
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr += d));
+    stdin(child.stdin!);
+    return new Promise<{ code: number | null; stderr: string }>((r) => child.once('exit', (code) => r({ code, stderr })));
+  };
+
+  it('never runs the program when the gateway gives up (EOF), and runs it once released', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sg-startgate-'));
+    try {
+      chmodSync(dir, 0o777);
+      const abandoned = await touch(dir, (w) => setTimeout(() => w.end(), 100));
+      expect(abandoned.code).toBe(125);
+      expect(abandoned.stderr).toMatch(/did not release the program/);
+      expect(existsSync(join(dir, 'ran'))).toBe(false);
+      const released = await touch(dir, (w) => setTimeout(() => w.end(Buffer.from([1])), 100));
+      expect(released).toEqual({ code: 0, stderr: '' });
+      expect(existsSync(join(dir, 'ran'))).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -250,6 +250,8 @@ export interface JailSpec {
   noThp?: boolean;
   /** Variables the program gets besides PATH; the jailer accepts only GLIBC_TUNABLES. */
   env?: Record<string, string>;
+  /** The jail is built at once, the program run only after one byte on the jailer's stdin (EOF: never). */
+  startOnStdin?: boolean;
 }
 
 export const JAIL_NOFILE = 1024;
@@ -277,6 +279,7 @@ export function jailerArgv(ctx: JailContext, spec: JailSpec, program: string[]):
     String(spec.keepFds),
     ...(spec.record ? ['--record', spec.record, '--instance', ctx.instanceId] : []),
     ...(spec.noThp ? ['--no-thp'] : []),
+    ...(spec.startOnStdin ? ['--start-on-stdin'] : []),
     ...Object.entries(spec.env ?? {}).flatMap(([k, v]) => ['--env', `${k}=${v}`]),
     '--',
     ...program,

@@ -110,6 +110,16 @@ export interface RestoreSpec {
    */
   beforeLoad?: (vm: Vm) => Promise<void>;
   /**
+   * Resolves once `memPath` holds the snapshot's RAM and `diskPath` exists (the caller is still making them): the
+   * jail is built meanwhile, and QEMU starts only after. Absent: both are complete already.
+   */
+  filesReady?: Promise<void>;
+  /**
+   * Set when `diskPath` is a new overlay the caller is still creating onto this image: the jail mirrors this image
+   * and its chain, which is what the overlay's header will name, instead of reading a header not yet written.
+   */
+  diskBacking?: string;
+  /**
    * Maps `memPath` privately (QEMU's `share=off`): guest writes go to QEMU's own copy-on-write pages and the file is
    * never written, so VMs restored from one template image share its unwritten pages. Only without the jail (a
    * measurement, docs/design/density.md): QEMU 7.2 opens a private RAM file read-write, and a jailed QEMU given a
@@ -637,6 +647,10 @@ interface VmFiles {
   readOnly?: string[];
   /** Descriptors passed on as 3, 4, …: a restore's device-state stream. */
   extraFds?: number[];
+  /** The image whose backing chain the jail mirrors, when not `disk`'s own (an overlay not yet written). */
+  chainOf?: string;
+  /** QEMU must not start before this resolves (its files are being made); the jailer builds the jail meanwhile. */
+  ready?: Promise<void>;
 }
 
 /**
@@ -664,6 +678,9 @@ const ADDRESS_SPACE_OVERHEAD_MIB = 2048;
 
 async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: string, args: string[], files: VmFiles): Promise<Vm> {
   const ctx = jailContext();
+  const early = ctx.mode === 'jailed' && files.ready !== undefined;
+  // Without the jailer there is nothing to build while the files fill: QEMU would run at once.
+  if (!early) await files.ready;
   // Listening before QEMU starts: its console chardev connects once, at start, and QEMU exits if nobody answers.
   const consoleLink = await ConsoleLink.listen(vmPaths(dir).consoleSocket, (p) => chownToVm(p, id));
   let cgroup: Cgroup;
@@ -674,7 +691,8 @@ async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: str
     throw err;
   }
   const qemu = qemuHostFiles();
-  const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe', ...(files.extraFds ?? [])];
+  // With `ready` pending, the jailer's stdin is the pipe that releases QEMU (--start-on-stdin).
+  const stdio: Array<'ignore' | 'pipe' | number> = [early ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(files.extraFds ?? [])];
   // A record beside the run directory, never in it: the VM can write there.
   const record = recordPath(ctx, id) ?? `${dir}.vm.json`;
   let child: ChildProcess;
@@ -688,13 +706,14 @@ async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: str
         writable: [dir, memPath],
         readOnly: files.readOnly ?? [],
         sharedReadOnly: qemu.data,
-        disks: [files.disk],
+        disks: [files.chainOf ?? files.disk],
         kvm: config.accel === 'kvm',
         addressSpaceBytes: (config.memoryMib + ADDRESS_SPACE_OVERHEAD_MIB) * 1024 * 1024,
         keepFds: files.extraFds?.length ?? 0,
         record,
         env: qemuEnv(),
         noThp: !qemuThp(),
+        startOnStdin: early,
       },
       [qemu.binary, ...args],
     );
@@ -714,6 +733,20 @@ async function spawnQemu(id: string, dir: string, config: VmConfig, memPath: str
   }
   const vm = new Vm(id, config, child, cgroup, dir, memPath, consoleLink, files.disk);
   vm.record = record;
+  if (early) {
+    // A jailer that died already makes the write fail with EPIPE: its exit says why, from attachQmp.
+    child.stdin!.on('error', () => {});
+    try {
+      await files.ready;
+    } catch (err) {
+      // Stdin's EOF tells the jail to end without running QEMU; the kill makes sure of it.
+      child.stdin!.destroy();
+      vm.kill();
+      await vm.exited;
+      throw err;
+    }
+    child.stdin!.end(Buffer.from([1]));
+  }
   return vm;
 }
 
@@ -760,7 +793,13 @@ export async function restoreVm(spec: RestoreSpec): Promise<Vm> {
   let vm: Vm;
   try {
     const args = [...machineArgs(spec.id, paths, spec.config, spec.memPath, spec.diskPath, !spec.privateRam), '-incoming', 'defer'];
-    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, { disk: spec.diskPath, extraFds: [stateFd] });
+    vm = await spawnQemu(spec.id, spec.dir, spec.config, spec.memPath, args, {
+      disk: spec.diskPath,
+      // The overlay's own backing file, then that file's chain: exactly what the overlay's header will name.
+      ...(spec.diskBacking ? { readOnly: [spec.diskBacking], chainOf: spec.diskBacking } : {}),
+      extraFds: [stateFd],
+      ready: spec.filesReady,
+    });
     vm.privateRam = spec.privateRam === true;
   } finally {
     closeSync(stateFd);
