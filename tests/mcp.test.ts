@@ -166,9 +166,10 @@ describe('sandglass mcp over stdio', () => {
   it('creates with network, secrets, onTimeout and autoResume; metrics, public ports, stdin, timeline', async () => {
     const secret = `MCP_TOKEN_${randomBytes(4).toString('hex').toUpperCase()}`;
     expect((await api('PUT', `/v1/secrets/${secret}`, { body: { value: 'mcp-s3cret-value', hosts: ['api.example.com'] } })).status).toBeLessThan(300);
-    const pausing = await ok('create_sandbox', { timeoutS: 20, onTimeout: 'pause', autoResume: true, snapshotIntervalS: 3600 });
+    // Its timeout keeps the disk alone: the cheapest pause, and the option reaches the server.
+    const pausing = await ok('create_sandbox', { timeoutS: 20, onTimeout: 'pause', autoResume: true, onTimeoutKeepMemory: false, snapshotIntervalS: 3600 });
     sandboxes.push(pausing.id as string);
-    expect(pausing).toMatchObject({ onTimeout: 'pause', autoResume: true, snapshotIntervalS: 3600 });
+    expect(pausing).toMatchObject({ onTimeout: 'pause', autoResume: true, onTimeoutKeepMemory: false, snapshotIntervalS: 3600 });
     const created = await ok('create_sandbox', { timeoutS: 600, network: { allow: ['example.com'], deny: ['bad.example.com'] }, secrets: [secret] });
     const id = created.id as string;
     sandboxes.push(id);
@@ -228,6 +229,8 @@ describe('sandglass mcp over stdio', () => {
     // Its 20 s ran out meanwhile or will: it is paused, not ended, and keeps its answers' shape.
     while ((await ok('sandbox_info', { sandboxId: pausing.id })).state !== 'paused');
     expect(await ok('sandbox_info', { sandboxId: pausing.id })).toMatchObject({ state: 'paused', onTimeout: 'pause', autoResume: true });
+    const pausedAt = (await ok('timeline', { sandboxId: pausing.id })).snapshots.find((s: { reason: string }) => s.reason === 'pause');
+    expect(pausedAt).toMatchObject({ memory: false });
     await api('DELETE', `/v1/secrets/${secret}`);
   }, 400_000);
 

@@ -23,6 +23,8 @@ describe('the MCP tool set', () => {
     ['create_sandbox', { memoryMb: 512 }, 'memoryMb'],
     ['create_sandbox', { onTimeout: 'sleep' }, 'onTimeout'],
     ['create_sandbox', { autoResume: 'yes' }, 'autoResume'],
+    ['create_sandbox', { onTimeoutKeepMemory: 'no' }, 'onTimeoutKeepMemory'],
+    ['pause', { sandboxId: 'sbx_a', keepMemory: 'no' }, 'keepMemory'],
     ['create_sandbox', { network: { allow: ['example.com', 7] } }, 'network.allow.1'],
     ['create_sandbox', { network: { allowOut: ['example.com'] } }, 'network.allowOut'],
     ['create_sandbox', { secrets: ['lower_case'] }, 'secrets.0'],

@@ -155,6 +155,10 @@ export class ToolSet {
           secrets: z.array(secretName).max(64).optional().describe('names of tenant secrets: the sandbox sees placeholders, never the values'),
           onTimeout: z.enum(['kill', 'pause']).optional().describe('what the timeout does: kill (default) or pause (snapshot, release the VM)'),
           autoResume: z.boolean().optional().describe('while paused, a request with its credential to one of its ports resumes it'),
+          onTimeoutKeepMemory: z
+            .boolean()
+            .optional()
+            .describe('with onTimeout pause, false keeps only the disk at the timeout (processes end; the resume boots it afresh)'),
         }),
         run: async (a) => shown(await this.keep(await Sandbox.create({ ...this.config, ...a })).getInfo()),
       }),
@@ -313,9 +317,11 @@ export class ToolSet {
         },
       }),
       pause: tool({
-        description: 'Pause a sandbox: snapshot it and stop its VM; resume brings it back under the same id.',
-        input: z.strictObject({ sandboxId }),
-        run: async ({ sandboxId: id }) => ({ ...(await (await this.sandbox(id)).pause()) }),
+        description:
+          'Pause a sandbox: snapshot it and stop its VM; resume brings it back under the same id. keepMemory false keeps ' +
+          'only its disk: smaller and quicker, and the resume boots it afresh (files kept, processes gone).',
+        input: z.strictObject({ sandboxId, keepMemory: z.boolean().optional() }),
+        run: async ({ sandboxId: id, keepMemory }) => ({ ...(await (await this.sandbox(id)).pause(keepMemory === undefined ? {} : { keepMemory })) }),
       }),
       resume: tool({
         description: 'Run a paused sandbox again from its latest snapshot, a snapshot of it (snapshotId), or its latest at or before a time (at).',
