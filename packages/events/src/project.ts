@@ -1,7 +1,8 @@
 // The sandboxes projection as a pure fold over events: appends apply it to one row, rebuilds to the whole log.
+import type { EventData } from '@sandglass/core';
 import { fromIso, toIso, type EndReason, type SandboxRow, type SnapshotRow } from '@sandglass/db';
 import { canonicalJson } from './hash.js';
-import type { EventDataMap, NetworkPolicyData, SnapshotTakenData, StoredEvent } from './types.js';
+import type { StoredEvent } from './types.js';
 
 const END_REASONS: readonly EndReason[] = ['killed', 'timeout', 'shutdown'];
 
@@ -23,7 +24,7 @@ export function project(events: Iterable<StoredEvent>, base: ReadonlyMap<string,
 function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): SandboxRow {
   if (e.type === 'sandbox.created') {
     if (row) throw new Error(`sandbox ${e.sandboxId} is created twice (event ${e.id})`);
-    const d = e.data as unknown as EventDataMap['sandbox.created'];
+    const d = e.data as unknown as EventData<'sandbox.created'>;
     return {
       id: e.sandboxId!,
       tenant_id: e.tenantId,
@@ -61,24 +62,24 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       // The timeout counts from when the sandbox could first be used, not from when it was asked for.
       return row.state === 'starting' ? { ...row, state: 'running', started_at: e.at, expires_at: plusSeconds(e.at, row.timeout_s) } : row;
     case 'sandbox.killed': {
-      const reason = (e.data as EventDataMap['sandbox.killed']).reason;
+      const reason = (e.data as EventData<'sandbox.killed'>).reason;
       return { ...row, state: 'ended', end_reason: reason && END_REASONS.includes(reason) ? reason : 'killed', ended_at: e.at };
     }
     case 'sandbox.timeout':
       return { ...row, state: 'ended', end_reason: 'timeout', ended_at: e.at };
     case 'sandbox.failed':
-      return { ...row, state: 'failed', failure_reason: String((e.data as EventDataMap['sandbox.failed']).reason), ended_at: e.at };
+      return { ...row, state: 'failed', failure_reason: String((e.data as EventData<'sandbox.failed'>).reason), ended_at: e.at };
     case 'sandbox.paused':
       return row.state === 'running' ? { ...row, state: 'paused', paused_at: e.at } : row;
     case 'sandbox.resumed':
       return row.state === 'paused' ? { ...row, state: 'running', paused_at: null, expires_at: plusSeconds(e.at, row.timeout_s) } : row;
     case 'sandbox.moved': {
       // Placed on another node, as of `snapshotId`: no VM runs until that node resumes it (sandbox.resumed).
-      const d = e.data as EventDataMap['sandbox.moved'];
+      const d = e.data as EventData<'sandbox.moved'>;
       return { ...row, state: 'paused', paused_at: row.paused_at ?? e.at, gateway_id: d.gatewayId, gateway_url: d.gatewayUrl };
     }
     case 'sandbox.forked': {
-      const d = e.data as EventDataMap['sandbox.forked'];
+      const d = e.data as EventData<'sandbox.forked'>;
       return {
         ...row,
         ...(d.network === undefined ? {} : { network: networkJson(d.network) }),
@@ -89,11 +90,11 @@ function applySandboxEvent(row: SandboxRow | undefined, e: StoredEvent): Sandbox
       // The guest's clock and entropy were set (a start); the recording keeps them, the projection has nothing to change.
       return row;
     case 'sandbox.configured':
-      return { ...row, snapshot_interval_s: (e.data as EventDataMap['sandbox.configured']).snapshotIntervalS };
+      return { ...row, snapshot_interval_s: (e.data as EventData<'sandbox.configured'>).snapshotIntervalS };
     case 'sandbox.network_changed':
-      return { ...row, network: networkJson(e.data as EventDataMap['sandbox.network_changed']) };
+      return { ...row, network: networkJson(e.data as EventData<'sandbox.network_changed'>) };
     case 'sandbox.extended': {
-      const d = e.data as EventDataMap['sandbox.extended'];
+      const d = e.data as EventData<'sandbox.extended'>;
       return { ...row, timeout_s: d.timeoutS, expires_at: d.expiresAt };
     }
     default:
@@ -122,7 +123,7 @@ export interface SnapshotDeletion {
  */
 export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?: SnapshotRename; deletion?: SnapshotDeletion } {
   if (e.type === 'snapshot.taken') {
-    const d = e.data as unknown as SnapshotTakenData;
+    const d = e.data as unknown as EventData<'snapshot.taken'>;
     return {
       insert: {
         id: d.snapshotId,
@@ -143,19 +144,19 @@ export function projectSnapshot(e: StoredEvent): { insert?: SnapshotRow; rename?
     };
   }
   if (e.type === 'snapshot.named') {
-    const d = e.data as EventDataMap['snapshot.named'];
+    const d = e.data as EventData<'snapshot.named'>;
     const name = typeof d.name === 'string' ? d.name : null;
     return { rename: { id: String(d.snapshotId), tenantId: e.tenantId, name, pinned: name === null ? 0 : 1 } };
   }
   if (e.type === 'snapshot.deleted') {
-    const id = String((e.data as EventDataMap['snapshot.deleted']).snapshotId);
+    const id = String((e.data as EventData<'snapshot.deleted'>).snapshotId);
     return { deletion: { id, tenantId: e.tenantId, ...(e.sandboxId ? { sandboxId: e.sandboxId } : {}) } };
   }
   return {};
 }
 
 /** Only the rules: whatever else an event carries beside them stays in the log, out of the projection. */
-function networkJson(n: NetworkPolicyData | null | undefined): string | null {
+function networkJson(n: { allow?: string[]; deny?: string[] } | null | undefined): string | null {
   return n ? canonicalJson({ allow: n.allow ?? [], deny: n.deny ?? [] }) : null;
 }
 
