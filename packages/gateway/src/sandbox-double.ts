@@ -18,7 +18,16 @@ export async function sandboxOnDouble(
   agent: HostileAgent,
   opts: { id: string; events: GatewayEvents; clock?: Clock; timeoutS?: number; vm?: Vm; template?: TemplateSnapshot; dir?: string },
 ): Promise<Sandbox> {
-  const vm = opts.vm ?? ({ exited: new Promise(() => {}), consoleTail: () => '', stop: async () => ({}), memPath: '/nonexistent', pid: 1 } as unknown as Vm);
+  const vm =
+    opts.vm ??
+    ({
+      exited: new Promise(() => {}),
+      consoleTail: () => '',
+      consoleTailAtExit: async () => '',
+      stop: async () => ({}),
+      memPath: '/nonexistent',
+      pid: 1,
+    } as unknown as Vm);
   const sandbox = new Sandbox({
     id: opts.id,
     tenantId: 'ten_a',

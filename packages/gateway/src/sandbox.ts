@@ -637,9 +637,11 @@ export class Sandbox {
       if (this.#state !== 'running' && this.#state !== 'starting') return;
       this.#state = 'failed';
       this.#failureReason = reason;
-      const consoleTail = this.#vm?.consoleTail(2048) ?? '';
       this.log.warn({ sandboxId: this.id, reason }, 'sandbox failed');
+      const vm = this.#vm;
       await this.release();
+      // Read once QEMU is gone: a panic's last lines may still be on their way when the guest is reported down.
+      const consoleTail = (await vm?.consoleTailAtExit(2048)) ?? '';
       await this.record('sandbox.failed', { reason, consoleTail });
       this.onGone(this);
     })();

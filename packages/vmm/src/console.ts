@@ -48,6 +48,8 @@ export class ConsoleLink {
   readonly ring = new ConsoleRing();
   private server?: Server;
   private conn?: Socket;
+  /** Settles when QEMU's connection has closed, every byte it wrote read into the ring. */
+  private ended?: Promise<void>;
 
   static async listen(path: string, allowConnect: (path: string) => void): Promise<ConsoleLink> {
     const link = new ConsoleLink();
@@ -56,6 +58,7 @@ export class ConsoleLink {
       // One QEMU, one connection: later ones (there should be none) are refused.
       if (link.conn) return void conn.destroy();
       link.conn = conn;
+      link.ended = new Promise((resolve) => conn.once('close', () => resolve()));
       conn.on('data', (d: Buffer) => link.ring.push(d));
       conn.on('error', () => {});
       server.close();
@@ -65,6 +68,17 @@ export class ConsoleLink {
     allowConnect(path);
     chmodSync(path, 0o600);
     return link;
+  }
+
+  /**
+   * Waits (at most `timeoutMs`) for QEMU's side to close once it has exited, so the ring holds its last bytes: a panic's
+   * final lines are still in the socket when QEMU reports the guest down.
+   */
+  async drained(timeoutMs: number): Promise<void> {
+    if (!this.ended) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.ended, new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+    clearTimeout(timer);
   }
 
   close(): void {

@@ -251,6 +251,9 @@ export async function copySparse(from: string, to: string): Promise<void> {
   throw new SandglassError('internal', `copying guest memory failed: ${out}`);
 }
 
+/** How long an exited QEMU's console may take to deliver its last bytes. */
+const CONSOLE_DRAIN_MS = 1000;
+
 class Copier {
   private shell?: ChildProcess;
   private readonly waiting = new Map<number, (out: string) => void>();
@@ -373,7 +376,8 @@ export class Vm {
     this.exited = new Promise((resolve) => {
       child.once('exit', (code, signal) => {
         this.qmp?.close();
-        this.console.close();
+        // Read what QEMU wrote to the console before it went (a failure report's tail), then close.
+        void this.console.drained(CONSOLE_DRAIN_MS).then(() => this.console.close());
         this.cgroup.remove();
         if (this.record) rmSync(this.record, { force: true });
         releaseVmIdentity(id);
@@ -401,6 +405,13 @@ export class Vm {
   /** The last bytes of the guest's serial console, for failure reports (from the ring: at most its size). */
   consoleTail(maxBytes = 4096): string {
     return this.console.ring.tail(maxBytes).toString('utf8');
+  }
+
+  /** The console's tail once QEMU has exited and the last bytes it wrote have arrived (bounded): a failure's report. */
+  async consoleTailAtExit(maxBytes = 4096): Promise<string> {
+    await this.exited;
+    await this.console.drained(CONSOLE_DRAIN_MS);
+    return this.consoleTail(maxBytes);
   }
 
   /** Bytes the guest printed on its console since this VM started; the host keeps only the ring's worth. */
