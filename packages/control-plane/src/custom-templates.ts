@@ -6,7 +6,7 @@ import type { EventLog } from '@sandglass/events';
 import { toTemplate, type Template } from './api.js';
 import type { Principal } from './keys.js';
 import { checkEnvs, type SandboxService } from './sandboxes.js';
-import { findPublishedVersion, findTemplate, findTemplateVersion, listTemplates, versionHolding } from './templates.js';
+import { findPublishedVersion, findTemplate, findTemplateVersion, listTemplates, publisherOf, templateVersions, versionHolding } from './templates.js';
 import type { TemplatePools } from './template-pools.js';
 
 type Schemas = ControlPlaneApi.components['schemas'];
@@ -135,17 +135,11 @@ export class CustomTemplates {
   /** A template with its versions: the tenant's own, else one published for every tenant, else a platform one. */
   async get(who: Principal, name: string): Promise<Schemas['TemplateDetail']> {
     const { db } = this.deps;
-    const published = await db.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst();
-    for (const tenantId of [who.tenantId, ...(published && published.tenant_id !== who.tenantId ? [published.tenant_id] : [])]) {
-      const versions = await db
-        .selectFrom('template_versions')
-        .selectAll()
-        .where('tenant_id', '=', tenantId)
-        .where('name', '=', name)
-        .orderBy('version', 'desc')
-        .execute();
+    const publisher = await publisherOf(db, name);
+    for (const tenantId of [who.tenantId, ...(publisher !== undefined && publisher !== who.tenantId ? [publisher] : [])]) {
+      const versions = await templateVersions(db, tenantId, name);
       if (versions.length === 0) continue;
-      const seen = { public: published?.tenant_id === tenantId, readOnly: tenantId !== who.tenantId };
+      const seen = { public: publisher === tenantId, readOnly: tenantId !== who.tenantId };
       const template = {
         ...toCustomTemplate(versions[0]!, await this.deps.pools.size(tenantId, name), seen),
         warmPoolReady: await this.deps.pools.ready(tenantId, name),
@@ -273,9 +267,8 @@ export class CustomTemplates {
     }
     if (body.public !== undefined) await this.#setPublic(who, name, body.public);
     if (body.warmPoolSize !== undefined) await pools.set(who.tenantId, name, body.warmPoolSize);
-    const holder = await db.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst();
     return toCustomTemplate(newest, body.warmPoolSize ?? (await pools.size(who.tenantId, name)), {
-      public: holder?.tenant_id === who.tenantId,
+      public: (await publisherOf(db, name)) === who.tenantId,
       readOnly: false,
     });
   }
@@ -285,8 +278,8 @@ export class CustomTemplates {
     const { db, events, clock } = this.deps;
     try {
       await db.transaction().execute(async (trx) => {
-        const holder = await trx.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst();
-        if (holder && holder.tenant_id !== who.tenantId) {
+        const holder = await publisherOf(trx, name);
+        if (holder !== undefined && holder !== who.tenantId) {
           throw new SandglassError('conflict', `Another tenant's template ${name} is published already; publish this one under another name.`, {
             details: { field: 'public' },
           });

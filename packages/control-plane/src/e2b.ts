@@ -24,7 +24,7 @@ import type { NetworkPolicy, Sandbox, Snapshot } from './api.js';
 import type { GatewayMetrics } from './gateways.js';
 import { authenticate, type Principal } from './keys.js';
 import { checkEnvs, E2B_ENVD_TOKEN_TTL_MS, type SandboxService } from './sandboxes.js';
-import { findTemplate, findUsableVersion, listTemplates } from './templates.js';
+import { findTemplate, findUsableVersion, listPublishedVersions, listTemplates, publisherOf, templateVersions } from './templates.js';
 
 export const E2B_SPEC = fileURLToPath(new URL('../../../spec/e2b.yaml', import.meta.url));
 
@@ -551,8 +551,7 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
       if (template !== undefined && template.name === req.params.alias) return { templateID: template.id, public: true };
       const custom = await findUsableVersion(db, who(req).tenantId, req.params.alias);
       if (custom !== undefined && custom.name === req.params.alias) {
-        const published = await db.selectFrom('published_templates').select('tenant_id').where('name', '=', custom.name).executeTakeFirst();
-        return { templateID: custom.id, public: published?.tenant_id === custom.tenant_id };
+        return { templateID: custom.id, public: (await publisherOf(db, custom.name)) === custom.tenant_id };
       }
       throw new SandglassError('template_not_found', `No template named ${JSON.stringify(req.params.alias)} exists.`);
     });
@@ -606,31 +605,28 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         builds,
       };
     };
-    const tenantVersions = (tenantId: string) =>
-      db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId).orderBy('name').orderBy('version', 'desc').execute();
-    /** The versions of templates other tenants published for every tenant (public here, as platform templates are). */
-    const publishedVersions = () =>
-      db
-        .selectFrom('template_versions as v')
-        .innerJoin('published_templates as p', (j) => j.onRef('p.tenant_id', '=', 'v.tenant_id').onRef('p.name', '=', 'v.name'))
-        .selectAll('v')
-        .orderBy('v.name')
-        .orderBy('v.version', 'desc')
-        .execute();
+    /** Versions by template name, each name's newest first (the rows come ordered so). */
+    const byName = (rows: TemplateVersionRow[]) => {
+      const names = new Map<string, TemplateVersionRow[]>();
+      for (const v of rows) {
+        const list = names.get(v.name);
+        if (list) list.push(v);
+        else names.set(v.name, [v]);
+      }
+      return names;
+    };
 
     route('GET', '/templates', async (req) => {
       const spawns = await spawnsOf(who(req).tenantId);
       const tenantId = who(req).tenantId;
-      const byName = new Map<string, TemplateVersionRow[]>();
-      for (const v of await tenantVersions(tenantId)) byName.set(v.name, [...(byName.get(v.name) ?? []), v]);
+      const own = byName(
+        await db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId).orderBy('name').orderBy('version', 'desc').execute(),
+      );
       // A tenant's own name wins over a published one, as a create resolves it.
-      const published = new Map<string, TemplateVersionRow[]>();
-      for (const v of await publishedVersions()) {
-        if (v.tenant_id !== tenantId && !byName.has(v.name)) published.set(v.name, [...(published.get(v.name) ?? []), v]);
-      }
+      const published = byName((await listPublishedVersions(db)).filter((v) => v.tenant_id !== tenantId && !own.has(v.name)));
       const all = [
         ...(await listTemplates(db)).map((t) => toE2bTemplate(t.name, [platformBuild(t)], true, spawns.get(t.name))),
-        ...[...byName].map(([name, versions]) => toE2bTemplate(name, versions.map(versionBuild), false, spawns.get(name))),
+        ...[...own].map(([name, versions]) => toE2bTemplate(name, versions.map(versionBuild), false, spawns.get(name))),
         ...[...published].map(([name, versions]) => toE2bTemplate(name, versions.map(versionBuild), true, spawns.get(name))),
       ];
       return all.map(({ builds, ...t }) => ({
@@ -656,11 +652,8 @@ export function e2bApi(opts: E2bApiOptions): FastifyPluginAsync {
         // The tenant's own template, else one published for every tenant (public, as Template.exists says).
         const version = await findUsableVersion(db, who(req).tenantId, templateID);
         if (version === undefined) throw new SandglassError('template_not_found', `No template ${JSON.stringify(templateID)} exists for your tenant.`);
-        const own = version.tenant_id === who(req).tenantId;
-        const versions = (own ? await tenantVersions(version.tenant_id) : await publishedVersions()).filter(
-          (v) => v.tenant_id === version.tenant_id && v.name === version.name,
-        );
-        template = toE2bTemplate(version.name, versions.map(versionBuild), !own, spawns.get(version.name));
+        const versions = await templateVersions(db, version.tenant_id, version.name);
+        template = toE2bTemplate(version.name, versions.map(versionBuild), version.tenant_id !== who(req).tenantId, spawns.get(version.name));
       }
       // Newest first: past the cursor means older (or as old, with a smaller id), as the snapshot list pages.
       const cursor = req.query.nextToken === undefined ? undefined : decodeCursor(req.query.nextToken);

@@ -46,15 +46,34 @@ export async function findTemplateVersion(db: Kysely<Schema>, tenantId: string, 
  * while its template is published.
  */
 export async function findPublishedVersion(db: Kysely<Schema>, nameOrId: string): Promise<TemplateVersionRow | undefined> {
-  const q = db
-    .selectFrom('template_versions as v')
-    .innerJoin('published_templates as p', (j) => j.onRef('p.tenant_id', '=', 'v.tenant_id').onRef('p.name', '=', 'v.name'))
-    .selectAll('v');
+  const q = publishedVersionsQuery(db);
   if (nameOrId.startsWith('tpl_')) {
     const byId = await q.where('v.id', '=', nameOrId).executeTakeFirst();
     if (byId) return byId;
   }
   return q.where('v.name', '=', nameOrId).orderBy('v.version', 'desc').limit(1).executeTakeFirst();
+}
+
+/** Every version of every template published for every tenant, by name and newest version first. */
+export function listPublishedVersions(db: Kysely<Schema>): Promise<TemplateVersionRow[]> {
+  return publishedVersionsQuery(db).orderBy('v.name').orderBy('v.version', 'desc').execute();
+}
+
+function publishedVersionsQuery(db: Kysely<Schema>) {
+  return db
+    .selectFrom('template_versions as v')
+    .innerJoin('published_templates as p', (j) => j.onRef('p.tenant_id', '=', 'v.tenant_id').onRef('p.name', '=', 'v.name'))
+    .selectAll('v');
+}
+
+/** The tenant whose template `name` is published for every tenant, if one is. */
+export async function publisherOf(db: Kysely<Schema> | Transaction<Schema>, name: string): Promise<string | undefined> {
+  return (await db.selectFrom('published_templates').select('tenant_id').where('name', '=', name).executeTakeFirst())?.tenant_id;
+}
+
+/** The versions of one tenant's template `name`, newest first. */
+export function templateVersions(db: Kysely<Schema>, tenantId: string, name: string): Promise<TemplateVersionRow[]> {
+  return db.selectFrom('template_versions').selectAll().where('tenant_id', '=', tenantId).where('name', '=', name).orderBy('version', 'desc').execute();
 }
 
 /**
